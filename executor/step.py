@@ -1,0 +1,145 @@
+"""Steps and the placeholders configs use to refer to outputs.
+
+An `ExecutorStep` is a name, an importable function and a config; configs point at other steps'
+outputs with `output_path_of(step, sub)` and at their own output with `this_output_path(sub)`.
+Config fields that change how a step runs but not what it produces are `execution_only(...)`;
+credentials are `secret(...)`: neither is hashed, and secrets are never written anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, TypeVar
+
+ConfigT = TypeVar("ConfigT")
+
+EXECUTION_ONLY = "stepgraph.execution_only"
+SECRET = "stepgraph.secret"
+
+
+def execution_only(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field left out of the step's identity (worker counts, logging cadence...)."""
+    return field(default=default, default_factory=default_factory, metadata={EXECUTION_ONLY: True})
+
+
+def secret(default: Any = None) -> Any:
+    """A credential field: never hashed, never written to records, run files or plan files."""
+    return field(default=default, metadata={EXECUTION_ONLY: True, SECRET: True}, repr=False)
+
+
+def is_execution_only(f: dataclasses.Field) -> bool:
+    return bool(f.metadata.get(EXECUTION_ONLY))
+
+
+def is_secret(f: dataclasses.Field) -> bool:
+    return bool(f.metadata.get(SECRET))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one attempt of a step needs from the cluster. Never part of the identity."""
+
+    cpus: float = 1
+    gpus: float = 0
+    memory_bytes: int | None = None
+    custom: dict[str, float] = field(default_factory=dict)
+    hosts: int = 1
+    max_infra_retries: int = 3
+    retry_user_errors: int = 0
+    timeout_s: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutputPathOf:
+    """A placeholder for (a subpath of) another step's output directory."""
+
+    step: "ExecutorStep"
+    sub: str | None = None
+    blocking: bool = True
+
+    def nonblocking(self) -> "OutputPathOf":
+        """Hashed like any dependency, but neither awaited nor pulled in by --only."""
+        return dataclasses.replace(self, blocking=False)
+
+    def __truediv__(self, sub: str) -> "OutputPathOf":
+        joined = f"{self.sub}/{sub}" if self.sub else sub
+        return dataclasses.replace(self, sub=joined)
+
+
+@dataclass(frozen=True)
+class ThisOutputPath:
+    """A placeholder for (a subpath of) the step's own output directory."""
+
+    sub: str | None = None
+
+
+def output_path_of(step: "ExecutorStep", sub: str | None = None) -> OutputPathOf:
+    if not isinstance(step, ExecutorStep):
+        raise TypeError(f"output_path_of() takes an ExecutorStep, got {type(step).__name__}: {step!r}")
+    return OutputPathOf(step, _check_sub(sub))
+
+
+def this_output_path(sub: str | None = None) -> ThisOutputPath:
+    return ThisOutputPath(_check_sub(sub))
+
+
+def _check_sub(sub: str | None) -> str | None:
+    if sub is None:
+        return None
+    if not isinstance(sub, str) or sub.startswith("/") or ".." in sub.split("/"):
+        raise ValueError(f"output subpath {sub!r} must be a relative path without '..'")
+    return sub.strip("/") or None
+
+
+_NAME_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+
+
+def validate_name(name: Any, what: str = "step name") -> str:
+    """Names become paths under the prefix: safe characters, no escape, no reserved prefixes."""
+    hint = "use '/'-separated segments of letters, digits and _.=+- (e.g. 'tokenized/shakespeare')"
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} {name!r} is empty or not a string; {hint}")
+    if name.startswith("/") or name.startswith("."):
+        raise ValueError(f"{what} {name!r} may not start with '/' or '.'; {hint}")
+    if name == "runs" or name.startswith("runs/"):
+        raise ValueError(f"{what} {name!r}: 'runs/' is reserved for run records; pick another name")
+    for segment in name.split("/"):
+        if segment in ("", ".", "..") or not _NAME_SEGMENT.match(segment):
+            raise ValueError(f"{what} {name!r} has an unsafe segment {segment!r}; {hint}")
+    return name
+
+
+@dataclass(frozen=True, eq=False)
+class ExecutorStep(Generic[ConfigT]):
+    """One node of the graph. Identity comes from name, config and code_version (see identity.py)."""
+
+    name: str
+    fn: Callable[[ConfigT], Any]
+    config: ConfigT
+    resources: Resources | None = None
+    code_version: str | None = None
+    description: str | None = None
+    override_output_path: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        if self.override_output_path is not None:
+            validate_name(self.override_output_path, f"step {self.name!r}: override_output_path")
+        if not callable(self.fn):
+            raise TypeError(f"step {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
+        if self.code_version is not None and not isinstance(self.code_version, str):
+            raise TypeError(f"step {self.name!r}: code_version must be a string, got {self.code_version!r}")
+
+    def __repr__(self) -> str:
+        return f"ExecutorStep({self.name!r})"
+
+    # Steps are compared by identity of the object; graph.py collapses identical declarations
+    # by digest, so two equal configs declared twice become one node.
+    __hash__ = object.__hash__
+
+    def cd(self, sub: str) -> OutputPathOf:
+        """Shorthand for output_path_of(self, sub)."""
+        return output_path_of(self, sub)

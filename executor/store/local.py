@@ -1,0 +1,94 @@
+"""Local-filesystem coordination store: compare-and-swap guarded by flock on a side lock file.
+
+Correct across processes on one machine. Writers replace the object by rename under the lock, so
+readers never need the lock and never see a torn object. The generation is a hash of the bytes;
+status objects carry a sequence number, so every write changes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from executor.store.base import StoreError, Versioned
+
+
+def _generation(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:20]
+
+
+class LocalStore:
+    def __init__(self, root: str):
+        self.root = str(Path(root).absolute())
+
+    def _path(self, key: str) -> Path:
+        return Path(self.root) / key
+
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[Path]:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot lock {path}: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield path
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def read(self, key: str) -> Versioned | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"cannot read {self._path(key)}: {e.strerror}") from e
+        return Versioned(data, _generation(data))
+
+    def _write(self, path: Path, data: bytes) -> str:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return _generation(data)
+
+    def create_if_absent(self, key: str, data: bytes) -> str | None:
+        with self._locked(key) as path:
+            if path.exists():
+                return None
+            return self._write(path, data)
+
+    def replace_if_generation(self, key: str, data: bytes, generation: str) -> str | None:
+        with self._locked(key) as path:
+            current = self.read(key)
+            if current is None or current.generation != generation:
+                return None
+            return self._write(path, data)
+
+    def delete(self, key: str) -> None:
+        with self._locked(key) as path:
+            path.unlink(missing_ok=True)
+
+    def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
+        base = self._path(prefix)
+        found: dict[str, str] = {}
+        if not base.is_dir():
+            return found
+        for path in base.rglob("*" + suffix):
+            versioned = self.read(str(path.relative_to(self.root)))
+            if versioned is not None:
+                found[str(path.relative_to(self.root))] = versioned.generation
+        return found

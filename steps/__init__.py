@@ -1,0 +1,1 @@
+"""The step library: each step is a frozen config dataclass plus a plain function of it."""

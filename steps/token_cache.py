@@ -1,0 +1,128 @@
+"""The token cache format shared by tokenize (writer) and train/eval (readers).
+
+Layout of a tokenize step's output directory:
+
+    tokenizer.json                      the HF tokenizers file used to encode
+    ledger.json                         {schema, tokenizer_sha256, vocab_size, eos_id, dtype,
+                                         splits: {split: {docs, tokens, bytes,
+                                                          shards: [{name, docs, tokens, bytes}]}}}
+    <split>/<name>.tokens.npy           flat token ids; every document is followed by EOS
+    <split>/<name>.offsets.npy          int64 [docs + 1]: document i is tokens[off[i]:off[i+1]]
+    <split>/<name>.bytes.npy            int64 [docs]: UTF-8 byte length of document i's text
+
+All arrays are plain .npy files, so readers memory-map them and read any window at random.
+A shard's three arrays are written (atomically, each) before the ledger names the shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+LEDGER_SCHEMA = 1
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
+
+
+def save_array_atomically(path: Path, array: np.ndarray) -> None:
+    """np.save to a temporary name in the same directory, then rename: never a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_shard(split_dir: Path, name: str, tokens: np.ndarray, offsets: np.ndarray,
+                doc_bytes: np.ndarray) -> dict:
+    """Write one shard's arrays; returns its ledger entry."""
+    if offsets[0] != 0 or offsets[-1] != len(tokens) or len(doc_bytes) != len(offsets) - 1:
+        raise ValueError(f"shard {name}: offsets/bytes do not describe the token array")
+    save_array_atomically(split_dir / f"{name}.tokens.npy", tokens)
+    save_array_atomically(split_dir / f"{name}.offsets.npy", offsets.astype(np.int64))
+    save_array_atomically(split_dir / f"{name}.bytes.npy", doc_bytes.astype(np.int64))
+    return {"name": name, "docs": int(len(doc_bytes)), "tokens": int(len(tokens)),
+            "bytes": int(doc_bytes.sum())}
+
+
+def read_ledger(root: str | Path) -> dict:
+    path = Path(root) / "ledger.json"
+    try:
+        ledger = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no token cache here (is this a tokenize step's output?)") from None
+    if ledger.get("schema", 0) > LEDGER_SCHEMA:
+        raise ValueError(f"{path}: ledger schema {ledger['schema']} is newer than this code knows ({LEDGER_SCHEMA})")
+    return ledger
+
+
+@dataclass
+class TokenSplit:
+    """One split of a token cache as a single random-access token stream (memory-mapped)."""
+
+    root: Path
+    split: str
+    vocab_size: int
+    eos_id: int
+    tokens: list[np.ndarray]
+    offsets: list[np.ndarray]
+    doc_bytes: list[np.ndarray]
+
+    @classmethod
+    def open(cls, root: str | Path, split: str = "train") -> "TokenSplit":
+        root = Path(root)
+        ledger = read_ledger(root)
+        if split not in ledger["splits"]:
+            raise KeyError(f"{root}: no split {split!r}; it has {sorted(ledger['splits'])}")
+        shards = ledger["splits"][split]["shards"]
+        d = root / split
+        load = lambda n, kind: np.load(d / f"{n}.{kind}.npy", mmap_mode="r")  # noqa: E731
+        return cls(root, split, ledger["vocab_size"], ledger["eos_id"],
+                   [load(s["name"], "tokens") for s in shards],
+                   [load(s["name"], "offsets") for s in shards],
+                   [load(s["name"], "bytes") for s in shards])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(len(t) for t in self.tokens))
+
+    @property
+    def num_docs(self) -> int:
+        return int(sum(len(b) for b in self.doc_bytes))
+
+    @property
+    def num_bytes(self) -> int:
+        return int(sum(int(b.sum()) for b in self.doc_bytes))
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        """tokens[start:start+length] of the concatenated stream, across shard boundaries."""
+        out = np.empty(length, dtype=np.int64)
+        filled, pos = 0, start
+        for t in self.tokens:
+            if pos >= len(t):
+                pos -= len(t)
+                continue
+            take = min(len(t) - pos, length - filled)
+            out[filled:filled + take] = t[pos:pos + take]
+            filled += take
+            pos = 0
+            if filled == length:
+                return out
+        raise IndexError(f"window [{start}, {start + length}) is past the end ({self.num_tokens} tokens)")
+
+    def documents(self):
+        """Yield (token ids, utf8 byte length) per document, in stream order."""
+        for t, off, b in zip(self.tokens, self.offsets, self.doc_bytes):
+            for i in range(len(b)):
+                yield np.asarray(t[off[i]:off[i + 1]]), int(b[i])

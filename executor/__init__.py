@@ -15,3 +15,27 @@ Exceptions:
     └── StatusError                a corrupt or too-new status file
     StoreError                     storage failed (TransientStoreError: retryable)
 """
+
+from executor.cli import executor_main
+from executor.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
+from executor.parallel import map_shards
+from executor.step import (ExecutorStep, Resources, execution_only, output_path_of, secret,
+                           this_output_path)
+from executor.store import StoreError, TransientStoreError
+
+__all__ = [
+    "ConfigEncodingError",
+    "ExecutorError",
+    "ExecutorStep",
+    "GraphError",
+    "Resources",
+    "StatusError",
+    "StoreError",
+    "TransientStoreError",
+    "execution_only",
+    "executor_main",
+    "map_shards",
+    "output_path_of",
+    "secret",
+    "this_output_path",
+]

@@ -24,7 +24,7 @@ os.environ.update(
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):  # noqa: F811
+def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):

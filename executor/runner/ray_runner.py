@@ -68,3 +68,101 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
         for ref in pending:
             ray.cancel(ref, force=True)
     return results
+
+
+def _execute_remotely(call):  # runs in a Ray worker
+    from executor.runner.inline import run_call
+
+    return run_call(call)
+
+
+class RayHandle:
+    def __init__(self, call, ref):
+        self.call, self.ref = call, ref
+        self._outcome = None
+
+    def done(self) -> bool:
+        import ray
+
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+    def outcome(self):
+        import ray
+        from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+
+        from executor.runner.base import StepOutcome
+
+        if self._outcome is None:
+            try:
+                self._outcome = ray.get(self.ref)
+            except TaskCancelledError:
+                self._outcome = StepOutcome(ok=False, error="cancelled", infrastructure=True)
+            except RayTaskError as e:  # an exception outside the user function (e.g. unpickling)
+                self._outcome = StepOutcome(ok=False, error=f"{type(e.cause).__name__}: {e.cause}",
+                                            traceback=str(e)[-4000:])
+            except RayError as e:  # worker died, node lost, object lost: infrastructure
+                self._outcome = StepOutcome(ok=False, error=f"{type(e).__name__}: {str(e)[:500]}",
+                                            infrastructure=True)
+        return self._outcome
+
+    def cancel(self) -> None:
+        import ray
+
+        ray.cancel(self.ref, force=True)
+
+
+class RayRunner:
+    """Submits each step as a Ray task with its declared resources.
+
+    Without an address an embedded cluster starts on 127.0.0.1; with one (`auto`, `ray://...`)
+    the runner joins that cluster. Infrastructure failures are retried by Ray up to the step's
+    `max_infra_retries`; exceptions in the step's own code are not retried by Ray.
+    """
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 object_store_memory: int | None = 1 << 30):
+        if not address:
+            prepare_loopback_environment()  # before `import ray`: it reads some settings at import
+        import ray
+        from ray._private import ray_constants
+
+        self.started_here = not ray.is_initialized()
+        if self.started_here:
+            if address:
+                ray.init(address=address, log_to_driver=True)
+            else:
+                ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # in case ray was imported earlier
+                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                         object_store_memory=object_store_memory, _node_ip_address="127.0.0.1")
+        self._remote = ray.remote(_execute_remotely)
+
+    def submit(self, call) -> RayHandle:
+        r = call.resources
+        options = dict(num_cpus=r.cpus, num_gpus=r.gpus, max_retries=r.max_infra_retries,
+                       retry_exceptions=False, name=call.step_id)
+        if r.memory_bytes:
+            options["memory"] = r.memory_bytes
+        if r.custom:
+            options["resources"] = dict(r.custom)
+        env = {**r.env, **call.env}
+        if env:
+            options["runtime_env"] = {"env_vars": env}
+        return RayHandle(call, self._remote.options(**options).remote(call))
+
+    def wait(self, handles, timeout: float):
+        import ray
+
+        if not handles:
+            return []
+        by_ref = {h.ref: h for h in handles}
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        if ready:  # collect everything else that is ready too, without waiting
+            ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+        return [by_ref[r] for r in ready]
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.started_here:
+            ray.shutdown()

@@ -18,6 +18,10 @@ from typing import Iterator
 from executor.store.base import StoreError, Versioned
 
 
+_LOCK_SUFFIX = ".lock"  # side files: keys ending in .lock or holding .tmp- are reserved
+_TMP_MARKER = ".tmp-"
+
+
 def _generation(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:20]
 
@@ -34,7 +38,7 @@ class LocalStore:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(str(path) + _LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise StoreError(f"cannot lock {path}: {e.strerror}") from e
         try:
@@ -53,7 +57,7 @@ class LocalStore:
         return Versioned(data, _generation(data))
 
     def _write(self, path: Path, data: bytes) -> str:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + _TMP_MARKER)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -83,12 +87,24 @@ class LocalStore:
             path.unlink(missing_ok=True)
 
     def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
-        base = self._path(prefix)
+        """Keys are matched as strings, like object stores: prefix "b-" finds "b-2/status.json"."""
+        start = self._path(prefix.rsplit("/", 1)[0] if "/" in prefix else "")
         found: dict[str, str] = {}
-        if not base.is_dir():
-            return found
-        for path in base.rglob("*" + suffix):
-            versioned = self.read(str(path.relative_to(self.root)))
-            if versioned is not None:
-                found[str(path.relative_to(self.root))] = versioned.generation
+        for directory, subdirectories, names in os.walk(start):
+            subdirectories[:] = [d for d in subdirectories
+                                 if _may_hold(os.path.relpath(os.path.join(directory, d), self.root), prefix)]
+            for name in names:
+                key = os.path.relpath(os.path.join(directory, name), self.root)
+                if (not key.startswith(prefix) or not key.endswith(suffix)
+                        or name.endswith(_LOCK_SUFFIX) or _TMP_MARKER in name):
+                    continue
+                versioned = self.read(key)
+                if versioned is not None:
+                    found[key] = versioned.generation
         return found
+
+
+def _may_hold(directory_key: str, prefix: str) -> bool:
+    """Whether keys starting with `prefix` can lie under this directory (so it is worth walking)."""
+    directory_key += "/"
+    return directory_key.startswith(prefix) or prefix.startswith(directory_key)

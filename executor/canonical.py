@@ -1,0 +1,81 @@
+"""Config -> canonical bytes. Pure: no I/O, no environment, no hash seeds.
+
+Every value is encoded with its type, so 1 and 1.0, lists and tuples, str and bytes differ.
+Dict keys are sorted; sets are sorted by their elements' encodings. Dependencies are encoded as
+their full digest (a Merkle tree), never as paths, so ids do not depend on the prefix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import pathlib
+from typing import Any, Callable
+
+from executor.errors import ConfigEncodingError
+from executor.step import ExecutorStep, OutputPathOf, ThisOutputPath, is_execution_only
+from executor.tree import Path, fold, format_path
+
+DigestOf = Callable[[ExecutorStep], str]
+
+
+def _type_name(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None) -> Any:
+    """The JSON-compatible canonical form of a config tree (execution-only fields left out)."""
+
+    def leaf(v: Any, path: Path) -> Any:
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int) and type(v) is int:
+            return v
+        if type(v) is float:
+            return {"float": repr(v) if math.isfinite(v) else str(v)}
+        if isinstance(v, enum.Enum):
+            return {"enum": _type_name(type(v)), "name": v.name}
+        if type(v) in (int, float):  # unreachable; keeps mypy honest
+            return v
+        if isinstance(v, (bytes, bytearray)):
+            return {"bytes": bytes(v).hex()}
+        if isinstance(v, pathlib.PurePath):
+            return {"path": v.as_posix()}
+        if isinstance(v, OutputPathOf):
+            return {"dependency": digest_of(v.step), "sub": v.sub}
+        if isinstance(v, ThisOutputPath):
+            return {"this_output": v.sub}
+        if isinstance(v, ExecutorStep):
+            raise ConfigEncodingError(step_name, format_path(path), v,
+                                      f"Refer to another step's output with output_path_of({v.name!r} step).")
+        if isinstance(v, (int, float)):  # subclasses such as numpy scalars or IntEnum mixins
+            raise ConfigEncodingError(step_name, format_path(path), v,
+                                      f"Convert it to a plain {'int' if isinstance(v, int) else 'float'}.")
+        raise ConfigEncodingError(step_name, format_path(path), v)
+
+    def node(v: Any, children: list, path: Path) -> Any:
+        if dataclasses.is_dataclass(v):
+            return {"dataclass": _type_name(type(v)), "fields": {k: c for k, c in children}}
+        if isinstance(v, list):
+            return [c for _, c in children]
+        if isinstance(v, tuple):
+            return {"tuple": [c for _, c in children]}
+        if isinstance(v, dict):
+            for k, _ in children:
+                if not isinstance(k, str):
+                    raise ConfigEncodingError(step_name, format_path(path + (k,)), k,
+                                              "Dict keys in configs must be strings.")
+            return {"dict": {k: c for k, c in children}}
+        return {"set": sorted((c for _, c in children), key=canonical_json)}
+
+    return fold(config, leaf, node, keep_field=lambda f: not is_execution_only(f))
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    return canonical_json(value).encode("utf-8")

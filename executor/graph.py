@@ -1,0 +1,115 @@
+"""The step graph: discovery through configs, identities, de-duplication and topological order.
+
+Two declarations with the same digest are one node. Two different digests on one output path,
+a cycle, or an unsafe name is a GraphError naming the steps involved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from executor.errors import GraphError
+from executor.identity import digest_of_document, identity_document, step_id
+from executor.step import ExecutorStep
+from executor.tree import dependencies, format_path
+
+
+@dataclass(frozen=True)
+class StepNode:
+    """A step with its identity worked out."""
+
+    step: ExecutorStep
+    digest: str
+    step_id: str
+    output_rel: str  # output directory relative to the prefix
+    identity: dict[str, Any]
+    deps: tuple[str, ...]  # digests of blocking dependencies
+    weak_deps: tuple[str, ...]  # digests of .nonblocking() dependencies: hashed, not awaited
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+
+@dataclass(frozen=True)
+class Graph:
+    nodes: dict[str, StepNode]  # by digest, in topological order (dependencies first)
+    targets: tuple[str, ...]  # digests of the steps the user asked for
+    digest_by_object: dict[int, str]  # id(step object) -> digest, duplicates declarations included
+
+    def digest_of(self, step: ExecutorStep) -> str:
+        return self.digest_by_object[id(step)]
+
+    def node_by_name(self, name: str) -> list[StepNode]:
+        return [n for n in self.nodes.values() if n.name == name or n.step_id == name]
+
+    def dependents(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {d: [] for d in self.nodes}
+        for node in self.nodes.values():
+            for dep in node.deps:
+                out[dep].append(node.digest)
+        return out
+
+    def closure(self, digests: Iterable[str]) -> set[str]:
+        """The given steps plus everything they (blockingly) need."""
+        seen: set[str] = set()
+        stack = list(digests)
+        while stack:
+            d = stack.pop()
+            if d not in seen:
+                seen.add(d)
+                stack.extend(self.nodes[d].deps)
+        return seen
+
+
+def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
+    """Walk configs from the given steps, hash every step once, order dependencies first."""
+    digests: dict[int, str] = {}  # id(step object) -> digest
+    nodes: dict[str, StepNode] = {}
+    in_progress: list[ExecutorStep] = []
+
+    def visit(step: ExecutorStep) -> str:
+        if not isinstance(step, ExecutorStep):
+            raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
+        if id(step) in digests:
+            return digests[id(step)]
+        if any(s is step for s in in_progress):
+            cycle = in_progress[[s is step for s in in_progress].index(True):] + [step]
+            raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
+        in_progress.append(step)
+        deps, weak = [], []
+        for path, placeholder in dependencies(step.config):
+            if not isinstance(placeholder.step, ExecutorStep):
+                raise GraphError(f"step {step.name!r}: {format_path(path)} refers to a non-step")
+            (deps if placeholder.blocking else weak).append(visit(placeholder.step))
+        document = identity_document(step, lambda s: digests[id(s)])
+        digest = digest_of_document(document)
+        in_progress.pop()
+        digests[id(step)] = digest
+        if digest not in nodes:
+            sid = step_id(step.name, digest)
+            nodes[digest] = StepNode(step, digest, sid, step.override_output_path or sid, document,
+                                     tuple(dict.fromkeys(deps)), tuple(dict.fromkeys(weak)))
+        return digest
+
+    targets = tuple(dict.fromkeys(visit(s) for s in steps))
+    _check_output_paths(nodes.values())
+    return Graph(nodes, targets, digests)
+
+
+def _check_output_paths(nodes: Iterable[StepNode]) -> None:
+    owner: dict[str, StepNode] = {}
+    for node in nodes:
+        other = owner.setdefault(node.output_rel, node)
+        if other is not node:
+            raise GraphError(
+                f"steps {other.name!r} ({other.digest[:16]}…) and {node.name!r} ({node.digest[:16]}…) "
+                f"differ but both write to {node.output_rel!r}; give one a different name or "
+                f"override_output_path")
+    # An output nested inside another step's directory would be swept into its manifest.
+    paths = sorted(owner)
+    for a, b in zip(paths, paths[1:]):
+        if b.startswith(a + "/"):
+            raise GraphError(f"step output {b!r} ({owner[b].name!r}) lies inside {a!r} ({owner[a].name!r}); "
+                             f"outputs may not nest")

@@ -1,0 +1,90 @@
+"""The one walker over config trees (dataclasses, lists, tuples, dicts, sets).
+
+Discovery of dependencies, canonical encoding and placeholder resolution are all folds over the
+same traversal, so they can never disagree about what a config contains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+from executor.step import ExecutorStep, OutputPathOf, ThisOutputPath
+
+Path = tuple  # of str (field or dict key) and int (list index)
+Leaf = Callable[[Any, Path], Any]
+Node = Callable[[Any, list[tuple[Any, Any]], Path], Any]
+
+PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath)
+
+
+def is_config_dataclass(value: Any) -> bool:
+    return (dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and not isinstance(value, (*PLACEHOLDER_TYPES, ExecutorStep)))
+
+
+def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
+         keep_field: Callable[[dataclasses.Field], bool] = lambda f: True) -> Any:
+    """Post-order fold: `node(value, [(key, folded child)], path)` for containers, `leaf` otherwise.
+
+    Placeholders and steps are leaves. Set children carry the key None (sets have no order).
+    """
+    def go(v: Any, p: Path) -> Any:
+        if is_config_dataclass(v):
+            children = [(f.name, go(getattr(v, f.name), p + (f.name,)))
+                        for f in dataclasses.fields(v) if keep_field(f)]
+            return node(v, children, p)
+        if isinstance(v, (list, tuple)):
+            return node(v, [(i, go(x, p + (i,))) for i, x in enumerate(v)], p)
+        if isinstance(v, dict):
+            return node(v, [(k, go(x, p + (k,))) for k, x in v.items()], p)
+        if isinstance(v, (set, frozenset)):
+            return node(v, [(None, go(x, p + ("{}",))) for x in v], p)
+        return leaf(v, p)
+
+    return go(value, path)
+
+
+def format_path(path: Path) -> str:
+    """('train', 'optimizer', 'schedule') -> 'train.optimizer.schedule'; indices as [i]."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            out += f".{part}" if out else part
+        else:
+            out += f"[{part!r}]"
+    return out
+
+
+def rebuild(value: Any, children: list[tuple[Any, Any]], path: Path = ()) -> Any:
+    """A node function that rebuilds the container with its folded children."""
+    if dataclasses.is_dataclass(value):
+        init_names = {f.name for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **{k: v for k, v in children if k in init_names})
+    if isinstance(value, list):
+        return [v for _, v in children]
+    if isinstance(value, tuple):
+        items = [v for _, v in children]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        return type(value)((k, v) for k, v in children)
+    return type(value)(v for _, v in children)
+
+
+def iter_leaves(value: Any) -> Iterator[tuple[Path, Any]]:
+    """Every leaf of the tree with its path (execution-only fields included)."""
+    found: list[tuple[Path, Any]] = []
+    fold(value, lambda v, p: found.append((p, v)), lambda v, c, p: None)
+    return iter(found)
+
+
+def dependencies(config: Any) -> list[tuple[Path, OutputPathOf]]:
+    """The dependency placeholders in a config, in traversal order."""
+    return [(p, v) for p, v in iter_leaves(config) if isinstance(v, OutputPathOf)]
+
+
+def resolve(config: Any, substitute: Callable[[Any, Path], Any]) -> Any:
+    """A copy of the config with every leaf passed through `substitute` (placeholders -> paths)."""
+    return fold(config, substitute, rebuild)

@@ -1,0 +1,113 @@
+"""Hello, stepgraph: five plain-Python steps, no ML. Read it in a minute, run it in seconds.
+
+    uv run python experiments/hello.py              # run everything (again: skips everything)
+    uv run python experiments/hello.py --dry-run    # the plan, with a reason per step
+    uv run python experiments/hello.py --greeting Howdy   # only the greeting branch re-runs
+
+The graph:   words ──> count ──┐
+             greeting ──> shout ┴──> summary
+"""
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from executor import ExecutorStep, execution_only, executor_main, output_path_of, this_output_path
+
+
+# -- the step functions: a frozen config in, files in the step's own output directory out --------
+@dataclass(frozen=True)
+class WordsConfig:
+    text: str
+    output_path: str
+
+
+def split_words(config: WordsConfig) -> dict:
+    words = config.text.lower().split()
+    Path(config.output_path, "words.json").write_text(json.dumps(words))
+    return {"words": len(words)}
+
+
+@dataclass(frozen=True)
+class CountConfig:
+    words_path: str
+    output_path: str
+
+
+def count_words(config: CountConfig) -> dict:
+    words = json.loads(Path(config.words_path).read_text())
+    counts = Counter(words).most_common()
+    Path(config.output_path, "counts.json").write_text(json.dumps(counts))
+    return {"distinct": len(counts)}
+
+
+@dataclass(frozen=True)
+class GreetingConfig:
+    greeting: str
+    output_path: str
+
+
+def write_greeting(config: GreetingConfig) -> dict:
+    Path(config.output_path, "greeting.txt").write_text(config.greeting)
+    return {"chars": len(config.greeting)}
+
+
+@dataclass(frozen=True)
+class ShoutConfig:
+    greeting_path: str
+    output_path: str
+    pause_s: float = execution_only(0.0)  # how it runs, not what it makes: not part of the id
+    fail_for_demo: bool = execution_only(False)  # see how a failure blocks only its dependents
+
+
+def shout(config: ShoutConfig) -> dict:
+    time.sleep(config.pause_s)
+    if config.fail_for_demo:
+        raise RuntimeError("failing on purpose (--fail-shout): the words branch still finishes")
+    loud = Path(config.greeting_path).read_text().upper() + "!"
+    Path(config.output_path, "shout.txt").write_text(loud)
+    return {"shout": loud}
+
+
+@dataclass(frozen=True)
+class SummaryConfig:
+    counts_path: str
+    shout_path: str
+    output_path: str
+
+
+def summarize(config: SummaryConfig) -> dict:
+    top_word, top_count = json.loads(Path(config.counts_path).read_text())[0]
+    line = f"{Path(config.shout_path).read_text()} The most common word is {top_word!r} ({top_count}x)."
+    Path(config.output_path, "summary.txt").write_text(line + "\n")
+    print(line)
+    return {"summary": line}
+
+
+# -- the experiment: its own flags, and the graph they produce -----------------------------------
+@dataclass(frozen=True)
+class HelloOptions:
+    greeting: str = "Hello"
+    text: str = "the quick brown fox jumps over the lazy dog and the cat"
+    fail_shout: bool = False
+    pause_s: float = 0.0
+
+
+def build(options: HelloOptions) -> list[ExecutorStep]:
+    words = ExecutorStep("hello/words", split_words, WordsConfig(options.text, this_output_path()))
+    count = ExecutorStep("hello/count", count_words,
+                         CountConfig(output_path_of(words, "words.json"), this_output_path()))
+    greeting = ExecutorStep("hello/greeting", write_greeting, GreetingConfig(options.greeting, this_output_path()))
+    loud = ExecutorStep("hello/shout", shout,
+                        ShoutConfig(output_path_of(greeting, "greeting.txt"), this_output_path(),
+                                    pause_s=options.pause_s, fail_for_demo=options.fail_shout))
+    summary = ExecutorStep("hello/summary", summarize,
+                           SummaryConfig(output_path_of(count, "counts.json"),
+                                         output_path_of(loud, "shout.txt"), this_output_path()))
+    return [summary]
+
+
+if __name__ == "__main__":
+    executor_main(build, "hello, stepgraph", config=HelloOptions())

@@ -18,41 +18,43 @@ from executor.errors import ConfigEncodingError
 from executor.step import ExecutorStep, OutputPathOf, ThisOutputPath, is_execution_only
 from executor.tree import Path, fold, format_path
 
-DigestOf = Callable[[ExecutorStep], str]
+DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
 
 
 def _type_name(t: type) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def is_hashed_field(f: dataclasses.Field) -> bool:
+    return not is_execution_only(f)
+
+
 def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None) -> Any:
     """The JSON-compatible canonical form of a config tree (execution-only fields left out)."""
 
     def leaf(v: Any, path: Path) -> Any:
-        if v is None or isinstance(v, (bool, str)):
+        kind = type(v)
+        if kind is str or kind is int or kind is bool or v is None:
             return v
-        if isinstance(v, int) and type(v) is int:
-            return v
-        if type(v) is float:
+        if kind is float:
             return {"float": repr(v) if math.isfinite(v) else str(v)}
         if isinstance(v, enum.Enum):
             return {"enum": _type_name(type(v)), "name": v.name}
-        if type(v) in (int, float):  # unreachable; keeps mypy honest
-            return v
         if isinstance(v, (bytes, bytearray)):
             return {"bytes": bytes(v).hex()}
         if isinstance(v, pathlib.PurePath):
             return {"path": v.as_posix()}
         if isinstance(v, OutputPathOf):
-            return {"dependency": digest_of(v.step), "sub": v.sub}
+            return {"dependency": digest_of(v), "sub": v.sub}
         if isinstance(v, ThisOutputPath):
             return {"this_output": v.sub}
         if isinstance(v, ExecutorStep):
             raise ConfigEncodingError(step_name, format_path(path), v,
                                       f"Refer to another step's output with output_path_of({v.name!r} step).")
-        if isinstance(v, (int, float)):  # subclasses such as numpy scalars or IntEnum mixins
+        if isinstance(v, (int, float)) or getattr(v, "shape", None) == ():  # numpy scalars, subclasses
+            kind = "int" if isinstance(v, int) or "int" in type(v).__name__ else "float"
             raise ConfigEncodingError(step_name, format_path(path), v,
-                                      f"Convert it to a plain {'int' if isinstance(v, int) else 'float'}.")
+                                      f"Convert it to a plain {kind} (e.g. `{kind}(x)` or `x.item()`).")
         raise ConfigEncodingError(step_name, format_path(path), v)
 
     def node(v: Any, children: list, path: Path) -> Any:
@@ -70,7 +72,7 @@ def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None)
             return {"dict": {k: c for k, c in children}}
         return {"set": sorted((c for _, c in children), key=canonical_json)}
 
-    return fold(config, leaf, node, keep_field=lambda f: not is_execution_only(f))
+    return fold(config, leaf, node, keep_field=is_hashed_field)
 
 
 def canonical_json(value: Any) -> str:

@@ -23,7 +23,7 @@ from executor.plan import Action, Plan, PlanOptions, plan_steps
 from executor.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
 from executor.report import ConsoleReporter, plan_json, plan_rows
 from executor.snapshot import read_snapshot
-from executor.step import ExecutorStep
+from executor.step import ExecutorStep, Resources
 from executor.store import StoreError, open_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -152,12 +152,20 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
     started = time.time()
     snapshot = read_snapshot(store, graph.nodes.values())
     plan = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only, now=time.time()))
+    from rich.console import Console
+
+    from executor.drift import warn_drift  # issue 7: completed outputs whose step code changed
+
+    warn_drift(plan, prefix, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
     if options.dry_run:
         if options.json:
             print(plan_json(plan, prefix))
         else:
+            from executor.explain import print_dry_run_notes
+
             reporter.info(f"prefix: {prefix}")
             reporter.print_plan(plan, prefix, title=description)
+            print_dry_run_notes(graph, plan, prefix, main_file, reporter)
         if options.graph:
             from executor.draw import draw_plan
 
@@ -196,17 +204,43 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     store = open_store(prefix)
     fs = outputs.filesystem(prefix)
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
+        from executor.live import LiveReporter
+
+        reporter = LiveReporter(console=reporter.console, plan=plan)
+    started_runner: list[Any] = []
 
     def make_runner():
+        if started_runner:
+            return started_runner[0]
         if options.runner == "inline":
             from executor.runner.inline import InlineRunner
 
-            return InlineRunner(max_workers=options.max_concurrent)
+            started_runner.append(InlineRunner(max_workers=options.max_concurrent))
+            return started_runner[0]
         from executor.runner.ray_runner import RayRunner
 
-        reporter.info("starting Ray…" if not (options.ray_address or os.environ.get("RAY_ADDRESS"))
-                      else f"joining Ray cluster at {options.ray_address or os.environ.get('RAY_ADDRESS')}…")
-        return RayRunner(address=options.ray_address or os.environ.get("RAY_ADDRESS"))
+        address = options.ray_address or os.environ.get("RAY_ADDRESS")
+        reporter.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")
+        started_runner.append(RayRunner(
+            address=address, ship_code=os.environ.get("EXECUTOR_SHIP_CODE", "1") != "0",
+            shared_filesystem=os.environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
+            colocate_hosts=os.environ.get("EXECUTOR_COLOCATE_HOSTS") == "1",
+            notify=reporter.warning))
+        return started_runner[0]
+
+    if options.runner != "inline":  # plan-time check against the cluster, before anything runs
+        runnable = [(d.node.name, d.node.step.resources or Resources()) for d in plan.decisions.values()
+                    if d.action in (Action.RUN, Action.WAIT)]
+        try:
+            problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
+        except BaseException:
+            if started_runner:
+                started_runner[0].shutdown()
+            raise
+        if problems:
+            started_runner[0].shutdown()
+            raise ExecutorError("the cluster cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
     ctx = RunContext(prefix=prefix, store=store, fs=fs, owner=owner,
                      keeper=LeaseKeeper(store, settings), watch=StalenessWatch(settings.ttl_s),
@@ -219,7 +253,12 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     run_path = outputs.join(prefix, run_ref.key)
     outputs.write_json(fs, run_path, to_json_bytes(run_file))
 
-    summary = Execution(graph, plan, ctx).run()
+    try:
+        summary = Execution(graph, plan, ctx).run()
+    finally:
+        if started_runner:
+            started_runner[0].shutdown()
+        getattr(reporter, "close", lambda: None)()
 
     failed = summary.failed
     code = EXIT_INTERRUPTED if summary.interrupted else (EXIT_FAILED if failed else EXIT_OK)

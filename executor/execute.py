@@ -52,6 +52,7 @@ class Tracked:
     error: str | None = None
     ran_here: bool = False
     announced_wait: bool = False
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # the runner's tries, with causes
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ class RunSummary:
         return [s for s, st in self.states.items() if st in (NodeState.FAILED, NodeState.BLOCKED)]
 
 
+def is_not_secret(f: Any) -> bool:
+    return not is_secret(f)
+
+
 def config_to_json(config: Any) -> Any:
     """The resolved config as JSON for the record, with secret fields left out."""
     def leaf(v: Any, path: tuple) -> Any:
@@ -100,7 +105,7 @@ def config_to_json(config: Any) -> Any:
             return {str(k): c for k, c in children}
         return [c for _, c in children]
 
-    return fold(config, leaf, node, keep_field=lambda f: not is_secret(f))
+    return fold(config, leaf, node, keep_field=is_not_secret)
 
 
 class Execution:
@@ -282,7 +287,9 @@ class Execution:
         except Exception as e:  # noqa: BLE001 - reported as this step's failure
             self._fail(t, StepOutcome(ok=False, error=f"could not prepare the step: {type(e).__name__}: {e}"))
             return
-        call = StepCall(node.step_id, node.step.fn, config, t.output_path, resources, dict(resources.env))
+        call = StepCall(node.step_id, node.step.fn, config, t.output_path, resources, dict(resources.env),
+                        attempt=lease.status.attempt)
+        t.attempts = []
         t.handle = self.runner.submit(call)
         self.ctx.reporter.step_started(node, lease.status.attempt, takeover, t.output_path)
 
@@ -314,6 +321,7 @@ class Execution:
                 self._fail(t, StepOutcome(ok=False, error=f"timed out after {timeout:g}s (resources.timeout_s)"))
 
     def _finish(self, t: Tracked, outcome: StepOutcome) -> None:
+        t.attempts.extend(outcome.attempts)
         if not outcome.ok:
             if not outcome.infrastructure and t.user_retries_left > 0:
                 t.user_retries_left -= 1
@@ -355,7 +363,8 @@ class Execution:
             result=result, manifest=outputs.manifest(self.ctx.fs, t.output_path),
             timings={"started_at": t.lease.status.started_at or 0.0,
                      "finished_at": self.ctx.wall_clock(), "seconds": self.ctx.clock() - t.started},
-            attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id)
+            attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id,
+            extra={"attempts": t.attempts} if t.attempts else {})
         outputs.write_json(self.ctx.fs, outputs.join(self.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
 
     def _fail(self, t: Tracked, outcome: StepOutcome) -> None:

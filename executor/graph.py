@@ -11,8 +11,7 @@ from typing import Any, Iterable
 
 from executor.errors import GraphError
 from executor.identity import digest_of_document, identity_document, step_id
-from executor.step import ExecutorStep
-from executor.tree import dependencies, format_path
+from executor.step import ExecutorStep, OutputPathOf
 
 
 @dataclass(frozen=True)
@@ -67,30 +66,37 @@ def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     """Walk configs from the given steps, hash every step once, order dependencies first."""
     digests: dict[int, str] = {}  # id(step object) -> digest
     nodes: dict[str, StepNode] = {}
-    in_progress: list[ExecutorStep] = []
+    in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
+    on_path: set[int] = set()
 
     def visit(step: ExecutorStep) -> str:
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
         if id(step) in digests:
             return digests[id(step)]
-        if any(s is step for s in in_progress):
+        if id(step) in on_path:
             cycle = in_progress[[s is step for s in in_progress].index(True):] + [step]
             raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
         in_progress.append(step)
-        deps, weak = [], []
-        for path, placeholder in dependencies(step.config):
-            if not isinstance(placeholder.step, ExecutorStep):
-                raise GraphError(f"step {step.name!r}: {format_path(path)} refers to a non-step")
-            (deps if placeholder.blocking else weak).append(visit(placeholder.step))
-        document = identity_document(step, lambda s: digests[id(s)])
+        on_path.add(id(step))
+        deps: dict[str, None] = {}
+        weak: dict[str, None] = {}
+
+        def dependency_digest(placeholder: OutputPathOf) -> str:
+            # Called by the encoder for each dependency placeholder: one walk discovers and hashes.
+            digest = visit(placeholder.step)
+            (deps if placeholder.blocking else weak)[digest] = None
+            return digest
+
+        document = identity_document(step, dependency_digest)
         digest = digest_of_document(document)
         in_progress.pop()
+        on_path.discard(id(step))
         digests[id(step)] = digest
         if digest not in nodes:
             sid = step_id(step.name, digest)
             nodes[digest] = StepNode(step, digest, sid, step.override_output_path or sid, document,
-                                     tuple(dict.fromkeys(deps)), tuple(dict.fromkeys(weak)))
+                                     tuple(deps), tuple(d for d in weak if d not in deps))
         return digest
 
     targets = tuple(dict.fromkeys(visit(s) for s in steps))

@@ -61,7 +61,8 @@ class Plan:
 def select(graph: Graph, only: str | None) -> list[str]:
     """Digests to consider: the targets' closure, or the --only matches' closure."""
     if only is None:
-        return [d for d in graph.nodes if d in graph.closure(graph.targets)]
+        wanted = graph.closure(graph.targets)
+        return [d for d in graph.nodes if d in wanted]
     try:
         pattern = re.compile(only)
     except re.error as e:

@@ -112,6 +112,17 @@ def validate_name(name: Any, what: str = "step name") -> str:
     return name
 
 
+def check_step_function(step_name: str, fn: Any) -> None:
+    """Step functions must be importable (`module:qualname`) so workers and records can name them."""
+    if not callable(fn):
+        raise TypeError(f"step {step_name!r}: fn must be a function, got {type(fn).__name__}: {fn!r}")
+    qualname = getattr(fn, "__qualname__", "")
+    if getattr(fn, "__name__", "") == "<lambda>" or "<locals>" in qualname:
+        raise ValueError(
+            f"step {step_name!r}: fn {qualname or fn!r} is a lambda or a function defined inside another "
+            f"function; step functions must be importable by module:qualname. Define it at module level.")
+
+
 @dataclass(frozen=True, eq=False)
 class ExecutorStep(Generic[ConfigT]):
     """One node of the graph. Identity comes from name, config and code_version (see identity.py)."""
@@ -128,8 +139,7 @@ class ExecutorStep(Generic[ConfigT]):
         validate_name(self.name)
         if self.override_output_path is not None:
             validate_name(self.override_output_path, f"step {self.name!r}: override_output_path")
-        if not callable(self.fn):
-            raise TypeError(f"step {self.name!r}: fn must be a function, got {type(self.fn).__name__}")
+        check_step_function(self.name, self.fn)
         if self.code_version is not None and not isinstance(self.code_version, str):
             raise TypeError(f"step {self.name!r}: code_version must be a string, got {self.code_version!r}")
 

@@ -7,6 +7,7 @@ same traversal, so they can never disagree about what a config contains.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Iterator
 
 from executor.step import ExecutorStep, OutputPathOf, ThisOutputPath
@@ -16,6 +17,16 @@ Leaf = Callable[[Any, Path], Any]
 Node = Callable[[Any, list[tuple[Any, Any]], Path], Any]
 
 PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath)
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def keep_all_fields(f: dataclasses.Field) -> bool:
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept_field_names(cls: type, keep_field: Callable[[dataclasses.Field], bool]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if keep_field(f))
 
 
 def is_config_dataclass(value: Any) -> bool:
@@ -24,16 +35,17 @@ def is_config_dataclass(value: Any) -> bool:
 
 
 def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
-         keep_field: Callable[[dataclasses.Field], bool] = lambda f: True) -> Any:
+         keep_field: Callable[[dataclasses.Field], bool] = keep_all_fields) -> Any:
     """Post-order fold: `node(value, [(key, folded child)], path)` for containers, `leaf` otherwise.
 
     Placeholders and steps are leaves. Set children carry the key None (sets have no order).
     """
     def go(v: Any, p: Path) -> Any:
+        if type(v) in _SCALARS:  # the common case, first
+            return leaf(v, p)
         if is_config_dataclass(v):
-            children = [(f.name, go(getattr(v, f.name), p + (f.name,)))
-                        for f in dataclasses.fields(v) if keep_field(f)]
-            return node(v, children, p)
+            names = _kept_field_names(type(v), keep_field)
+            return node(v, [(name, go(getattr(v, name), p + (name,))) for name in names], p)
         if isinstance(v, (list, tuple)):
             return node(v, [(i, go(x, p + (i,))) for i, x in enumerate(v)], p)
         if isinstance(v, dict):

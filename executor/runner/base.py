@@ -18,6 +18,7 @@ class StepCall:
     output_path: str
     resources: Resources = field(default_factory=Resources)
     env: dict[str, str] = field(default_factory=dict)
+    attempt: int = 1  # the lease's attempt number: names the log file <output>/.executor/logs/attempt-<n>.log
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class StepOutcome:
     error: str | None = None
     traceback: str | None = None
     infrastructure: bool = False
+    attempts: tuple[dict[str, Any], ...] = ()  # each try the runner made: {"try", "cause", "error", "seconds"}
 
 
 class StepHandle(Protocol):

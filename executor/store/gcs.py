@@ -33,11 +33,13 @@ _GLOB_SPECIAL = set("*?[]{}\\")
 class GCSStore:
     """Coordination objects under `gs://bucket/path`; storage options go to gcsfs.GCSFileSystem."""
 
-    def __init__(self, prefix: str, request_timeout_s: float = 30.0, **storage_options: Any):
+    def __init__(self, prefix: str, request_timeout_s: float = 30.0, match_glob: bool = True,
+                 **storage_options: Any):
         self.location = BucketPrefix.parse(prefix, ("gs", "gcs"))
         self.root = self.location.url
         self.fs = gcsfs.GCSFileSystem(**storage_options)
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self.match_glob = match_glob  # filter listings server-side (turned off if refused)
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -70,16 +72,30 @@ class GCSStore:
             self._fail("delete", name, status, body)
 
     def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
-        """One listing, 1,000 objects a page; `suffix` is filtered server-side with matchGlob too."""
+        """One listing, 1,000 objects a page. `suffix` is also sent as a matchGlob filter so a
+        prefix full of step outputs costs pages of status objects only; a server that refuses the
+        glob (HTTP 400) gets the plain listing, filtered here."""
         list_prefix = self.location.list_prefix(prefix)
+        glob = None
+        if self.match_glob and suffix and not (_GLOB_SPECIAL & set(list_prefix + suffix)):
+            glob = f"{list_prefix}**{suffix}"
+        try:
+            return self._list(list_prefix, suffix, glob)
+        except _GlobRefused:
+            self.match_glob = False
+            return self._list(list_prefix, suffix, None)
+
+    def _list(self, list_prefix: str, suffix: str, glob: str | None) -> dict[str, str]:
         params: dict[str, Any] = {"prefix": list_prefix, "maxResults": _PAGE_SIZE,
                                   "fields": "items(name,generation),nextPageToken"}
-        if suffix and not (_GLOB_SPECIAL & set(list_prefix + suffix)):
-            params["matchGlob"] = f"{list_prefix}**{suffix}"
+        if glob:
+            params["matchGlob"] = glob
         url = f"{self.fs.base}b/{quote(self.location.bucket, safe='')}/o"
         found: dict[str, str] = {}
         while True:
             status, _, body = self._request("GET", url, "list", list_prefix + "*", params=params)
+            if status == 400 and glob:
+                raise _GlobRefused()
             if status != 200:
                 self._fail("list", list_prefix + "*", status, body)
             page = json.loads(body)
@@ -149,6 +165,10 @@ class GCSStore:
             raise StoreError(f"GCS {what} {where}: bucket {self.location.bucket!r} does not exist "
                              f"(create it or fix the prefix {self.root!r})")
         raise StoreError(f"GCS {what} {where}: HTTP {status} {message}")
+
+
+class _GlobRefused(Exception):
+    """The server answered 400 to a listing with matchGlob."""
 
 
 def _error_message(body: bytes) -> str:

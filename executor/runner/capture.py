@@ -1,0 +1,106 @@
+"""Per-attempt logs: a step's stdout/stderr copied to `<output>/.executor/logs/attempt-<n>.log`.
+
+The copy is taken at the file-descriptor level (so output of C extensions, XLA, subprocesses
+is kept too) and still goes to the original streams, which Ray forwards to the driver's
+console with the task name (the step id) as prefix. Meant for worker processes that run one
+step at a time; the in-process runner does not use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Iterator
+
+LOG_DIR = ".executor/logs"
+
+
+def log_path(output_path: str, attempt: int) -> str:
+    return f"{output_path.rstrip('/')}/{LOG_DIR}/attempt-{attempt}.log"
+
+
+def _pump(read_fd: int, original_fd: int, sink, lock: threading.Lock) -> None:
+    while True:
+        try:
+            chunk = os.read(read_fd, 1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        with lock:
+            try:
+                sink.write(chunk)
+            except (OSError, ValueError):
+                pass
+        try:
+            os.write(original_fd, chunk)
+        except OSError:
+            pass
+
+
+@contextlib.contextmanager
+def captured_output(path: str | None, header: str = "") -> Iterator[None]:
+    """Tee fds 1 and 2 into `path` (appending) for the duration of the block.
+
+    A local path is written as output arrives (it survives the process being killed); a URL
+    (gs://, s3://) is written to a temporary file and uploaded when the block ends.
+    """
+    if not path:
+        yield
+        return
+    remote = "://" in path and not path.startswith("file://")
+    if remote:
+        tmp = tempfile.NamedTemporaryFile(prefix="stepgraph-log-", suffix=".log", delete=False)
+        local = tmp.name
+        tmp.close()
+    else:
+        local = path[len("file://"):] if path.startswith("file://") else path
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+    sink = open(local, "ab", buffering=0)
+    if header:
+        sink.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {header} ===\n".encode())
+    lock = threading.Lock()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved, threads, writers = {}, [], []
+    try:
+        for fd in (1, 2):
+            saved[fd] = os.dup(fd)
+            r, w = os.pipe()
+            os.dup2(w, fd)
+            os.close(w)
+            t = threading.Thread(target=_pump, args=(r, saved[fd], sink, lock), daemon=True,
+                                 name=f"log-tee-{fd}")
+            t.start()
+            threads.append((t, r))
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, original in saved.items():
+            os.dup2(original, fd)  # closes the pipe's last write end: the pump sees EOF
+        for t, r in threads:
+            t.join(timeout=5)
+            with contextlib.suppress(OSError):
+                os.close(r)
+        for original in saved.values():
+            with contextlib.suppress(OSError):
+                os.close(original)
+        sink.close()
+        if remote:
+            try:
+                import fsspec
+
+                with open(local, "rb") as src, fsspec.open(path, "wb") as dst:
+                    dst.write(src.read())
+            except Exception as e:  # noqa: BLE001 - a lost log must not fail the step
+                print(f"stepgraph: could not upload the step log to {path}: {e}", file=sys.stderr)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(local)

@@ -1,0 +1,151 @@
+"""Properties of the canonical encoding: what changes an id and what must not."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import pathlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from executor import ConfigEncodingError, ExecutorStep, execution_only, output_path_of, secret, this_output_path
+from executor.canonical import canonical_bytes, encode_value
+from executor.graph import build_graph
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+                    st.floats(allow_nan=False), st.binary(max_size=8))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.tuples(inner, inner),
+    st.dictionaries(st.text(max_size=5), inner, max_size=4)), max_leaves=12)
+
+
+def no_deps(step):
+    raise AssertionError("no dependencies expected")
+
+
+def enc(value):
+    return canonical_bytes(encode_value(value, no_deps))
+
+
+@given(st.dictionaries(st.text(max_size=6), values, max_size=6))
+def test_dict_order_is_irrelevant(d):
+    assert enc(d) == enc(dict(reversed(list(d.items()))))
+
+
+@given(st.lists(values, min_size=1, max_size=5))
+def test_tuples_and_lists_differ(items):
+    assert enc(items) != enc(tuple(items))
+
+
+@given(st.sets(st.integers(), max_size=8))
+def test_sets_are_order_independent(s):
+    assert enc(s) == enc(set(sorted(s, reverse=True))) == enc(frozenset(s))
+
+
+def test_types_are_part_of_the_encoding():
+    assert len({enc(1), enc(1.0), enc(True), enc("1"), enc(b"1"), enc([1]), enc((1,))}) == 7
+    assert enc(0.1 + 0.2) != enc(0.3)
+    assert enc(-0.0) != enc(0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    a: int = 1
+    b: str = "x"
+    c: tuple = (1, 2)
+    d: float = 0.5
+    workers: int = execution_only(2)
+    password: str = secret("hunter2")
+
+
+def fn(config):
+    return None
+
+
+def digest(config, name="s"):
+    return build_graph([ExecutorStep(name, fn, config)]).targets[0]
+
+
+@settings(max_examples=50)
+@given(st.sampled_from(["a", "b", "c", "d"]), st.data())
+def test_any_hashed_field_changes_the_id(field_name, data):
+    base = Cfg()
+    strategies = {"a": st.integers(), "b": st.text(), "c": st.tuples(st.integers()), "d": st.floats(allow_nan=False)}
+    new_value = data.draw(strategies[field_name].filter(lambda v: v != getattr(base, field_name)))
+    assert digest(dataclasses.replace(base, **{field_name: new_value})) != digest(base)
+
+
+@given(st.integers(min_value=0, max_value=64), st.text())
+def test_execution_only_and_secret_fields_do_not_change_the_id(workers, password):
+    assert digest(Cfg(workers=workers, password=password)) == digest(Cfg())
+
+
+def test_secret_value_never_appears_in_the_identity():
+    graph = build_graph([ExecutorStep("s", fn, Cfg(password="sup3r-s3cret"))])
+    node = next(iter(graph.nodes.values()))
+    assert b"sup3r-s3cret" not in canonical_bytes(node.identity)
+
+
+def test_name_and_code_version_change_the_id():
+    assert digest(Cfg(), "a") != digest(Cfg(), "b")
+    one = build_graph([ExecutorStep("s", fn, Cfg(), code_version="1")]).targets[0]
+    assert one != digest(Cfg())
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Wide:
+    value: object = None
+    output_path: object = None
+
+
+def test_supported_leaf_types_encode():
+    for value in (Color.RED, pathlib.PurePosixPath("a/b"), {"k": {1, 2}}, b"\xff", None):
+        digest(Wide(value))
+
+
+@pytest.mark.parametrize("bad, type_name", [
+    (lambda: None, "function"),
+    (object(), "object"),
+    ({1: "int key"}, "int"),
+])
+def test_unencodable_values_name_step_field_and_type(bad, type_name):
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        inner: Wide
+
+    with pytest.raises(ConfigEncodingError) as info:
+        digest(Outer(Wide({"schedule": [bad]} if not isinstance(bad, dict) else bad)), name="train/x")
+    message = str(info.value)
+    assert "train/x" in message and type_name in message
+    assert "inner.value" in message
+
+
+def test_numpy_values_are_rejected_with_a_fix():
+    np = pytest.importorskip("numpy")
+    with pytest.raises(ConfigEncodingError, match=r"value.*Convert it to a plain float"):
+        digest(Wide(np.float32(1.5)))
+    with pytest.raises(ConfigEncodingError, match="ndarray"):
+        digest(Wide(np.zeros(3)))
+
+
+def test_a_step_object_in_a_config_points_to_output_path_of():
+    dep = ExecutorStep("dep", fn, Wide())
+    with pytest.raises(ConfigEncodingError, match="output_path_of"):
+        digest(Wide(dep))
+
+
+def test_dependencies_are_hashed_by_digest_not_path():
+    dep_a = ExecutorStep("dep", fn, Wide(1, this_output_path()))
+    dep_b = ExecutorStep("dep", fn, Wide(2, this_output_path()))
+    user_a = ExecutorStep("user", fn, Wide(output_path_of(dep_a)))
+    user_b = ExecutorStep("user", fn, Wide(output_path_of(dep_b)))
+    assert build_graph([user_a]).targets != build_graph([user_b]).targets
+    # the subpath is part of the identity
+    sub = ExecutorStep("user", fn, Wide(output_path_of(dep_a, "x")))
+    assert build_graph([sub]).targets != build_graph([user_a]).targets

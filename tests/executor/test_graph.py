@@ -1,0 +1,88 @@
+"""Discovery, de-duplication, cycles, names and output-path clashes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from executor import ExecutorStep, GraphError, output_path_of, this_output_path
+from executor.graph import build_graph
+
+
+@dataclass
+class Cfg:  # deliberately mutable: the only way to build a cycle
+    deps: list = field(default_factory=list)
+    nested: dict = field(default_factory=dict)
+    value: int = 0
+    output_path: object = None
+
+
+def fn(config):
+    return None
+
+
+def test_dependencies_found_at_any_depth_and_ordered_first():
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", fn, Cfg(value=2))
+    c = ExecutorStep("c", fn, Cfg(deps=[{"x": (output_path_of(a),)}], nested={"n": Cfg(deps=[output_path_of(b, "f")])}))
+    graph = build_graph([c])
+    names = [n.name for n in graph.nodes.values()]
+    assert names.index("a") < names.index("c") and names.index("b") < names.index("c")
+    assert set(graph.nodes[graph.targets[0]].deps) == {graph.digest_of(a), graph.digest_of(b)}
+
+
+def test_identical_steps_declared_twice_collapse():
+    a1 = ExecutorStep("a", fn, Cfg(value=1))
+    a2 = ExecutorStep("a", fn, Cfg(value=1))
+    user = ExecutorStep("u", fn, Cfg(deps=[output_path_of(a1), output_path_of(a2)]))
+    graph = build_graph([user, a2])
+    assert len(graph.nodes) == 2
+    assert graph.digest_of(a1) == graph.digest_of(a2)
+
+
+def test_cycle_is_reported_with_step_names():
+    a = ExecutorStep("first", fn, Cfg())
+    b = ExecutorStep("second", fn, Cfg(deps=[output_path_of(a)]))
+    a.config.deps.append(output_path_of(b))
+    with pytest.raises(GraphError, match="cycle: first -> second -> first"):
+        build_graph([a])
+
+
+@pytest.mark.parametrize("name", ["", "/abs", "a/../b", "a//b", ".hidden", "runs/x", "runs", "a b", "a/./b", "ü"])
+def test_unsafe_names_are_rejected(name):
+    with pytest.raises(ValueError, match="name"):
+        ExecutorStep(name, fn, Cfg())
+
+
+def test_two_different_steps_on_one_output_path():
+    a = ExecutorStep("a", fn, Cfg(value=1), override_output_path="shared/out")
+    b = ExecutorStep("b", fn, Cfg(value=2), override_output_path="shared/out")
+    with pytest.raises(GraphError, match="both write to 'shared/out'"):
+        build_graph([a, b])
+
+
+def test_nonblocking_dependency_is_hashed_but_not_awaited():
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", fn, Cfg(deps=[output_path_of(a).nonblocking()]))
+    graph = build_graph([b])
+    node = graph.nodes[graph.targets[0]]
+    assert node.deps == () and node.weak_deps == (graph.digest_of(a),)
+    a_changed = ExecutorStep("a", fn, Cfg(value=2))
+    b2 = ExecutorStep("b", fn, Cfg(deps=[output_path_of(a_changed).nonblocking()]))
+    assert build_graph([b2]).targets != graph.targets
+
+
+def test_lambdas_and_nested_functions_are_rejected():
+    def nested(config):
+        return None
+
+    with pytest.raises(ValueError, match="module level"):
+        ExecutorStep("a", lambda c: None, Cfg())
+    with pytest.raises(ValueError, match="module level"):
+        ExecutorStep("a", nested, Cfg())
+
+
+def test_output_subpath_cannot_escape():
+    with pytest.raises(ValueError, match="relative path"):
+        this_output_path("../x")

@@ -1,0 +1,61 @@
+"""experiments/hello.py through the real CLI, in subprocesses, on a real embedded Ray cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from executor.record import State, parse_status
+
+REPO = Path(__file__).resolve().parents[2]
+HELLO = REPO / "experiments" / "hello.py"
+
+
+def cli(prefix: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    env.pop("RAY_ADDRESS")
+    return subprocess.run([sys.executable, str(HELLO), "--prefix", str(prefix), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def states(prefix: Path) -> dict[str, list[tuple[State, int]]]:
+    found: dict[str, list] = {}
+    for path in sorted(prefix.glob("hello/*/.executor/status.json")):
+        status = parse_status(path.read_bytes(), str(path))
+        found.setdefault(status.step_id.rsplit("-", 1)[0], []).append((status.state, status.attempt))
+    return found
+
+
+def test_hello_on_ray_run_rerun_change_fail_and_retry(tmp_path):
+    first = cli(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "starting Ray" in first.stdout
+    assert all(v == [(State.SUCCESS, 1)] for v in states(tmp_path).values()) and len(states(tmp_path)) == 5
+
+    started = time.monotonic()
+    again = cli(tmp_path)
+    elapsed = time.monotonic() - started
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+    assert "starting Ray" not in again.stdout, "a no-op re-run must not start Ray"
+    assert elapsed < 30
+
+    # a hashed change plus a failure in that branch: words/count are untouched, summary blocked
+    failing = cli(tmp_path, "--greeting", "Howdy", "--fail-shout")
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "hello/summary blocked" in failing.stdout
+    now = states(tmp_path)
+    assert now["hello/words"] == [(State.SUCCESS, 1)] and now["hello/count"] == [(State.SUCCESS, 1)]
+    assert sorted(now["hello/greeting"]) == [(State.SUCCESS, 1)] * 2
+    assert (State.FAILED, 1) in now["hello/shout"]
+
+    # --force-failed (on by default) retries the failed step; its dependents then run
+    retry = cli(tmp_path, "--greeting", "Howdy")
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    final = states(tmp_path)
+    assert sorted(final["hello/shout"]) == [(State.SUCCESS, 1), (State.SUCCESS, 2)]
+    assert len(final["hello/summary"]) == 2 and all(s == State.SUCCESS for s, _ in final["hello/summary"])
+    summary = sorted(tmp_path.glob("hello/summary-*/summary.txt"))
+    assert any("HOWDY!" in p.read_text() for p in summary)

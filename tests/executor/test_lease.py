@@ -1,0 +1,93 @@
+"""Lease logic with an injected clock: nothing here sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from executor.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.record import Owner, State, Status, parse_status
+from executor.store.memory import MemoryStore
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def running(owner="a"):
+    return Status(State.RUNNING, "d" * 64, "s-ddd", 0, 1, Owner(owner, "h", 1, "u"), 0.0)
+
+
+@pytest.fixture
+def store(request):
+    return MemoryStore(f"memory://lease-{request.node.name}")
+
+
+def test_acquire_is_exclusive(store):
+    clock = FakeClock()
+    one, two = LeaseKeeper(store, LeaseSettings(60, 15), clock), LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    assert one.acquire("k", running("a"), None) is not None
+    assert two.acquire("k", running("b"), None) is None
+
+
+def test_heartbeat_bumps_sequence_and_generation(store):
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    first = lease.generation
+    clock.now += 15
+    keeper.renew_all()
+    assert lease.generation != first and parse_status(store.read("k").data, "k").seq == 1
+    assert keeper.is_valid(lease)
+
+
+def test_holder_that_cannot_renew_for_half_the_ttl_gives_up(store):
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    clock.now += 31  # paused: no renewals happened
+    assert not keeper.is_valid(lease)
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is False
+    assert parse_status(store.read("k").data, "k").state == State.RUNNING
+
+
+def test_takeover_fences_out_the_old_holder(store):
+    clock = FakeClock()
+    old = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    new = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    old_lease = old.acquire("k", running("old"), None)
+    watch = StalenessWatch(60, clock)
+    current = store.read("k")
+    assert not watch.is_stale("k", current.generation)
+    clock.now += 61
+    assert watch.is_stale("k", current.generation)
+    new_lease = new.acquire("k", running("new").next(attempt=2), current)
+    assert new_lease is not None
+    # the old holder wakes up inside its own validity window (a fresh clock reading) and tries
+    old_lease.renewed_at = clock.now
+    old.renew(old_lease)
+    assert old_lease.lost and "taken over" in old_lease.lost_reason
+    assert old.finish(old_lease, old_lease.status.next(state=State.SUCCESS)) is False
+    assert new.finish(new_lease, new_lease.status.next(state=State.SUCCESS)) is True
+    final = parse_status(store.read("k").data, "k")
+    assert final.state == State.SUCCESS and final.owner.run_id == "new"
+
+
+def test_staleness_resets_when_the_generation_moves():
+    clock = FakeClock()
+    watch = StalenessWatch(60, clock)
+    watch.observe("k", "g1")
+    clock.now += 50
+    watch.observe("k", "g2")
+    clock.now += 50
+    assert not watch.is_stale("k", "g2")
+    clock.now += 11
+    assert watch.is_stale("k", "g2")
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValueError, match="half the TTL"):
+        LeaseSettings(ttl_s=10, heartbeat_s=6)

@@ -1,0 +1,89 @@
+"""Planning is a pure function of the graph and a status snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from executor import ExecutorStep, GraphError, output_path_of
+from executor.graph import build_graph
+from executor.plan import Action, Observed, PlanOptions, plan_steps
+from executor.record import Owner, State, Status
+
+
+@dataclass(frozen=True)
+class Cfg:
+    dep: object = None
+    value: int = 0
+
+
+def fn(config):
+    return None
+
+
+def chain():
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", fn, Cfg(dep=output_path_of(a)))
+    c = ExecutorStep("c", fn, Cfg(dep=output_path_of(b)))
+    side = ExecutorStep("side", fn, Cfg(value=9))
+    return build_graph([c, side]), a, b, c, side
+
+
+def status(graph, step, state, error=None):
+    d = graph.digest_of(step)
+    owner = Owner("run1", "hostA", 42, "ada")
+    return Observed(Status(state, d, graph.nodes[d].step_id, 3, 1, owner, written_at=100.0, error=error), "gen")
+
+
+def actions(plan):
+    return {d.node.name: (d.action, d.reason) for d in plan.decisions.values()}
+
+
+def test_new_steps_run():
+    graph, *_ = chain()
+    plan = plan_steps(graph, {}, PlanOptions())
+    assert {n: a for n, (a, _) in actions(plan).items()} == dict.fromkeys(["a", "b", "c", "side"], Action.RUN)
+    assert actions(plan)["a"][1] == "new: no previous attempt"
+
+
+def test_success_skips_running_waits_with_owner_and_age():
+    graph, a, b, c, side = chain()
+    snap = {graph.digest_of(a): status(graph, a, State.SUCCESS), graph.digest_of(b): status(graph, b, State.RUNNING)}
+    acts = actions(plan_steps(graph, snap, PlanOptions(now=112.0)))
+    assert acts["a"] == (Action.SKIP, "succeeded")
+    assert acts["b"][0] == Action.WAIT and "hostA pid 42" in acts["b"][1] and "12s ago" in acts["b"][1]
+    assert acts["c"][0] == Action.RUN
+
+
+def test_failed_is_retried_by_default_and_stopped_otherwise():
+    graph, a, b, c, side = chain()
+    snap = {graph.digest_of(b): status(graph, b, State.FAILED, error="boom")}
+    acts = actions(plan_steps(graph, snap, PlanOptions()))
+    assert acts["b"] == (Action.RUN, "previous attempt failed: boom")
+    acts = actions(plan_steps(graph, snap, PlanOptions(force_failed=False)))
+    assert acts["b"][0] == Action.STOP and "boom" in acts["b"][1]
+    assert acts["c"] == (Action.BLOCKED, "dependency b failed")
+    assert acts["side"][0] == Action.RUN and acts["a"][0] == Action.RUN
+
+
+def test_only_selects_matches_and_what_they_need():
+    graph, *_ = chain()
+    plan = plan_steps(graph, {}, PlanOptions(only="^b$"))
+    assert [d.node.name for d in plan.decisions.values()] == ["a", "b"]
+    with pytest.raises(GraphError, match="matches no step"):
+        plan_steps(graph, {}, PlanOptions(only="nope"))
+
+
+def test_force_run_reruns_succeeded_steps():
+    graph, a, *_ = chain()
+    snap = {graph.digest_of(a): status(graph, a, State.SUCCESS)}
+    assert actions(plan_steps(graph, snap, PlanOptions(force_run="^a$")))["a"][0] == Action.RUN
+
+
+def test_digest_mismatch_at_the_same_path_stops():
+    graph, a, b, *_ = chain()
+    wrong = status(graph, b, State.SUCCESS)
+    snap = {graph.digest_of(a): wrong}
+    with pytest.raises(GraphError, match="collision"):
+        plan_steps(graph, snap, PlanOptions())

@@ -1,0 +1,159 @@
+"""The whole CLI path in-process with the inline runner: runs, re-runs, failures, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from executor.cli import run
+from executor.record import State, parse_status
+from experiments import hello
+
+
+def hello_run(prefix: Path, *args: str) -> int:
+    return run(hello.build, "hello", config=hello.HelloOptions(),
+               argv=["--prefix", str(prefix), "--runner", "inline", *args], environ={},
+               main_file=hello.__file__)
+
+
+def statuses(prefix: Path) -> dict[str, dict]:
+    out = {}
+    for path in prefix.glob("hello/*/.executor/status.json"):
+        status = parse_status(path.read_bytes(), str(path))
+        out[status.step_id] = status
+    return out
+
+
+def by_name(prefix: Path) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for sid, status in statuses(prefix).items():
+        found.setdefault(sid.rsplit("-", 1)[0], []).append(status)
+    return found
+
+
+def test_run_then_rerun_skips(tmp_path, capsys):
+    assert hello_run(tmp_path) == 0
+    assert all(s.state == State.SUCCESS for s in statuses(tmp_path).values()) and len(statuses(tmp_path)) == 5
+    summary = next(tmp_path.glob("hello/summary-*/summary.txt")).read_text()
+    assert "HELLO!" in summary and "'the' (3x)" in summary
+    capsys.readouterr()
+    assert hello_run(tmp_path) == 0
+    assert "all 5 step(s) already succeeded" in capsys.readouterr().out
+    assert len(list((tmp_path / "runs").glob("hello-*.json"))) == 1  # a no-op re-run writes nothing
+
+
+def test_record_and_run_file_contents(tmp_path):
+    assert hello_run(tmp_path) == 0
+    record = json.loads(next(tmp_path.glob("hello/count-*/.executor/record.json")).read_text())
+    assert record["schema"] == 1 and record["result"] == {"distinct": 10}
+    assert record["manifest"] == [{"path": "counts.json", "size": record["manifest"][0]["size"],
+                                   "checksum": record["manifest"][0]["checksum"]}]
+    assert record["manifest"][0]["checksum"]["algorithm"] == "sha256"
+    assert record["dependencies"][0]["name"] == "hello/words"
+    assert record["provenance"]["function"] == "experiments.hello:count_words"
+    assert record["provenance"]["function_sha256"]
+    assert record["config"]["words_path"].endswith("words.json")
+    run_file = json.loads(next((tmp_path / "runs").glob("hello-*.json")).read_text())
+    assert run_file["exit_code"] == 0 and len(run_file["plan"]) == 5
+    assert run_file["invocation"]["git"].keys() >= {"commit", "dirty"}
+    assert {"user", "host", "argv", "packages"} <= run_file["invocation"].keys()
+
+
+def test_changing_a_hashed_field_reruns_only_affected_steps(tmp_path):
+    assert hello_run(tmp_path) == 0
+    before = {n: len(v) for n, v in by_name(tmp_path).items()}
+    assert hello_run(tmp_path, "--greeting", "Howdy") == 0
+    after = {n: len(v) for n, v in by_name(tmp_path).items()}
+    assert after == {**before, "hello/greeting": 2, "hello/shout": 2, "hello/summary": 2}
+
+
+def test_execution_only_flag_does_not_rerun(tmp_path):
+    assert hello_run(tmp_path) == 0
+    assert hello_run(tmp_path, "--pause-s", "0.01") == 0
+    assert all(len(v) == 1 for v in by_name(tmp_path).values())
+
+
+def test_failure_blocks_dependents_other_branches_finish_then_force_failed(tmp_path, capsys):
+    assert hello_run(tmp_path, "--fail-shout") == 1
+    states = {n: v[0].state for n, v in by_name(tmp_path).items()}
+    assert states == {"hello/words": State.SUCCESS, "hello/count": State.SUCCESS,
+                      "hello/greeting": State.SUCCESS, "hello/shout": State.FAILED}
+    shout = by_name(tmp_path)["hello/shout"][0]
+    assert "failing on purpose" in shout.error and "RuntimeError" in shout.traceback_tail
+    out = capsys.readouterr().out
+    assert "hello/summary blocked" in out and "failed or blocked" in out
+    # --force-failed false stops at the failure and names it
+    assert hello_run(tmp_path, "--force-failed", "false") == 1
+    assert "hello/shout" in capsys.readouterr().out
+    # default: the failed step is retried (same id: fail_for_demo is execution-only)
+    assert hello_run(tmp_path) == 0
+    assert all(v[0].state == State.SUCCESS for v in by_name(tmp_path).values())
+    assert by_name(tmp_path)["hello/shout"][0].attempt == 2
+
+
+def test_dry_run_writes_nothing_and_json_is_machine_readable(tmp_path, capsys):
+    prefix = tmp_path / "p"
+    assert hello_run(prefix, "--dry-run", "--json") == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [s["action"] for s in plan["steps"]] == ["run"] * 5
+    assert not prefix.exists()
+    assert hello_run(prefix, "--dry_run", "true") == 0  # draccus spelling
+    assert not prefix.exists()
+
+
+def test_corrupt_status_is_a_clear_error_and_left_untouched(tmp_path, capsys):
+    assert hello_run(tmp_path) == 0
+    status_file = next(tmp_path.glob("hello/count-*/.executor/status.json"))
+    status_file.write_text('{"schema": 1, "state": "SUCC')
+    assert hello_run(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "corrupt status file" in err and "count" in err and "repair" in err
+    assert status_file.read_text() == '{"schema": 1, "state": "SUCC'
+
+
+def test_newer_schema_is_refused_not_overwritten(tmp_path, capsys):
+    assert hello_run(tmp_path) == 0
+    status_file = next(tmp_path.glob("hello/words-*/.executor/status.json"))
+    data = json.loads(status_file.read_text())
+    data["schema"] = 99
+    status_file.write_text(json.dumps(data))
+    assert hello_run(tmp_path) == 2
+    assert "newer than this executor" in capsys.readouterr().err
+    assert json.loads(status_file.read_text())["schema"] == 99
+
+
+def test_unwritable_prefix(tmp_path, capsys):
+    if os.geteuid() == 0:
+        target = Path("/proc/stepgraph-cannot-write-here")
+    else:
+        target = tmp_path / "ro"
+        target.mkdir()
+        target.chmod(0o500)
+    assert hello_run(target) == 2
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_bad_flags_exit_2(tmp_path, capsys):
+    assert hello_run(tmp_path, "--no-such-flag", "1") == 2
+    assert hello_run(tmp_path, "--only", "(") == 2
+    assert "not a valid regular expression" in capsys.readouterr().err
+
+
+@dataclass(frozen=True)
+class Shadowing:
+    prefix: str = "mine"
+
+
+def test_experiment_flag_shadowing_an_executor_flag_is_an_error(tmp_path, capsys):
+    code = run(lambda cfg: hello.build(hello.HelloOptions()), config=Shadowing(), argv=[], environ={})
+    assert code == 2 and "shadow executor flags" in capsys.readouterr().err
+
+
+def test_prefix_from_environment(tmp_path):
+    code = run(hello.build, config=hello.HelloOptions(), argv=["--runner", "inline"],
+               environ={"EXECUTOR_PREFIX": str(tmp_path / "env")}, main_file=hello.__file__)
+    assert code == 0 and (tmp_path / "env" / "runs").is_dir()

@@ -170,7 +170,7 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
             from executor.draw import draw_plan
 
             draw_plan(plan, options.graph)
-            reporter.info(f"graph written to {options.graph}")
+            print(f"graph written to {options.graph}", file=sys.stderr if options.json else sys.stdout)
         return EXIT_OK
 
     reporter.info(f"prefix: {prefix}")
@@ -234,6 +234,11 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
                     if d.action in (Action.RUN, Action.WAIT)]
         try:
             problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
+        except KeyboardInterrupt:
+            if started_runner:
+                started_runner[0].shutdown()
+            reporter.info("interrupted while starting Ray; nothing ran")
+            return EXIT_INTERRUPTED
         except BaseException:
             if started_runner:
                 started_runner[0].shutdown()

@@ -130,12 +130,15 @@ def cmd_verify(args: Any) -> int:
 # -- gc -------------------------------------------------------------------------------------------
 
 def cmd_gc(args: Any) -> int:
-    from executor.gc import collect, sweep
+    from executor.gc import collect, experiment_outputs, sweep
     from executor.loading import load_experiment
 
     prefix = default_prefix(args.prefix)
-    graphs = [load_experiment(path).graph for path in args.experiments]
-    report = collect(prefix, graphs, args.pin, args.storage_options)
+    roots: dict[str, str] = {}
+    for path in args.experiments:
+        for rel, why in experiment_outputs(path, load_experiment(path).graph).items():
+            roots.setdefault(rel, why)
+    report = collect(prefix, roots, args.pin, args.storage_options)
     print(f"prefix {prefix}: {len(report.kept_present)} output(s) reachable from "
           f"{len(args.experiments)} experiment(s) and {len(args.pin)} pin(s); "
           f"{len(report.garbage)} unreachable, {human_bytes(report.garbage_bytes)}")
@@ -197,7 +200,8 @@ def cmd_status(args: Any) -> int:
     timings = record.get("timings") or {}
     print("record:")
     if provenance.get("function"):
-        print(f"  function    {provenance['function']} (source sha256 {str(provenance.get('function_sha256'))[:12]}…)")
+        fingerprint = str(provenance.get("function_sha256"))[:12]
+        print(f"  function    {provenance['function']} (source sha256 {fingerprint}…)")
     if git.get("commit"):
         print(f"  git         {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}")
     print(f"  finished    {_when(timings.get('finished_at'))}, took {float(timings.get('seconds') or 0):.1f}s")

@@ -210,7 +210,8 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
     for node in nodes:
         if node.digest in versions.by_digest:
             found = versions.by_digest[node.digest]
-            say(f"{node.name}: id {node.step_id} is unchanged (found {'on storage' if found.source == 'storage' else 'in the plan file'})")
+            where = "on storage" if found.source == "storage" else "in the plan file"
+            say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
             continue
         old = versions.nearest(node)
         if old is None:

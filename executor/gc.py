@@ -1,7 +1,8 @@
 """Garbage collection of step outputs no experiment still reaches.
 
-Reachable: every step of the given experiments' graphs, the outputs those steps were adopted
-from (alias_of), and pinned step ids. Everything else under the prefix that is a step output
+Reachable: every step of the given experiments (their graphs as the code declares them today,
+and their committed `<stem>.plan.json` too, so GC errs towards keeping), the outputs those steps
+were adopted from (alias_of), and pinned step ids. Everything else under the prefix that is a step output
 (a directory holding .executor/) is listed with its size. Deleting needs an explicit flag and
 skips outputs younger than the grace period and anything whose status is RUNNING (a live lease);
 `runs/` is never touched. A deletion removes the status first (so no reader takes the output for
@@ -17,6 +18,7 @@ from typing import Any, Iterable
 from executor import outputs
 from executor.errors import StatusError
 from executor.graph import Graph
+from executor.plan_file import plan_file_path, read_plan
 from executor.record import EXECUTOR_DIR, State, Status, parse_status, status_key
 from executor.store import open_store
 
@@ -106,14 +108,22 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
     return sorted(steps.values(), key=lambda o: o.rel)
 
 
-def reachable_outputs(prefix: str, graphs: Iterable[Graph], pins: Iterable[str],
-                      storage_options: dict | None = None) -> dict[str, str]:
-    """Output rels to keep -> why: the graphs' steps, pinned ids, and what those were adopted from."""
-    store = open_store(prefix, storage_options)
+def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, str]:
+    """Output rels an experiment reaches -> why: its graph's steps and its committed plan's steps."""
     keep: dict[str, str] = {}
-    for graph in graphs:
-        for node in graph.nodes.values():
-            keep.setdefault(node.output_rel, f"step {node.name} of an experiment")
+    for node in (graph.nodes.values() if graph is not None else ()):
+        keep.setdefault(node.output_rel, f"step {node.name} of {experiment_file}")
+    plan = read_plan(plan_file_path(experiment_file))
+    for entry in (plan or {}).get("steps", []):
+        keep.setdefault(entry.get("output_rel") or entry["step_id"], f"in the plan file of {experiment_file}")
+    return keep
+
+
+def reachable_outputs(prefix: str, roots: dict[str, str], pins: Iterable[str],
+                      storage_options: dict | None = None) -> dict[str, str]:
+    """Output rels to keep -> why: the roots, pinned ids, and what those were adopted from."""
+    store = open_store(prefix, storage_options)
+    keep: dict[str, str] = dict(roots)
     for pin in pins:
         keep.setdefault(pin.strip("/"), "pinned")
     for rel in list(keep):
@@ -129,9 +139,10 @@ def reachable_outputs(prefix: str, graphs: Iterable[Graph], pins: Iterable[str],
     return keep
 
 
-def collect(prefix: str, graphs: Iterable[Graph], pins: Iterable[str] = (),
+def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
             storage_options: dict | None = None) -> GcReport:
-    report = GcReport(prefix, reachable_outputs(prefix, graphs, pins, storage_options))
+    """roots: output rels to keep -> why (see experiment_outputs)."""
+    report = GcReport(prefix, reachable_outputs(prefix, roots, pins, storage_options))
     for output in list_outputs(prefix, storage_options):
         (report.kept_present if output.rel in report.reachable else report.garbage).append(output)
     return report

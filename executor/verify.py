@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +114,8 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
             result.problems.append(Problem("changed", rel, f"{algorithm} {str(checksum.get('value'))[:16]}… -> "
                                                             f"{now[:16]}…"))
     for rel in sorted(set(present) - set(recorded)):
-        result.problems.append(Problem("extra", rel, f"{int(present[rel][1].get('size') or 0)} bytes, not in the manifest"))
+        size = int(present[rel][1].get("size") or 0)
+        result.problems.append(Problem("extra", rel, f"{size} bytes, not in the manifest"))
     return result
 
 
@@ -137,7 +139,7 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0) ->
     if status.state != State.SUCCESS:
         return StepVerification(step_path, status.step_id, note=f"status is {status.state.value}; nothing to verify")
     if status.alias_of and _hops == 0:
-        base = step_path[: len(step_path) - len(status.step_id)].rstrip("/") if step_path.endswith(status.step_id) else None
+        base = step_path[: -len(status.step_id)].rstrip("/") if step_path.endswith("/" + status.step_id) else None
         if base is None:
             return StepVerification(step_path, status.step_id, note="adopted; verify the output it points at: "
                                     f"{status.alias_of.get('output_rel')}")
@@ -147,9 +149,8 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0) ->
     record_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/record.json")
     if record_bytes is None:
         return StepVerification(step_path, status.step_id,
-                                problems=[Problem("missing", f"{EXECUTOR_DIR}/record.json", "SUCCESS without a record")])
-    import json
-
+                                problems=[Problem("missing", f"{EXECUTOR_DIR}/record.json",
+                                                  "SUCCESS without a record")])
     record = json.loads(record_bytes)
     if record.get("digest") != status.digest:
         return StepVerification(step_path, status.step_id, problems=[Problem(

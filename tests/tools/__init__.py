@@ -1,0 +1,1 @@
+"""Tests of the reproducibility and inspection tools (issue 7)."""

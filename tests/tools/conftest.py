@@ -1,0 +1,24 @@
+"""Fixtures for the tool tests: the toy experiment (fresh, or already run once) and the S3 emulator."""
+
+from __future__ import annotations
+
+import pytest
+
+try:  # the same module object tests/store uses, so the session shares one emulator
+    from emulators import s3_emulator  # noqa: F401  (session fixture, started on first use)
+except ImportError:
+    from tests.emulators import s3_emulator  # noqa: F401
+
+from .toy import Toy
+
+
+@pytest.fixture
+def toy(tmp_path) -> Toy:
+    return Toy(tmp_path)
+
+
+@pytest.fixture
+def ran_toy(toy) -> Toy:
+    code, out = toy.run("--runner", "inline")
+    assert code == 0, out
+    return toy

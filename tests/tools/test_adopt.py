@@ -1,0 +1,76 @@
+"""Adopt: a new id declared equivalent to a completed output; re-runs skip, dependents read the old path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from executor.adopt import adopt
+from executor.errors import ExecutorError
+from executor.loading import load_experiment
+
+from .toy import run_main
+
+OLD_TEXT_SUFFIX = "to be or not to be"
+
+
+def _record(prefix: str, step_dir: str) -> dict:
+    return json.loads(Path(prefix, step_dir, ".executor", "record.json").read_text())
+
+
+def _ids(toy) -> dict[str, str]:
+    return {n.name: n.step_id for n in load_experiment(toy.path).graph.nodes.values()}
+
+
+def test_adopt_makes_a_rerun_skip_and_dependents_resolve_to_the_adopted_output(ran_toy):
+    old = _ids(ran_toy)
+    ran_toy.write(TEXT=repr("to  be or not to be"))  # a cosmetic change that re-addresses toy/raw
+    new = _ids(ran_toy)
+    assert new["toy/raw"] != old["toy/raw"]
+
+    code, out = run_main("adopt", "--prefix", ran_toy.prefix, str(ran_toy.path), "toy/raw",
+                         "--from", old["toy/raw"], "--reason", "whitespace only")
+    assert code == 0, out
+    assert f"{new['toy/raw']} is now an alias of {old['toy/raw']}" in out
+    assert "config.text: 'to be or not to be' -> 'to  be or not to be'" in out
+
+    code, out = ran_toy.run("--dry-run", "--json")
+    reasons = {s["name"]: (s["action"], s["reason"]) for s in json.loads(out)["steps"]}
+    assert reasons["toy/raw"] == ("skip", f"succeeded (adopted from {old['toy/raw']})")
+    assert reasons["toy/tokenize"][0] == "run"  # re-addressed through the new digest: it runs, reading the old output
+
+    code, out = ran_toy.run("--runner", "inline")
+    assert code == 0, out
+    assert "▶ toy/raw" not in out  # the adopted step did not run
+    assert not (Path(ran_toy.prefix) / new["toy/raw"] / "raw.txt").exists()
+    tokenize = _record(ran_toy.prefix, new["toy/tokenize"])
+    assert tokenize["config"]["input_path"] == f"{ran_toy.prefix}/{old['toy/raw']}/raw.txt"
+
+    status = json.loads(Path(ran_toy.prefix, new["toy/raw"], ".executor", "status.json").read_text())
+    assert status["state"] == "SUCCESS" and status["alias_of"]["step_id"] == old["toy/raw"]
+    assert status["alias_of"]["reason"] == "whitespace only" and "@" in status["alias_of"]["declared_by"]
+    assert _record(ran_toy.prefix, old["toy/raw"])["step_id"] == old["toy/raw"]  # the old record is untouched
+
+
+def test_adopt_refuses_unsafe_declarations(ran_toy):
+    old = _ids(ran_toy)
+    graph = load_experiment(ran_toy.path).graph
+    who = {"user": "t", "host": "h", "pid": 1}
+    with pytest.raises(ExecutorError, match="no status"):
+        adopt(graph, "toy/raw", "toy/raw-000000000000", ran_toy.prefix, reason=None, declared_by=who)
+    with pytest.raises(ExecutorError, match="already has a status"):  # the new id already ran
+        adopt(graph, "toy/train", old["toy/raw"], ran_toy.prefix, reason=None, declared_by=who)
+    with pytest.raises(ExecutorError, match="nothing to adopt"):
+        adopt(graph, "toy/raw", old["toy/raw"], ran_toy.prefix, reason=None, declared_by=who)
+    with pytest.raises(ExecutorError, match="no step named"):
+        adopt(graph, "toy/nope", old["toy/raw"], ran_toy.prefix, reason=None, declared_by=who)
+
+    status = Path(ran_toy.prefix, old["toy/report"], ".executor", "status.json")
+    failed = json.loads(status.read_text()) | {"state": "FAILED", "error": "boom"}
+    status.write_text(json.dumps(failed))
+    ran_toy.write(VOCAB="8192")
+    graph = load_experiment(ran_toy.path).graph
+    with pytest.raises(ExecutorError, match="FAILED, not SUCCESS"):
+        adopt(graph, "toy/report", old["toy/report"], ran_toy.prefix, reason=None, declared_by=who)

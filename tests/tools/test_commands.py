@@ -1,0 +1,62 @@
+"""status, ps and repair: small inspection and repair commands over stored state."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from executor.record import Owner, State, Status
+
+from .toy import run_main
+
+
+def _running(prefix: str, step_id: str) -> Path:
+    path = Path(prefix, step_id, ".executor")
+    path.mkdir(parents=True)
+    status = Status(State.RUNNING, "f" * 64, step_id, seq=7, attempt=2, owner=Owner("run-42", "worker-3", 4242, "ann"),
+                    written_at=time.time() - 30)
+    (path / "status.json").write_bytes(status.to_bytes())
+    return path.parent
+
+
+def test_status_shows_state_and_record(ran_toy):
+    train = next(Path(ran_toy.prefix, "toy").glob("train-*"))
+    code, out = run_main("status", str(train))
+    assert code == 0, out
+    assert "SUCCESS" in out and "toy.py:train" in out and "1 file(s)" in out and "depends on  toy/tokenize-" in out
+    code, out = run_main("status", str(train / ".executor" / "status.json"))
+    assert code == 0
+
+
+def test_ps_lists_running_leases(ran_toy):
+    _running(ran_toy.prefix, "toy/busy-111111111111")
+    code, out = run_main("ps", "--prefix", ran_toy.prefix)
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("toy/busy"))
+    assert "worker-3" in line and "4242" in line and "run-42" in line and "s ago" in line
+    assert "toy/train" not in out  # SUCCESS steps are not leases
+
+
+def test_repair_deletes_a_corrupt_status_but_not_a_running_one(ran_toy):
+    train = next(Path(ran_toy.prefix, "toy").glob("train-*"))
+    (train / ".executor" / "status.json").write_text("{garbage")
+    code, out = ran_toy.run("--dry-run")
+    assert code == 2 and "repair --delete-status" in out
+    code, out = run_main("repair", "--delete-status", str(train))
+    assert code == 0 and "deleted" in out, out
+    code, out = ran_toy.run("--dry-run", "--json")
+    assert code == 0 and '"reason": "new: no previous attempt"' in out
+
+    busy = _running(ran_toy.prefix, "toy/busy-111111111111")
+    code, out = run_main("repair", "--delete-status", str(busy))
+    assert code == 2 and "refusing" in out and "worker-3" in out
+    assert (busy / ".executor" / "status.json").exists()
+    code, out = run_main("repair", "--delete-status", str(busy), "--force")
+    assert code == 0 and not (busy / ".executor" / "status.json").exists()
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert run_main("verify")[0] == 2
+    assert run_main("nonsense")[0] == 2
+    code, out = run_main("plan", str(tmp_path / "missing.py"))
+    assert code == 2 and "does not exist" in out

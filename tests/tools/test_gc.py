@@ -1,0 +1,113 @@
+"""gc: exactly the unreachable outputs are listed; deletion needs the flag, a grace period, no live lease."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from executor.loading import load_experiment
+from executor.record import Owner, State, Status
+
+from .toy import run_main
+
+
+def _ids(toy) -> dict[str, str]:
+    return {n.name: n.step_id for n in load_experiment(toy.path).graph.nodes.values()}
+
+
+def _listed(out: str) -> set[str]:
+    return {line.split()[-1] for line in out.splitlines() if line.startswith("    ")}
+
+
+def _fixture_prefix(toy):
+    """v1 run, then v2 (vocab changed) run: v1's tokenize/train/report are unreachable from v2."""
+    v1 = _ids(toy)
+    assert toy.run("--runner", "inline")[0] == 0
+    toy.write(VOCAB="8192")
+    v2 = _ids(toy)
+    assert toy.run("--runner", "inline")[0] == 0
+    running = Path(toy.prefix, "toy", "abandoned-000000000000", ".executor")
+    running.mkdir(parents=True)
+    status = Status(State.RUNNING, "e" * 64, "toy/abandoned-000000000000", seq=3, attempt=1,
+                    owner=Owner("run-x", "elsewhere", 42, "u"), written_at=time.time() - 7200)
+    (running / "status.json").write_bytes(status.to_bytes())
+    return v1, v2
+
+
+def test_gc_lists_exactly_the_unreachable_outputs_and_deletes_nothing_without_the_flag(toy):
+    v1, v2 = _fixture_prefix(toy)
+    before = sorted(p for p in Path(toy.prefix).rglob("*"))
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path))
+    assert code == 0, out
+    unreachable = {v1["toy/tokenize"], v1["toy/train"], v1["toy/report"], "toy/abandoned-000000000000"}
+    assert _listed(out) == unreachable
+    assert "RUNNING" in out and "nothing deleted" in out
+    assert sorted(p for p in Path(toy.prefix).rglob("*")) == before
+
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--pin", v1["toy/train"])
+    assert _listed(out) == unreachable - {v1["toy/train"]}
+
+
+def test_gc_delete_respects_grace_running_leases_pins_and_runs(toy):
+    v1, v2 = _fixture_prefix(toy)
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--delete")  # default grace: 24 h
+    assert code == 0 and "deleted 0 output(s)" in out, out
+
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--delete", "--grace-hours", "0",
+                         "--pin", v1["toy/report"])
+    assert code == 0, out
+    prefix = Path(toy.prefix)
+    assert not (prefix / v1["toy/tokenize"]).exists() and not (prefix / v1["toy/train"]).exists()
+    assert (prefix / v1["toy/report"] / "report.txt").exists()  # pinned
+    assert (prefix / "toy/abandoned-000000000000/.executor/status.json").exists()  # RUNNING: never
+    assert "RUNNING: a live lease" in out
+    for step_id in v2.values():
+        assert (prefix / step_id / ".executor" / "status.json").exists()
+    assert len(list((prefix / "runs").glob("*.json"))) == 2  # runs/ is never touched
+
+
+def test_gc_keeps_what_a_reachable_step_was_adopted_from(toy):
+    v1, _ = _fixture_prefix(toy)
+    toy.write(TEXT=repr("to  be or not to be"))
+    code, out = run_main("adopt", "--prefix", toy.prefix, str(toy.path), "toy/raw", "--from", v1["toy/raw"])
+    assert code == 0, out
+    # toy/raw's old output is reachable only through the alias now: toy's current graph has the new id
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path))
+    assert v1["toy/raw"] not in _listed(out)
+    alias = json.loads((Path(toy.prefix) / _ids(toy)["toy/raw"] / ".executor/status.json").read_text())
+    assert alias["alias_of"]["step_id"] == v1["toy/raw"]
+
+
+def test_gc_keeps_what_the_committed_plan_file_lists(toy):
+    assert toy.run("--update-plan", prefix=False)[0] == 0  # the plan file names v1's ids
+    v1, _ = _fixture_prefix(toy)
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path))
+    assert _listed(out) == {"toy/abandoned-000000000000"}, out
+    assert toy.run("--update-plan", prefix=False)[0] == 0  # now v2's
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path))
+    assert _listed(out) == {v1["toy/tokenize"], v1["toy/train"], v1["toy/report"], "toy/abandoned-000000000000"}
+
+
+def test_gc_on_an_s3_prefix(s3_emulator):
+    from executor import outputs
+    from executor.gc import collect, sweep
+    from executor.record import status_key
+
+    from .test_verify import _completed_step
+
+    prefix, options = s3_emulator.fresh_prefix("gc"), dict(s3_emulator.storage_options)
+    for step_id in ("a/old-0123456789ab", "a/pinned-0123456789ab"):
+        _completed_step(prefix, options, step_id, {"f": b"x" * 10})
+    fs = outputs.filesystem(prefix, options)
+    busy = Status(State.RUNNING, "e" * 64, "a/busy-0123456789ab", seq=1, attempt=1, owner=Owner("r", "h", 1, "u"),
+                  written_at=time.time())
+    fs.pipe_file(outputs.join(prefix, status_key("a/busy-0123456789ab")), busy.to_bytes())
+    fs.pipe_file(outputs.join(prefix, "runs/x.json"), b"{}")
+    report = collect(prefix, {}, ["a/pinned-0123456789ab"], options)
+    assert sorted(o.rel for o in report.garbage) == ["a/busy-0123456789ab", "a/old-0123456789ab"]
+    sweep(report, grace_hours=0, now=time.time() + 1, storage_options=options)
+    assert report.deleted == ["a/old-0123456789ab"] and "a/busy-0123456789ab" in report.spared
+    left = {p.split("/", 2)[2] for p in fs.find(prefix)}
+    assert "runs/x.json" in left and "a/busy-0123456789ab/.executor/status.json" in left
+    assert not any(p.startswith("a/old-") for p in left)

@@ -1,0 +1,144 @@
+"""The committed plan file and the CI check: field-level changes, cascades, hash seeds, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from executor.loading import load_experiment
+from executor.plan_file import PLAN_SCHEMA, plan_file_path, run_check
+
+from .toy import run_main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_changing_a_hashed_field_fails_the_check_naming_it_and_update_plan_fixes_it(toy):
+    assert toy.run("--update-plan", prefix=False)[0] == 0
+    plan = json.loads(plan_file_path(toy.path).read_text())
+    assert plan["schema"] == PLAN_SCHEMA and [s["name"] for s in plan["steps"]] == [
+        "toy/raw", "toy/tokenize", "toy/train", "toy/report"]
+    assert all({"step_id", "digest", "identity"} <= set(s) for s in plan["steps"])
+    assert toy.run("--check", prefix=False)[0] == 0
+
+    toy.write(VOCAB="8192")
+    code, out = toy.run("--check", prefix=False)
+    assert code == 3, out
+    assert "config.tokenizer.vocab_size: 4096 -> 8192" in out
+    assert "toy/train (via toy/tokenize)" in out and "toy/report (via toy/train)" in out
+    assert "3 steps re-addressed by 1 change in toy/tokenize: config.tokenizer.vocab_size" in out
+    assert "--update-plan" in out
+
+    assert toy.run("--update-plan", prefix=False)[0] == 0
+    assert toy.run("--check", prefix=False)[0] == 0
+
+
+def test_execution_only_fields_do_not_change_the_plan(toy):
+    toy.run("--update-plan", prefix=False)
+    toy.write(WORKERS="16")
+    code, out = toy.run("--check", prefix=False)
+    assert code == 0, out
+
+
+def test_added_and_removed_steps_are_reported(toy):
+    toy.run("--update-plan", prefix=False)
+    toy.edit_source('executor_main(steps=[summary]', 'executor_main(steps=[trained]')
+    code, out = toy.run("--check", prefix=False)
+    assert code == 3 and "removed: toy/report-" in out, out
+    toy.run("--update-plan", prefix=False)
+    toy.edit_source('executor_main(steps=[trained]', 'executor_main(steps=[summary]')
+    code, out = toy.run("--check", prefix=False)
+    assert code == 3 and "added: toy/report-" in out, out
+
+
+def test_missing_corrupt_and_newer_plan_files_are_usage_errors(toy):
+    assert toy.run("--check", prefix=False)[0] == 2  # no plan file yet
+    path = plan_file_path(toy.path)
+    path.write_text("{not json")
+    code, out = toy.run("--check", prefix=False)
+    assert code == 2 and "not a valid plan file" in out
+    newer = json.dumps({"schema": PLAN_SCHEMA + 1, "steps": []})
+    path.write_text(newer)
+    code, out = toy.run("--update-plan", prefix=False)
+    assert code == 2 and "newer" in out
+    assert path.read_text() == newer  # never overwritten
+
+
+def test_committed_hello_plan_is_current():
+    hello = REPO / "experiments" / "hello.py"
+    graph = load_experiment(hello).graph
+    assert run_check(graph, str(hello)) == 0
+
+
+def test_check_directory_passes_for_hello_in_two_processes():
+    # (the file, not the directory: other experiments may be slow to import; CI runs the directory)
+    result = subprocess.run([sys.executable, "-m", "executor", "check", str(REPO / "experiments" / "hello.py")],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "hello.py" in result.stdout and "ids identical in a second process" in result.stdout
+
+
+SEEDED = '''
+from dataclasses import dataclass
+from executor import ExecutorStep, executor_main, this_output_path
+
+@dataclass(frozen=True)
+class C:
+    names: list
+    output_path: str
+
+def f(config: C) -> None:
+    pass
+
+names = list({"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"})  # hash-seed order!
+if __name__ == "__main__":
+    executor_main(steps=[ExecutorStep("seeded/step", f, C(names, this_output_path()))])
+'''
+
+
+def test_check_directory_catches_ids_that_depend_on_the_hash_seed(tmp_path):
+    experiment = tmp_path / "seeded.py"
+    experiment.write_text(SEEDED)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    made = subprocess.run([sys.executable, str(experiment), "--update-plan"], env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    code, out = run_main("check", str(tmp_path))
+    assert code == 3, out
+    assert "PYTHONHASHSEED=4242 differs" in out and "seeded/step-" in out
+
+
+def test_plan_command_prints_the_plan_document(toy):
+    code, out = run_main("plan", str(toy.path), "--")
+    assert code == 0
+    assert [s["name"] for s in json.loads(out)["steps"]][-1] == "toy/report"
+
+
+SECRET = '''
+from dataclasses import dataclass
+from executor import ExecutorStep, executor_main, secret, this_output_path
+
+@dataclass(frozen=True)
+class C:
+    url: str
+    output_path: str
+    token: str = secret()
+
+def f(config: C) -> None:
+    pass
+
+if __name__ == "__main__":
+    executor_main(steps=[ExecutorStep("secret/step", f, C("https://x", this_output_path(), token="hunter2-token"))])
+'''
+
+
+def test_plan_file_never_holds_secrets(tmp_path):
+    from .toy import run_file
+
+    experiment = tmp_path / "secretive.py"
+    experiment.write_text(SECRET)
+    assert run_file(experiment, "--update-plan")[0] == 0
+    text = plan_file_path(experiment).read_text()
+    assert "https://x" in text and "hunter2" not in text and "token" not in text

@@ -194,14 +194,16 @@ class Execution:
         return sum(t.state == NodeState.RUNNING for t in self.tracked.values())
 
     def _start_ready(self) -> None:
+        running = self._running_count()  # counted once per pass: O(n), not O(n^2) (issue 4 benchmark)
         for t in self.tracked.values():
             if t.state not in (NodeState.PENDING, NodeState.WATCHING):
                 continue
             deps = self._deps_state(t)
             if deps == "blocked":
                 self._block(t)
-            elif deps == "ready" and self._running_count() < self.ctx.max_concurrent:
+            elif deps == "ready" and running < self.ctx.max_concurrent:
                 self._try_start(t)
+                running += t.state == NodeState.RUNNING
 
     def _block(self, t: Tracked) -> None:
         failed = next(self.tracked[d].node.name for d in t.node.deps

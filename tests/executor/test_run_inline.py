@@ -157,3 +157,4 @@ def test_prefix_from_environment(tmp_path):
     code = run(hello.build, config=hello.HelloOptions(), argv=["--runner", "inline"],
                environ={"EXECUTOR_PREFIX": str(tmp_path / "env")}, main_file=hello.__file__)
     assert code == 0 and (tmp_path / "env" / "runs").is_dir()
+

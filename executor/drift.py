@@ -64,9 +64,16 @@ def check_decision(decision: Decision, record: dict | None) -> Drift | None:
                  provenance.get("function"), git.get("commit"), git.get("dirty"))
 
 
+def _status_says_unchanged(decision: Decision) -> bool:
+    """Statuses carry the committed function's fingerprint: no record read needed when it matches."""
+    status = decision.observed.status
+    recorded = status.function_sha256 if status is not None and not status.alias_of else None
+    return recorded is not None and recorded == function_fingerprint(decision.node.step.fn)
+
+
 def find_drift(plan: Plan, prefix: str, storage_options: dict | None = None, parallelism: int = 16) -> list[Drift]:
     """Drift of every step the plan skips because it already succeeded."""
-    done = plan.by_action(Action.SKIP)
+    done = [d for d in plan.by_action(Action.SKIP) if not _status_says_unchanged(d)]
     if not done:
         return []
     fs = outputs.filesystem(prefix, storage_options)

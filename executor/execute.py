@@ -342,7 +342,8 @@ class Execution:
         except Exception as e:  # noqa: BLE001
             self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
             return
-        final = t.lease.status.next(state=State.SUCCESS, written_at=self.ctx.wall_clock())
+        final = t.lease.status.next(state=State.SUCCESS, written_at=self.ctx.wall_clock(),
+                                    function_sha256=function_fingerprint(t.node.step.fn))
         if self.ctx.keeper.finish(t.lease, final):
             t.state = NodeState.DONE
             self.ctx.reporter.step_succeeded(t.node, self.ctx.clock() - t.started, result)

@@ -76,6 +76,7 @@ def function_reference(fn: Callable, main_file: str | None) -> str:
     return f"{module}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
+@lru_cache(maxsize=4096)
 def function_fingerprint(fn: Callable) -> str | None:
     """sha256 of the function's source, or None where the source is not available."""
     try:

@@ -54,6 +54,7 @@ class Status:
     error: str | None = None
     traceback_tail: str | None = None
     alias_of: dict[str, str] | None = None
+    function_sha256: str | None = None  # provenance of a SUCCESS: lets plans spot code drift without reading records
     schema: int = STATUS_SCHEMA
 
     def to_bytes(self) -> bytes:
@@ -83,7 +84,8 @@ def parse_status(data: bytes, where: str) -> Status:
             seq=int(raw["seq"]), attempt=int(raw["attempt"]),
             owner=Owner(**owner) if owner else None, written_at=float(raw["written_at"]),
             started_at=raw.get("started_at"), error=raw.get("error"),
-            traceback_tail=raw.get("traceback_tail"), alias_of=raw.get("alias_of"), schema=schema,
+            traceback_tail=raw.get("traceback_tail"), alias_of=raw.get("alias_of"),
+            function_sha256=raw.get("function_sha256"), schema=schema,
         )
     except StatusError:
         raise

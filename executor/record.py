@@ -129,4 +129,5 @@ class StepRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        return to_json_bytes(asdict(self))
+        # A shallow dict: asdict() would deep-copy the (possibly large) config and manifest.
+        return json.dumps(dict(vars(self)), sort_keys=True, default=str).encode()

@@ -54,31 +54,64 @@ def plan_json(plan: Plan, prefix: str) -> str:
 class ConsoleReporter:
     """Readable lines on the terminal; rich degrades to plain text when not on a TTY."""
 
-    def __init__(self, console: Console | None = None, verbose_wait_s: float = 10.0):
+    def __init__(self, console: Console | None = None, verbose_wait_s: float = 10.0,
+                 compact_above: int = 40, tally_every_s: float = 2.0):
         self.console = console or Console(file=sys.stdout, highlight=False, soft_wrap=True)
         self.verbose_wait_s = verbose_wait_s
         self._last_wait_line: dict[str, float] = {}
+        # Past `compact_above` steps to run, per-step start/finish lines give way to a tally line
+        # every `tally_every_s` (failures are always shown): printing is not free, and 1,000 lines
+        # nobody reads are noise.
+        self.compact_above, self.tally_every_s = compact_above, tally_every_s
+        self.compact = False
+        self._tally = {"succeeded": 0, "running": 0}
+        self._to_run = 0
+        self._last_tally = 0.0
 
-    def print_plan(self, plan: Plan, prefix: str, title: str | None = None) -> None:
+    def print_plan(self, plan: Plan, prefix: str, title: str | None = None, max_rows: int = 60) -> None:
+        decisions = list(plan.decisions.values())
+        self._to_run = sum(d.action in (Action.RUN, Action.WAIT) for d in decisions)
+        self.compact = self._to_run > self.compact_above
+        if len(decisions) > max_rows:  # the interesting rows first; everything is in --dry-run --json
+            counts = {a.value: n for a in Action if (n := sum(d.action == a for d in decisions))}
+            self.console.print(f"{len(decisions)} steps: " + ", ".join(f"{n} {a}" for a, n in counts.items()))
+            decisions = sorted(decisions, key=lambda d: d.action == Action.SKIP)
         table = Table(title=title, show_lines=False, header_style="bold")
         for column in ("step", "id", "action", "reason"):
             table.add_column(column, overflow="fold")
-        for d in plan.decisions.values():
+        for d in decisions[:max_rows]:
             style = ACTION_STYLE[d.action]
             table.add_row(escape(d.node.name), escape(d.node.step_id.rsplit("-", 1)[-1]),
                           f"[{style}]{d.action.value}[/]", escape(d.reason))
         self.console.print(table)
+        if len(decisions) > max_rows:
+            self.console.print(f"… and {len(decisions) - max_rows} more (all of them: --dry-run --json)")
         self.console.print(f"outputs under {escape(prefix)}/<name>-<id>")
+
+    def _tally_line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_tally >= self.tally_every_s:
+            self._last_tally = now
+            t = self._tally
+            self.console.print(f"[green]✔[/] {t['succeeded']}/{self._to_run} succeeded, {t['running']} running")
 
     def info(self, message: str) -> None:
         self.console.print(message)
 
     def step_started(self, node, attempt, takeover, output_path):
+        self._tally["running"] += 1
+        if self.compact and attempt == 1 and not takeover:
+            return
         how = " (took over a stale lease)" if takeover else ""
         again = f" attempt {attempt}" if attempt > 1 else ""
         self.console.print(f"[yellow]▶[/] {escape(node.name)}{again}{how} → {escape(output_path)}")
 
     def step_succeeded(self, node, seconds, result):
+        self._tally["running"] -= 1
+        self._tally["succeeded"] += 1
+        if self.compact:
+            self._tally_line(force=self._tally["succeeded"] == self._to_run)
+            return
         summary = ""
         if isinstance(result, dict) and result:
             items = [f"{k}={v}" for k, v in list(result.items())[:6] if isinstance(v, (int, float, str))]
@@ -86,6 +119,7 @@ class ConsoleReporter:
         self.console.print(f"[green]✔[/] {escape(node.name)} ({seconds:.1f}s){escape(summary)}")
 
     def step_failed(self, node, error, traceback_tail):
+        self._tally["running"] = max(0, self._tally["running"] - 1)
         self.console.print(f"[bold red]✘ {escape(node.name)} failed:[/] {escape(error)}")
         if traceback_tail:
             self.console.print(escape(traceback_tail.rstrip()[-1500:]), style="dim")

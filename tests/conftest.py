@@ -34,10 +34,15 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One embedded Ray cluster for the tests that need it (2 CPUs, small object store)."""
+    """One embedded Ray cluster for the tests that need it (2 CPUs, small object store).
+
+    Started like the executor's own embedded cluster: loopback only, free ports, retried once
+    if the node times out while starting on a loaded machine.
+    """
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024,
-             _node_ip_address="127.0.0.1", log_to_driver=False)
+    from executor.runner.ray_runner import _start_embedded
+
+    _start_embedded(num_cpus=2, object_store_memory=80 * 1024 * 1024, resources=None)
     yield ray
     ray.shutdown()

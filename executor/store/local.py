@@ -1,7 +1,9 @@
 """Local-filesystem coordination store: compare-and-swap guarded by flock on a side lock file.
 
 Correct across processes on one machine. Writers replace the object by rename under the lock, so
-readers never need the lock and never see a torn object. The generation is a hash of the bytes;
+readers never need the lock and never see a torn object. Writes are not fsynced: they survive a
+crashed process (the page cache does), and after an OS crash a status may be lost (the step simply
+re-runs) or empty (a clear corrupt-status error with a repair command) — never wrong. The generation is a hash of the bytes;
 status objects carry a sequence number, so every write changes it.
 """
 
@@ -61,8 +63,6 @@ class LocalStore:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

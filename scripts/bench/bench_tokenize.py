@@ -1,0 +1,104 @@
+"""Tokenize throughput end to end: our tokenize step vs `datasets.map(batched=True, num_proc=2)`.
+
+    uv run --extra bench python scripts/bench/bench_tokenize.py [--size-mb 35] [--shards 8]
+
+Same input (the generated corpus as plain .jsonl shards), same tokenizer.json (trained once,
+outside the timing, on the same corpus), all documents in one split. Ours: JSONL -> token cache
+(.npy shards + ledger), in-process, `encode_batch_fast` using the tokenizer's own threads.
+Anchor: `load_dataset("json")` + `.map(encode_batch_fast, batched=True, num_proc=2)`, into its
+Arrow cache. Token ids must be identical (each document's ids followed by EOS, in corpus order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from data_bench_common import SCRATCH, bench_corpus, report, timed, warm_imports
+
+
+def plain_jsonl_copy(input_dir: str) -> str:
+    """The corpus shards decompressed to .jsonl (what `datasets`' JSON loader reads without extras)."""
+    from steps.documents import list_document_files, read_documents, write_documents
+
+    out = Path(input_dir).parent / "plain"
+    if not out.exists():
+        for path in list_document_files(input_dir):
+            write_documents(str(out / (Path(path).name.removesuffix(".zst"))), read_documents(path))
+    return str(out)
+
+
+def training_tokenizer(input_dir: str, vocab_size: int) -> str:
+    from steps.bpe import train_byte_level_bpe
+    from steps.documents import list_document_files, read_documents
+
+    path = Path(input_dir).parent / f"tokenizer-{vocab_size}.json"
+    if not path.exists():
+        texts = (d["text"] for f in list_document_files(input_dir) for d in read_documents(f))
+        train_byte_level_bpe(texts, vocab_size).save(str(path))
+    return str(path)
+
+
+def run_ours(input_dir: str, tokenizer_path: str, out: str, shards: int) -> np.ndarray:
+    from steps.token_cache import TokenSplit
+    from steps.tokenize import TokenizeConfig, tokenize
+
+    tokenize(TokenizeConfig(input_dir, out, tokenizer_path=tokenizer_path, validation_fraction=0.0,
+                            num_output_shards=shards))
+    split = TokenSplit.open(out, "train")
+    return split.window(0, split.num_tokens)
+
+
+def run_datasets(input_dir: str, tokenizer_path: str, cache: str) -> list[list[int]]:
+    from datasets import load_dataset
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    files = sorted(str(p) for p in Path(input_dir).glob("*.jsonl"))
+    dataset = load_dataset("json", data_files=files, split="train", cache_dir=cache)
+
+    def encode(batch):
+        return {"input_ids": [e.ids for e in tokenizer.encode_batch_fast(batch["text"])]}
+
+    tokenized = dataset.map(encode, batched=True, num_proc=2, remove_columns=dataset.column_names)
+    return tokenized["input_ids"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=35)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    args = parser.parse_args()
+    compressed_dir, truth = bench_corpus(args.size_mb, args.seed, args.shards)
+    input_dir = plain_jsonl_copy(compressed_dir)
+    tokenizer_path = training_tokenizer(input_dir, args.vocab_size)
+    print(f"corpus: {truth['num_docs']} docs, {truth['num_bytes'] / 1e6:.1f} MB of text in {args.shards} .jsonl "
+          f"shards; tokenizer {tokenizer_path} (vocab {args.vocab_size})")
+    warm_imports()
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="bench-tokenize-", dir=SCRATCH)
+    times: dict[str, float] = {}
+    try:
+        with timed("ours", times):
+            ours = run_ours(input_dir, tokenizer_path, f"{work}/ours", args.shards)
+        with timed("datasets", times):
+            theirs = run_datasets(input_dir, tokenizer_path, f"{work}/hf-cache")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    from tokenizers import Tokenizer
+    eos = Tokenizer.from_file(tokenizer_path).token_to_id("<|endoftext|>")
+    expected = np.fromiter(itertools.chain.from_iterable(ids + [eos] for ids in theirs), np.int64)
+    print(f"  tokens: ours {len(ours):,}, datasets {len(expected):,} (+EOS per doc); "
+          f"identical token ids: {np.array_equal(ours, expected)}")
+    report("tokenize end to end (MB/s)", times["ours"], times["datasets"], "datasets", truth["num_bytes"] / 1e6,
+           "MB", 1.3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Corpora generated for tests and benchmarks."""

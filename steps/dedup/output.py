@@ -1,0 +1,63 @@
+"""The output side shared by the dedup steps: one kept-documents shard + one attribute shard per input.
+
+Layout of a dedup step's output directory:
+
+    docs/<shard>.jsonl.zst         kept documents, in input order
+    attributes/<shard>.jsonl.zst   what was removed and why (see attributes.py)
+    shards/<shard>.json            commit marker with the shard's counts, written last
+
+A shard whose marker exists is not written again when the step is re-run (resume).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from steps.dedup.attributes import filter_documents
+from steps.documents import (OnBadLine, ReadStats, read_documents, read_json, shard_stem,
+                             write_documents, write_json_atomically)
+
+
+def output_shard_names(files: list[str]) -> list[str]:
+    """Output names from input file stems; prefixed by position when two stems collide."""
+    stems = [shard_stem(f) for f in files]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [f"{i:05d}-{s}" for i, s in enumerate(stems)]
+
+
+@dataclass
+class ShardWrite:
+    """Everything needed to write one shard's outputs (picklable, travels to a worker)."""
+
+    input_path: str
+    output_path: str
+    name: str
+    attributes: list[dict[str, Any]] = field(default_factory=list)
+    on_bad_line: OnBadLine = "error"
+
+    @property
+    def marker(self) -> str:
+        return f"{self.output_path}/shards/{self.name}.json"
+
+
+def write_dedup_shard(job: ShardWrite) -> dict[str, Any]:
+    """Write attributes, then kept documents, then the commit marker; skip a committed shard."""
+    committed = read_json(job.marker)
+    if committed is not None:
+        return {**committed, "resumed": True}
+    write_documents(f"{job.output_path}/attributes/{job.name}.jsonl.zst", job.attributes)
+    stats = ReadStats()
+    out_bytes = 0
+
+    def kept_docs():
+        nonlocal out_bytes
+        for doc in filter_documents(read_documents(job.input_path, job.on_bad_line, stats), job.attributes):
+            out_bytes += len(doc["text"].encode("utf-8"))
+            yield doc
+
+    docs_out = write_documents(f"{job.output_path}/docs/{job.name}.jsonl.zst", kept_docs())
+    result = {"shard": job.name, "documents_out": docs_out, "text_bytes_out": out_bytes}
+    write_json_atomically(job.marker, {"schema": 1, **result})
+    return {**result, "resumed": False}

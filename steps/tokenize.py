@@ -1,0 +1,236 @@
+"""The tokenize step: JSONL documents -> a token cache (format in steps/token_cache.py).
+
+1. Tokenizer: reuse `<output>/tokenizer.json` when resuming, else load `tokenizer_path`, else
+   train a byte-level BPE on (up to `max_tokenizer_training_bytes` of) the training documents.
+2. Plan: count the records of every input file; cut the global record order (files sorted by
+   path, then line order) into `num_output_shards` contiguous ranges.
+3. Encode, shard by shard in parallel: each document goes to "validation" when a hash of its id
+   falls under `validation_fraction`, else to "train"; EOS follows every document. A shard writes
+   its arrays, then `shards/<name>.json`; a shard whose marker exists is not redone on resume.
+4. Ledger: the committed shards, in order, form each split's token stream. The stream is the
+   same whatever the number of output shards or workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from executor.parallel import map_shards
+from executor.progress import Progress
+from executor.step import execution_only
+from steps import token_cache
+from steps.bpe import DEFAULT_EOS, BatchEncoder, eos_id_of, load_tokenizer_json, train_byte_level_bpe
+from steps.documents import (BadInputError, OnBadLine, ReadStats, count_records, list_document_files,
+                             read_documents, read_json, remove_stale_temporaries, write_json_atomically)
+
+SPLITS = ("train", "validation")
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    input_path: str
+    output_path: str
+    vocab_size: int = 8192
+    """Size of the BPE vocabulary to train (ignored when tokenizer_path is given)."""
+    tokenizer_path: str | None = None
+    """An existing tokenizer.json to use instead of training one."""
+    validation_fraction: float = 0.01
+    split_seed: int = 0
+    num_output_shards: int = 8
+    eos_token: str = DEFAULT_EOS
+    max_tokenizer_training_bytes: int = 200_000_000
+    min_pair_frequency: int = 2
+    on_bad_line: OnBadLine = "error"
+    batch_docs: int = execution_only(1024)
+    fast_ascii_encoding: bool = execution_only(True)
+    """Encode plain-ASCII texts through steps.bpe.BatchEncoder (same ids, several times faster)."""
+    num_cpus_per_shard: float = execution_only(1)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError(f"TokenizeConfig.validation_fraction={self.validation_fraction!r}: use a value in [0, 1)")
+        if self.num_output_shards < 1:
+            raise ValueError(f"TokenizeConfig.num_output_shards={self.num_output_shards!r}: must be >= 1")
+
+
+def is_validation(doc_id: str, fraction: float, seed: int) -> bool:
+    """The deterministic train/validation assignment of a document, by a hash of its id."""
+    return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"), seed=seed) < fraction * 2.0 ** 64
+
+
+@dataclass
+class _ShardJob:
+    name: str
+    pieces: list[tuple[str, int, int]]   # (file, first record, end record)
+    output_path: str
+    tokenizer_json: str
+    config: TokenizeConfig
+
+
+def tokenize(config: TokenizeConfig) -> dict[str, Any]:
+    out = Path(config.output_path)
+    files = list_document_files(config.input_path)
+    remove_stale_temporaries(str(out))
+    tokenizer_json = _tokenizer(config, files, out)
+    counts = map_shards(count_records, files, desc="tokenize: count records")
+    if sum(counts) == 0:
+        raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; nothing to tokenize")
+    jobs = [_ShardJob(name, pieces, str(out), tokenizer_json, config)
+            for name, pieces in _plan_shards(files, counts, config.num_output_shards)]
+    results = map_shards(_tokenize_shard, jobs, desc="tokenize: shards", num_cpus=config.num_cpus_per_shard)
+    ledger = _ledger(results, tokenizer_json, config)
+    write_json_atomically(str(out / "ledger.json"), ledger)
+    if ledger["splits"]["train"]["docs"] == 0:
+        raise BadInputError(f"input {config.input_path!r}: no documents reached the train split")
+    return {
+        "documents": sum(s["docs"] for s in ledger["splits"].values()),
+        "train_documents": ledger["splits"]["train"]["docs"],
+        "validation_documents": ledger["splits"]["validation"]["docs"],
+        "train_tokens": ledger["splits"]["train"]["tokens"],
+        "validation_tokens": ledger["splits"]["validation"]["tokens"],
+        "text_bytes": sum(s["bytes"] for s in ledger["splits"].values()),
+        "vocab_size": ledger["vocab_size"],
+        "skipped_lines": sum(r["skipped_lines"] for r in results),
+        "shards": len(results),
+        "shards_resumed": sum(bool(r["resumed"]) for r in results),
+    }
+
+
+def _tokenizer(config: TokenizeConfig, files: list[str], out: Path) -> str:
+    """The tokenizer.json text for this step, written to `<output>/tokenizer.json` first."""
+    target = out / "tokenizer.json"
+    if target.exists():  # resuming: never retrain, the committed shards were encoded with this one
+        return target.read_text(encoding="utf-8")
+    if config.tokenizer_path is not None:
+        tokenizer, text = load_tokenizer_json(config.tokenizer_path)
+        eos_id_of(tokenizer, config.eos_token, f"tokenizer_path {config.tokenizer_path!r}")
+    else:
+        tokenizer = train_byte_level_bpe(_training_texts(config, files), config.vocab_size,
+                                         config.eos_token, config.min_pair_frequency)
+        text = tokenizer.to_str()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(target)
+    return text
+
+
+def _training_texts(config: TokenizeConfig, files: list[str]):
+    budget = config.max_tokenizer_training_bytes
+    progress = Progress("tokenize: train tokenizer on", unit="bytes")
+    for path in files:
+        for doc in read_documents(path, config.on_bad_line):
+            if is_validation(doc["id"], config.validation_fraction, config.split_seed):
+                continue
+            size = len(doc["text"].encode("utf-8"))
+            if size > budget:
+                progress.close()
+                return
+            budget -= size
+            progress.update(size)
+            yield doc["text"]
+    progress.close()
+
+
+def _plan_shards(files: list[str], counts: list[int], num_shards: int) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """Contiguous ranges of the global record order, as (file, start, end) pieces per shard."""
+    file_starts = np.cumsum([0] + counts)
+    bounds = np.linspace(0, file_starts[-1], num_shards + 1).astype(np.int64)
+    plan = []
+    for k in range(num_shards):
+        lo, hi = bounds[k], bounds[k + 1]
+        pieces = [(f, int(max(lo, s) - s), int(min(hi, s + n) - s))
+                  for f, s, n in zip(files, file_starts[:-1], counts) if max(lo, s) < min(hi, s + n)]
+        plan.append((f"{k:05d}-of-{num_shards:05d}", pieces))
+    return plan
+
+
+class _SplitBuffer:
+    def __init__(self) -> None:
+        self.tokens: list[np.ndarray] = []
+        self.lengths: list[int] = []
+        self.doc_bytes: list[int] = []
+
+    def add(self, ids: list[list[int]], byte_lengths: list[int], eos_id: int, dtype: np.dtype) -> None:
+        if not ids:
+            return
+        flat = np.fromiter(itertools.chain.from_iterable(i + [eos_id] for i in ids), dtype,
+                           sum(len(i) for i in ids) + len(ids))
+        self.tokens.append(flat)
+        self.lengths.extend(len(i) + 1 for i in ids)
+        self.doc_bytes.extend(byte_lengths)
+
+    def write(self, split_dir: Path, name: str, dtype: np.dtype) -> dict:
+        tokens = np.concatenate(self.tokens) if self.tokens else np.zeros(0, dtype)
+        offsets = np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)]).astype(np.int64)
+        return token_cache.write_shard(split_dir, name, tokens, offsets, np.asarray(self.doc_bytes, np.int64))
+
+
+def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
+    from tokenizers import Tokenizer
+
+    marker = Path(job.output_path) / "shards" / f"{job.name}.json"
+    committed = read_json(str(marker))
+    if committed is not None:
+        return {**committed, "resumed": True}
+    config = job.config
+    tokenizer = Tokenizer.from_str(job.tokenizer_json)
+    if config.fast_ascii_encoding:
+        encode = BatchEncoder(job.tokenizer_json, tokenizer=tokenizer).encode_batch
+    else:
+        def encode(texts: list[str]) -> list[list[int]]:
+            return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    eos_id = eos_id_of(tokenizer, config.eos_token, "tokenizer.json")
+    dtype = token_cache.token_dtype(tokenizer.get_vocab_size())
+    buffers = {split: _SplitBuffer() for split in SPLITS}
+    stats = ReadStats()
+
+    def flush(batch: list[dict]) -> None:
+        ids = encode([d["text"] for d in batch])
+        for split in SPLITS:
+            chosen = [k for k, d in enumerate(batch) if d["split"] == split]
+            buffers[split].add([ids[k] for k in chosen],
+                               [len(batch[k]["text"].encode("utf-8")) for k in chosen], eos_id, dtype)
+
+    batch: list[dict] = []
+    for path, first, end in job.pieces:
+        for doc in read_documents(path, config.on_bad_line, stats, records=(first, end)):
+            split = "validation" if is_validation(doc["id"], config.validation_fraction, config.split_seed) else "train"
+            batch.append({"text": doc["text"], "split": split})
+            if len(batch) >= config.batch_docs:
+                flush(batch)
+                batch = []
+    if batch:
+        flush(batch)
+    entries = {split: buffers[split].write(Path(job.output_path) / split, job.name, dtype) for split in SPLITS}
+    result = {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
+              "skipped_examples": stats.skip_examples}
+    write_json_atomically(str(marker), result)
+    return {**result, "resumed": False}
+
+
+def _ledger(results: list[dict], tokenizer_json: str, config: TokenizeConfig) -> dict:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    splits = {}
+    for split in SPLITS:
+        shards = [r["splits"][split] for r in results if r["splits"][split]["docs"] > 0]
+        splits[split] = {"docs": sum(s["docs"] for s in shards), "tokens": sum(s["tokens"] for s in shards),
+                         "bytes": sum(s["bytes"] for s in shards), "shards": shards}
+    vocab_size = tokenizer.get_vocab_size()
+    return {
+        "schema": token_cache.LEDGER_SCHEMA,
+        "tokenizer_sha256": hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest(),
+        "vocab_size": vocab_size,
+        "eos_id": eos_id_of(tokenizer, config.eos_token, "tokenizer.json"),
+        "dtype": token_cache.token_dtype(vocab_size).name,
+        "splits": splits,
+    }

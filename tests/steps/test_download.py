@@ -1,0 +1,93 @@
+"""Download: local globs, manifest + skip on re-run, retries through a flaky HTTP server, checksums, 404."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from steps.download import ChecksumMismatch, DownloadConfig, DownloadError, SourceNotFound, download
+
+FAST = dict(backoff_initial_s=0.01, backoff_max_s=0.05)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_local_glob_copy_writes_manifest_and_skips_complete_files(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.jsonl").write_bytes(b'{"id": "a", "text": "x"}\n')
+    (src / "sub" / "b.jsonl").write_bytes(b'{"id": "b", "text": "y"}\n')
+    out = tmp_path / "out"
+    config = DownloadConfig(sources=[f"file://{src}/**/*.jsonl"], output_path=str(out))
+    first = download(config)
+    assert first["files"] == 2 and first["downloaded"] == 2
+    assert (out / "docs" / "a.jsonl").read_bytes() == (src / "a.jsonl").read_bytes()
+    assert (out / "docs" / "sub" / "b.jsonl").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["schema"] == 1
+    assert {f["name"]: f["sha256"] for f in manifest["files"]} == {
+        "a.jsonl": sha((src / "a.jsonl").read_bytes()), "sub/b.jsonl": sha((src / "sub" / "b.jsonl").read_bytes())}
+    mtime = os.stat(out / "docs" / "a.jsonl").st_mtime_ns
+    second = download(config)
+    assert second["skipped_complete"] == 2 and second["downloaded"] == 0
+    assert os.stat(out / "docs" / "a.jsonl").st_mtime_ns == mtime
+    (out / "docs" / "a.jsonl").write_bytes(b"damaged")   # a damaged copy is fetched again
+    assert download(config)["downloaded"] == 1
+    assert (out / "docs" / "a.jsonl").read_bytes() == (src / "a.jsonl").read_bytes()
+
+
+def test_retries_through_a_flaky_http_server(flaky_server, tmp_path):
+    body = b'{"id": "1", "text": "hello"}\n' * 5000
+    flaky_server.files["/data/part.jsonl"] = body
+    flaky_server.failures["/data/part.jsonl"] = ["500", "truncate", "500"]
+    result = download(DownloadConfig(sources=[f"{flaky_server.url}/data/part.jsonl"], output_path=str(tmp_path),
+                                     expected_sha256={"part.jsonl": sha(body)}, **FAST))
+    assert (tmp_path / "docs" / "part.jsonl").read_bytes() == body
+    assert result["retries"] == 3
+    assert flaky_server.requests.count("/data/part.jsonl") == 4
+    assert not [p for p in (tmp_path / "docs").iterdir() if p.name != "part.jsonl"]  # no partial files left
+
+
+def test_gives_up_after_max_attempts_naming_the_source(flaky_server, tmp_path):
+    flaky_server.files["/x.jsonl"] = b"{}\n"
+    flaky_server.failures["/x.jsonl"] = ["500"] * 10
+    with pytest.raises(DownloadError, match=r"/x.jsonl.*attempt 3 of 3"):
+        download(DownloadConfig(sources=[f"{flaky_server.url}/x.jsonl"], output_path=str(tmp_path),
+                                max_attempts=3, **FAST))
+    assert not (tmp_path / "docs" / "x.jsonl").exists()
+
+
+def test_checksum_mismatch_rejects_the_file(flaky_server, tmp_path):
+    flaky_server.files["/good.jsonl"] = b"good\n"
+    flaky_server.files["/corrupt.jsonl"] = b"corrupted bytes\n"
+    with pytest.raises(ChecksumMismatch) as error:
+        download(DownloadConfig(
+            sources=[f"{flaky_server.url}/good.jsonl", f"{flaky_server.url}/corrupt.jsonl"],
+            output_path=str(tmp_path), expected_sha256={"corrupt.jsonl": sha(b"original bytes\n")}, **FAST))
+    assert "corrupt.jsonl" in str(error.value) and sha(b"original bytes\n") in str(error.value)
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["good.jsonl"]  # nothing else, no temp
+    assert flaky_server.requests.count("/corrupt.jsonl") == 1   # a mismatch is not retried
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [f["name"] for f in manifest["files"]] == ["good.jsonl"]
+
+
+def test_404_is_a_clear_error_without_retries(flaky_server, tmp_path):
+    with pytest.raises(SourceNotFound, match=r"missing.jsonl' was not found \(HTTP 404"):
+        download(DownloadConfig(sources=[f"{flaky_server.url}/missing.jsonl"], output_path=str(tmp_path), **FAST))
+    assert flaky_server.requests == ["/missing.jsonl"]
+
+
+def test_config_errors_name_the_value(tmp_path):
+    with pytest.raises(SourceNotFound, match="does not exist"):
+        download(DownloadConfig(sources=[str(tmp_path / "nope.jsonl")], output_path=str(tmp_path / "o")))
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError, match="expected_sha256 names"):
+        download(DownloadConfig(sources=[str(tmp_path / "a.jsonl")], output_path=str(tmp_path / "o"),
+                                expected_sha256={"b.jsonl": "00"}))
+    with pytest.raises(ValueError, match="non-empty list"):
+        DownloadConfig(sources="a.jsonl", output_path="o")  # type: ignore[arg-type]

@@ -1,0 +1,168 @@
+"""Tokenize: exact round trip, shard-count invariance, a SIGKILLed run resumes, tokenizer reuse."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from steps.documents import BadInputError
+from steps.token_cache import TokenSplit, read_ledger
+from steps.tokenize import TokenizeConfig, is_validation, tokenize
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(small_corpus, tmp_path_factory) -> str:
+    directory = str(tmp_path_factory.mktemp("tok-corpus") / "in")
+    small_corpus.write(directory, num_shards=3)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def one_shard(corpus_dir, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("tok") / "one")
+    result = tokenize(TokenizeConfig(corpus_dir, out, vocab_size=600, num_output_shards=1, validation_fraction=0.1))
+    return out, result
+
+
+def stream(path: str, split: str) -> np.ndarray:
+    s = TokenSplit.open(path, split)
+    return s.window(0, s.num_tokens) if s.num_tokens else np.zeros(0, np.int64)
+
+
+def test_round_trip_and_ledger(small_corpus, one_shard):
+    out, result = one_shard
+    tokenizer = Tokenizer.from_file(f"{out}/tokenizer.json")
+    ledger = read_ledger(out)
+    assert set(ledger["splits"]) == {"train", "validation"}
+    eos = ledger["eos_id"]
+    for split in ("train", "validation"):
+        expected = [d for d in small_corpus.docs if is_validation(d["id"], 0.1, 0) == (split == "validation")]
+        docs = list(TokenSplit.open(out, split).documents())
+        assert len(docs) == len(expected) > 0
+        for (ids, n_bytes), doc in zip(docs, expected):
+            assert ids[-1] == eos and eos not in ids[:-1]
+            assert tokenizer.decode(ids[:-1].tolist()) == doc["text"]
+            assert n_bytes == len(doc["text"].encode("utf-8"))
+    assert result["train_documents"] + result["validation_documents"] == len(small_corpus.docs)
+    assert result["train_tokens"] == TokenSplit.open(out, "train").num_tokens
+    json.dumps(result)
+
+
+def test_stream_is_independent_of_output_shard_count(corpus_dir, one_shard, tmp_path):
+    out1, _ = one_shard
+    out5 = str(tmp_path / "five")
+    result = tokenize(TokenizeConfig(corpus_dir, out5, vocab_size=600, num_output_shards=5, validation_fraction=0.1))
+    assert result["shards"] == 5
+    assert Path(f"{out1}/tokenizer.json").read_text() == Path(f"{out5}/tokenizer.json").read_text()
+    for split in ("train", "validation"):
+        assert np.array_equal(stream(out1, split), stream(out5, split))
+    assert len(read_ledger(out5)["splits"]["train"]["shards"]) == 5
+
+
+def test_existing_tokenizer_is_reused(corpus_dir, one_shard, tmp_path):
+    out1, _ = one_shard
+    out = str(tmp_path / "reuse")
+    tokenize(TokenizeConfig(corpus_dir, out, vocab_size=12345, tokenizer_path=f"{out1}/tokenizer.json",
+                            num_output_shards=2, validation_fraction=0.1))
+    assert read_ledger(out)["tokenizer_sha256"] == read_ledger(out1)["tokenizer_sha256"]
+    assert np.array_equal(stream(out, "train"), stream(out1, "train"))
+
+
+KILLABLE_RUN = textwrap.dedent("""
+    import sys, time
+    import steps.tokenize as t
+    original = t._tokenize_shard
+    def slow(job):  # commit a shard, then pause so the test can kill us between shards
+        result = original(job)
+        time.sleep(0.4)
+        return result
+    t._tokenize_shard = slow
+    t.tokenize(t.TokenizeConfig(sys.argv[1], sys.argv[2], tokenizer_path=sys.argv[3],
+                                num_output_shards=8, validation_fraction=0.1))
+""")
+
+
+def test_killed_run_resumes_without_redoing_committed_shards(corpus_dir, one_shard, tmp_path):
+    out1, _ = one_shard
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-c", KILLABLE_RUN, corpus_dir, str(out), f"{out1}/tokenizer.json"],
+                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(list((out / "shards").glob("*.json"))) < 2:
+        assert process.poll() is None, process.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "the tokenize subprocess committed no shards in 60 s"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    committed = sorted(p.name for p in (out / "shards").glob("*.json"))
+    assert 2 <= len(committed) < 8 and not (out / "ledger.json").exists()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "train").glob("*.npy")}
+    (out / "train" / "00007-of-00008.tokens.npy.tmp-left-by-the-kill").write_bytes(b"torn")
+
+    result = tokenize(TokenizeConfig(corpus_dir, str(out), tokenizer_path=f"{out1}/tokenizer.json",
+                                     num_output_shards=8, validation_fraction=0.1))
+    assert result["shards_resumed"] == len(committed)
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]  # the dead attempt's temporaries are gone
+    for path, stamp in stamps.items():
+        if any(path.name.startswith(c.removesuffix(".json")) for c in committed):
+            assert path.stat().st_mtime_ns == stamp, f"{path.name} was rewritten"
+    for split in ("train", "validation"):
+        assert np.array_equal(stream(str(out), split), stream(out1, split))
+
+
+def test_empty_input_and_bad_config_are_clear_errors(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("\n\n")
+    with pytest.raises(BadInputError, match="no documents"):
+        tokenize(TokenizeConfig(str(tmp_path / "in"), str(tmp_path / "out"), vocab_size=300))
+    with pytest.raises(ValueError, match="validation_fraction"):
+        TokenizeConfig("in", "out", validation_fraction=1.5)
+    with pytest.raises(FileNotFoundError, match="tokenizer_path"):
+        (tmp_path / "in" / "a.jsonl").write_text('{"id": "1", "text": "x"}\n')
+        tokenize(TokenizeConfig(str(tmp_path / "in"), str(tmp_path / "out2"), tokenizer_path=str(tmp_path / "no.json")))
+
+
+TRICKY = ["", " ", "a", "  a", "a  ", "it's we'll they'd I'M 'S", "x  \t\n\n  y\r\n", "1234abc  99 zz",
+          "!!! ?? ...hello---world", "tabs\tand\nnewlines\n\n\n", "don't'll've", "  'twas  ", "_under_score__",
+          "snake_case + 2*x == y; // c", "ends with spaces   ", "\n", "\t\t", "a\x0bb\x0cc",  # VT/FF: HF path
+          "café", "日本語 text", "<|endoftext|> inside", "emoji 🎭!"]
+
+
+def test_batch_encoder_gives_the_tokenizers_ids(one_shard, small_corpus):
+    from steps.bpe import BatchEncoder
+
+    out, _ = one_shard
+    text = Path(f"{out}/tokenizer.json").read_text()
+    reference = Tokenizer.from_str(text)
+    rng = np.random.default_rng(0)
+    alphabet = list("ab Z9'_-.!\t\n\r ") + ["'s", "'ll", "  ", "\n\n"]
+    randoms = ["".join(rng.choice(alphabet, size=rng.integers(0, 40))) for _ in range(500)]
+    texts = TRICKY + randoms + [d["text"] for d in small_corpus.docs]
+    encoder = BatchEncoder(text)
+    expected = [e.ids for e in reference.encode_batch_fast(texts, add_special_tokens=False)]
+    assert encoder.encode_batch(texts) == expected
+    assert encoder.encode_batch(texts) == expected  # warm cache too
+    assert encoder._pieces is not None  # the fast path was in use
+
+
+def test_fast_and_reference_encoding_give_the_same_cache(corpus_dir, one_shard, tmp_path):
+    out1, _ = one_shard
+    out = str(tmp_path / "reference")
+    tokenize(TokenizeConfig(corpus_dir, out, tokenizer_path=f"{out1}/tokenizer.json", num_output_shards=1,
+                            validation_fraction=0.1, fast_ascii_encoding=False))
+    for split in ("train", "validation"):
+        assert np.array_equal(stream(out, split), stream(out1, split))

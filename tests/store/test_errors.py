@@ -1,0 +1,138 @@
+"""How the cloud stores classify failures: retryable (TransientStoreError) or not (StoreError)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, free_port
+from executor.store import StoreError, TransientStoreError, open_store
+from executor.store.gcs import GCSStore
+from executor.store.local import LocalStore
+from executor.store.memory import MemoryStore
+from executor.store.s3 import S3Store
+
+
+class ScriptedServer:
+    """A loopback HTTP server whose answer to every request is set by the test."""
+
+    def __init__(self):
+        self.answer = lambda path: (200, b"")
+        self.paths: list[str] = []
+        scripted = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self):
+                if "100-continue" not in self.headers.get("Expect", ""):  # else the body never comes
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                scripted.paths.append(self.path)
+                status, body = scripted.answer(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def always(self, status: int, body: bytes = b'{"error": {"message": "scripted"}}') -> None:
+        self.answer = lambda path: (status, body)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    scripted = ScriptedServer()
+    yield scripted
+    scripted.close()
+
+
+def gcs(url: str) -> GCSStore:
+    return GCSStore("gs://bucket/prefix", endpoint_url=url, token="anon", request_timeout_s=5)
+
+
+def s3(url: str) -> S3Store:
+    return S3Store("s3://bucket/prefix", endpoint_url=url, **S3_FAKE_CREDENTIALS,
+                   client_kwargs={"region_name": S3_REGION})
+
+
+CLIENTS = {"gcs": gcs, "s3": s3}
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_server_errors_and_throttling_are_transient(server, backend, status):
+    server.always(status)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.list_generations("", "")):
+        with pytest.raises(TransientStoreError, match=str(status)):
+            call()
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_forbidden_is_permanent_and_names_the_bucket(server, backend):
+    server.always(403)
+    with pytest.raises(StoreError, match="bucket 'bucket'") as raised:
+        CLIENTS[backend](server.url).create_if_absent("k", b"x")
+    assert not isinstance(raised.value, TransientStoreError)
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_unreachable_endpoint_is_transient(backend):
+    store = CLIENTS[backend](f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(TransientStoreError, match="k"):
+        store.read("k")
+
+
+def test_gcs_read_without_a_generation_header_is_refused(server):
+    server.always(200, b"data")
+    with pytest.raises(StoreError, match="x-goog-generation"):
+        gcs(server.url).read("k")
+
+
+def test_missing_bucket_is_a_permanent_error_naming_it(gcs_emulator, s3_emulator):
+    for emulator in (gcs_emulator, s3_emulator):
+        store = open_store(f"{emulator.scheme}://no-such-bucket/p", emulator.storage_options)
+        with pytest.raises(StoreError, match="no-such-bucket") as raised:
+            store.create_if_absent("k", b"x")
+        assert not isinstance(raised.value, TransientStoreError)
+
+
+@pytest.mark.parametrize("prefix", ["gs://", "gs:///path", "s3://"])
+def test_a_prefix_without_a_bucket_is_refused(prefix):
+    with pytest.raises(StoreError, match="bucket"):
+        open_store(prefix, {})
+
+
+def test_open_store_picks_the_backend_by_scheme(tmp_path, gcs_emulator, s3_emulator):
+    assert isinstance(open_store(str(tmp_path)), LocalStore)
+    assert isinstance(open_store("memory://x"), MemoryStore)
+    assert isinstance(open_store(gcs_emulator.prefix("p"), gcs_emulator.storage_options), GCSStore)
+    assert isinstance(open_store(s3_emulator.prefix("p"), s3_emulator.storage_options), S3Store)
+    assert open_store(gcs_emulator.prefix("a/b/"), gcs_emulator.storage_options).root == gcs_emulator.prefix("a/b")
+
+
+def test_gcs_listing_falls_back_when_the_server_refuses_match_glob(server):
+    listing = json.dumps({"items": [{"name": "prefix/a/status.json", "generation": "7"},
+                                    {"name": "prefix/a/x", "generation": "8"}]}).encode()
+    refused = (400, b'{"error": {"message": "bad glob"}}')
+    server.answer = lambda path: refused if "matchGlob" in path else (200, listing)
+    server.paths.clear()
+    store = gcs(server.url)
+    assert store.list_generations("", "status.json") == {"a/status.json": "7"}
+    assert store.list_generations("", "status.json") == {"a/status.json": "7"}
+    assert ["matchGlob" in p for p in server.paths] == [True, False, False]

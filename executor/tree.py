@@ -41,8 +41,13 @@ def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
     Placeholders and steps are leaves. Set children carry the key None (sets have no order).
     """
     def go(v: Any, p: Path) -> Any:
-        if type(v) in _SCALARS:  # the common case, first
+        kind = type(v)
+        if kind in _SCALARS:  # the common cases first
             return leaf(v, p)
+        if kind is list or kind is tuple:
+            return node(v, [(i, go(x, p + (i,))) for i, x in enumerate(v)], p)
+        if kind is dict:
+            return node(v, [(k, go(x, p + (k,))) for k, x in v.items()], p)
         if is_config_dataclass(v):
             names = _kept_field_names(type(v), keep_field)
             return node(v, [(name, go(getattr(v, name), p + (name,))) for name in names], p)

@@ -84,6 +84,49 @@ def resolve_prefix(options: ExecutorOptions, environ: dict[str, str]) -> str:
     return outputs.normalize_prefix(options.prefix or environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
 
 
+def open_prefix(prefix: str, environ: dict[str, str]) -> tuple[Any, Any]:
+    """The coordination store and the fsspec filesystem for a prefix, with storage options.
+
+    Options for object stores come from the environment variable EXECUTOR_STORAGE_OPTIONS (a
+    JSON object passed to gcsfs/s3fs, e.g. {"endpoint_url": "http://127.0.0.1:PORT", "token":
+    "anon"}), never from a flag: argv is recorded in run files and options may hold secrets.
+    Object stores are wrapped in RetryingStore (transient errors, lost answers of conditional
+    writes).
+
+    Test-only: EXECUTOR_FAULTY_STORE="RATE,SEED" wraps the store in FaultyStore (retryable
+    errors at that seeded fraction of calls, half of them after the call took effect) under
+    RetryingStore, for any prefix. Never set it outside tests.
+    """
+    import json
+
+    from executor.store.faulty import FaultyStore
+    from executor.store.retry import RetryingStore
+
+    raw = environ.get("EXECUTOR_STORAGE_OPTIONS", "").strip()
+    options: dict[str, Any] = {}
+    if raw:
+        try:
+            options = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object: {e}") from None
+        if not isinstance(options, dict):
+            raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object, not {type(options).__name__}")
+    object_store = not (outputs.is_local(prefix) or prefix.startswith("memory://"))
+    if not object_store:
+        options = {}  # a local or memory:// prefix takes no options
+    store = open_store(prefix, options)
+    faulty = environ.get("EXECUTOR_FAULTY_STORE", "").strip()
+    if faulty:
+        try:
+            rate, seed = faulty.split(",")
+            store = FaultyStore(store, failure_rate=float(rate), seed=int(seed))
+        except ValueError as e:
+            raise ExecutorError(f"EXECUTOR_FAULTY_STORE (test-only) must be 'RATE,SEED': {e}") from None
+    if object_store or faulty:
+        store = RetryingStore(store)
+    return store, outputs.filesystem(prefix, options)
+
+
 def _help(user_config: Any) -> None:
     import draccus
 
@@ -148,7 +191,7 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
 
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter)
 
-    store = open_store(prefix)
+    store, _ = open_prefix(prefix, environ)
     started = time.time()
     snapshot = read_snapshot(store, graph.nodes.values())
     plan = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only, now=time.time()))
@@ -185,11 +228,11 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
         reporter.info(f"all {done} step(s) already succeeded; nothing to do "
                       f"({time.time() - started:.2f}s)")
         return EXIT_OK
-    return _execute(graph, plan, options, prefix, description, main_file, reporter)
+    return _execute(graph, plan, options, prefix, description, main_file, reporter, environ)
 
 
 def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, description: str | None,
-             main_file: str | None, reporter: ConsoleReporter) -> int:
+             main_file: str | None, reporter: ConsoleReporter, environ: dict[str, str]) -> int:
     from executor.execute import Execution, NodeState, RunContext
     from executor.provenance import invocation
 
@@ -201,8 +244,7 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(main_file)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
-    store = open_store(prefix)
-    fs = outputs.filesystem(prefix)
+    store, fs = open_prefix(prefix, environ)
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
     if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
         from executor.live import LiveReporter

@@ -1,0 +1,140 @@
+"""The train step function: data -> jitted steps -> metrics.jsonl, checkpoints, resume.
+
+Resume is exact: the state is restored bit for bit from the newest complete checkpoint and
+batches are a pure function of (seed, step), so an interrupted run that restarts ends with the
+same parameters as one that never stopped. metrics.jsonl is rewritten (whole, atomically) at
+every checkpoint, so it always describes the checkpointed history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+
+import fsspec
+import jax
+import numpy as np
+
+from executor.progress import Progress
+from steps.token_cache import TokenSplit
+from steps.train import checkpoint
+from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
+from steps.train.data import BatchSource
+from steps.train.model import default_expert_fn
+from steps.train.optim import learning_rate_schedule, make_optimizer
+from steps.train.sharding import batch_sharding, expert_parallel_fn, make_mesh, state_shardings
+from steps.train.state import init_state, make_train_step
+
+MODEL_FILE_SCHEMA = 1
+MODEL_SUBDIR = "model"   # final {params, router_bias}, in checkpoint format, for eval
+
+
+def resolve_model_config(model: ModelConfig, cache_vocab_size: int) -> ModelConfig:
+    if model.vocab_size is None:
+        return dataclasses.replace(model, vocab_size=cache_vocab_size)
+    if model.vocab_size < cache_vocab_size:
+        raise ValueError(f"ModelConfig.vocab_size={model.vocab_size} is smaller than the token cache's "
+                         f"vocab_size={cache_vocab_size}; leave it None to use the cache's")
+    return model
+
+
+def _write_text(path: str, text: str) -> None:
+    fs, p = fsspec.core.url_to_fs(path)
+    fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(p, text.encode())
+
+
+def _read_metrics(output_path: str, up_to_step: int) -> list[dict]:
+    fs, p = fsspec.core.url_to_fs(f"{output_path}/metrics.jsonl")
+    if not fs.exists(p):
+        return []
+    lines = [json.loads(line) for line in fs.cat_file(p).decode().splitlines() if line.strip()]
+    return [m for m in lines if m["step"] <= up_to_step]
+
+
+def _to_host(metrics: dict) -> dict:
+    out = {}
+    for key, value in jax.device_get(metrics).items():
+        value = np.asarray(value)
+        out[key] = value.item() if value.ndim == 0 else value.tolist()
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool):
+    """The jitted train step, cached so repeated runs in one process compile once."""
+    optimizer = make_optimizer(opt_cfg, num_steps)
+    expert_fn = expert_parallel_fn(mesh) if expert_parallel else default_expert_fn(model_cfg)
+    template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, 0))
+    shardings = state_shardings(template, mesh, expert_parallel)
+    return jax.jit(make_train_step(model_cfg, optimizer, expert_fn),
+                   in_shardings=(shardings, batch_sharding(mesh)), out_shardings=(shardings, None),
+                   donate_argnums=(0,))
+
+
+def train(config: TrainConfig) -> dict:
+    out = config.output_path.rstrip("/")
+    split = TokenSplit.open(config.cache_path, "train")
+    model_cfg = resolve_model_config(config.model, split.vocab_size)
+    source = BatchSource(split, model_cfg.seq_len, config.batch_size, config.seed)
+    optimizer = make_optimizer(config.optimizer, config.num_steps)
+    lr_at = learning_rate_schedule(config.optimizer, config.num_steps)
+
+    mesh = make_mesh(config.num_devices)
+    state = init_state(model_cfg, optimizer, config.seed)
+    start = checkpoint.latest_complete(out)
+    if start is not None:
+        state = checkpoint.restore(out, start, state)
+        print(f"[train] resumed from checkpoint step {start} in {out}/checkpoints", flush=True)
+    start = start or 0
+    shardings = state_shardings(state, mesh, config.expert_parallel)
+    state = jax.device_put(state, shardings)
+    step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel)
+
+    _write_text(f"{out}/model.json", json.dumps(
+        {"schema": MODEL_FILE_SCHEMA, "model": dataclasses.asdict(model_cfg), "num_steps": config.num_steps}))
+    history = _read_metrics(out, start)
+    tokens_per_step = config.batch_size * model_cfg.seq_len
+    progress = Progress("train", total=(config.num_steps - start) * tokens_per_step, unit="tok", interval=2.0)
+    run_started = time.monotonic()
+    window_started, window_tokens = time.monotonic(), 0
+    metrics = None
+    for step in range(start, config.num_steps):
+        batch = jax.device_put(source.batch(step), batch_sharding(mesh))
+        state, metrics = step_fn(state, batch)
+        done = step + 1
+        window_tokens += tokens_per_step
+        if done % config.log_every == 0 or done == config.num_steps:
+            row = _to_host(metrics)
+            elapsed = max(time.monotonic() - window_started, 1e-9)
+            row.update(step=done, lr=float(lr_at(step)), tokens_per_s=window_tokens / elapsed)
+            history.append(row)
+            window_started, window_tokens = time.monotonic(), 0
+            progress.desc = f"train step {done}/{config.num_steps} loss {row['loss']:.4f}"
+        progress.update(tokens_per_step)
+        if done % config.checkpoint_every == 0 or done == config.num_steps:
+            _save_checkpoint(config, out, done, state, history)
+    progress.close()
+
+    final_step = config.num_steps
+    model_dir = f"{out}/{MODEL_SUBDIR}"
+    if final_step not in checkpoint.committed_steps(out, subdir=MODEL_SUBDIR):
+        export = {"params": state["params"], "router_bias": state["router_bias"]}
+        checkpoint.save(out, final_step, jax.device_get(export), subdir=MODEL_SUBDIR)
+    steps_run = config.num_steps - start
+    wall = time.monotonic() - run_started
+    last = history[-1] if history else {}
+    return {"final_step": final_step, "resumed_from_step": start if start else None, "steps_run": steps_run,
+            "final_loss": last.get("loss"), "tokens_seen": final_step * tokens_per_step,
+            "tokens_per_s": (steps_run * tokens_per_step / wall) if steps_run else None,
+            "active_params_per_token": model_cfg.active_params(), "model_path": model_dir,
+            "final_load_max_over_mean": last.get("load_max_over_mean")}
+
+
+def _save_checkpoint(config: TrainConfig, out: str, step: int, state: dict, history: list[dict]) -> None:
+    # metrics first: rows past a checkpoint that never committed are dropped again on resume
+    _write_text(f"{out}/metrics.jsonl", "".join(json.dumps(m) + "\n" for m in history))
+    checkpoint.save(out, step, jax.device_get(state))
+    checkpoint.prune(out, config.keep_checkpoints, config.permanent_every, up_to_step=step)

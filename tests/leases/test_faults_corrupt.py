@@ -1,0 +1,99 @@
+"""Injected storage faults under RetryingStore (in-process run), bad EXECUTOR_STORAGE_OPTIONS,
+and a corrupt status file on an object store: exit 2, untouched, repairable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from executor import cli
+from executor.store import faulty
+from tests.leases import dag_experiment
+from tests.leases.harness import REPO, Runner, events, make_backend
+
+N_FAULT_STEPS = 30
+
+
+def run_dag(backend, *args: str, environ: dict[str, str] | None = None) -> int:
+    env = dict(environ or {})
+    if backend.options:
+        env["EXECUTOR_STORAGE_OPTIONS"] = json.dumps(backend.options)
+    return cli.run(lambda o: dag_experiment.build(o.steps), "faults", config=dag_experiment.DagOptions(),
+                   argv=["--prefix", backend.prefix, "--runner", "inline", "--lease-ttl", "6",
+                         "--heartbeat-interval", "1", *args],
+                   environ=env, main_file=dag_experiment.__file__, reporter=dag_experiment.EvidenceReporter())
+
+
+@pytest.mark.parametrize("backend_name", ["local"])  # also passes with "gcs" (+14 s); FaultyStore is store-agnostic
+def test_injected_faults_are_retried_and_every_step_runs_once(backend_name, sidefx, tmp_path, request,
+                                                              monkeypatch):
+    backend = make_backend(backend_name, tmp_path, request)
+    monkeypatch.setenv("DAG_SIDEFX", str(sidefx))
+    monkeypatch.setenv("DAG_SLEEP_S", "0.01")
+    if backend.options:
+        monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", json.dumps(backend.options))
+    made = []
+
+    class Recorded(faulty.FaultyStore):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(faulty, "FaultyStore", Recorded)
+    assert run_dag(backend, "--steps", str(N_FAULT_STEPS), environ={"EXECUTOR_FAULTY_STORE": "0.25,11"}) == 0
+    execution_store = made[-1]  # the plan's store, then the run's
+    counts = execution_store.counts
+    print(f"[{backend.name}] {counts.calls} store calls in the run, faults injected: "
+          f"{counts.before} before the call, {counts.after} after it took effect")
+    assert counts.before > 5 and counts.after > 5
+
+    names = {s.name.split("/")[-1] for s in dag_experiment.build(N_FAULT_STEPS)}
+    ev = events(sidefx)
+    for kind in ("start", "ret", "commit"):
+        assert {s: len(ev[kind].get(s, [])) for s in names} == {s: 1 for s in names}, kind
+    assert not ev["violation"]
+    statuses = backend.statuses()
+    assert {(st["state"], st["attempt"]) for st in statuses.values()} == {("SUCCESS", 1)}
+    assert len(statuses) == len(names)
+    made.clear()  # a re-run under faults finds everything done and runs nothing
+    assert run_dag(backend, "--steps", str(N_FAULT_STEPS), environ={"EXECUTOR_FAULTY_STORE": "0.25,12"}) == 0
+    assert sum(map(len, events(sidefx)["start"].values())) == N_FAULT_STEPS
+
+
+@pytest.mark.parametrize("value", ["{not json", "[1, 2]", '"text"'])
+def test_malformed_storage_options_is_a_usage_error(value, tmp_path, capsys):
+    backend = make_backend("local", tmp_path, None)
+    assert run_dag(backend, environ={"EXECUTOR_STORAGE_OPTIONS": value}) == 2
+    assert "EXECUTOR_STORAGE_OPTIONS must be a JSON object" in capsys.readouterr().err
+    assert not (tmp_path / "prefix").exists()  # nothing ran
+
+
+def test_corrupt_status_on_gcs_is_refused_then_repaired(sidefx, tmp_path, request):
+    backend = make_backend("gcs", tmp_path, request)
+    first = Runner(backend, sidefx, tmp_path / "first.log", "--steps", "3", sleep_s=0.01)
+    assert first.wait() == 0, first.output()[-2000:]
+    fs = backend.fs()
+    (status_path,) = fs.glob(f"{backend.prefix}/dag/n01-*/.executor/status.json")
+    status_url = f"gs://{status_path}"
+    truncated = fs.cat_file(status_path)[:25]  # a truncated SUCCESS
+    fs.pipe_file(status_path, truncated)
+
+    again = Runner(backend, sidefx, tmp_path / "again.log", "--steps", "3", sleep_s=0.01)
+    assert again.wait() == 2
+    out = again.output()
+    assert "corrupt status file" in out and "n01" in out and "repair" in out, out[-2000:]
+    assert backend.fs().cat_file(status_path) == truncated  # never silently overwritten
+
+    repair = subprocess.run([sys.executable, "-m", "executor", "repair", "--delete-status", status_url,
+                             "--storage-options", json.dumps(backend.options)],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "deleted" in repair.stdout
+    fixed = Runner(backend, sidefx, tmp_path / "fixed.log", "--steps", "3", sleep_s=0.01)
+    assert fixed.wait() == 0, fixed.output()[-2000:]
+    status = json.loads(backend.fs().cat_file(status_path))
+    assert status["state"] == "SUCCESS" and status["owner"]["pid"] == fixed.pid
+    assert len(events(sidefx)["commit"]["n01"]) == 2  # first run, then the repaired re-run

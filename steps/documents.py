@@ -64,6 +64,17 @@ class ReadStats:
         return self
 
 
+def combined_stats(shard_stats: list[ReadStats], input_path: str, file_count: int) -> ReadStats:
+    """Merge per-shard read stats; no documents at all is bad input, not an empty output."""
+    stats = ReadStats()
+    for s in shard_stats:
+        stats.merge(s)
+    if stats.documents == 0:
+        raise BadInputError(f"input {input_path!r}: no documents in {file_count} file(s); "
+                            f"nothing to deduplicate (skipped lines: {stats.skipped_lines})")
+    return stats
+
+
 def list_document_files(input_path: str) -> list[str]:
     """The document files named by `input_path`, sorted: a file, a glob, or a directory.
 

@@ -19,7 +19,7 @@ import xxhash
 from executor.parallel import map_shards
 from executor.step import execution_only
 from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard
-from steps.documents import (BadInputError, OnBadLine, ReadStats, list_document_files, read_documents,
+from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
                              remove_stale_temporaries)
 
 
@@ -96,12 +96,7 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     shards = map_shards(_hash_shard, [(f, config.on_bad_line, config.paragraphs, config.min_paragraph_chars)
                                       for f in files],
                         desc="exact-dedup: hash", num_cpus=config.num_cpus_per_shard)
-    stats = ReadStats()
-    for s in shards:
-        stats.merge(s.stats)
-    if stats.documents == 0:
-        raise BadInputError(f"input {config.input_path!r}: no documents in {len(files)} file(s); "
-                            f"nothing to deduplicate (skipped lines: {stats.skipped_lines})")
+    stats = combined_stats([s.stats for s in shards], config.input_path, len(files))
     starts = np.cumsum([0] + [len(s.ids) for s in shards])
     all_ids = [i for s in shards for i in s.ids]
 

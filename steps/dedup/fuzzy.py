@@ -25,7 +25,7 @@ from executor.progress import Progress
 from executor.step import execution_only
 from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
 from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard
-from steps.documents import (BadInputError, OnBadLine, ReadStats, list_document_files, read_documents,
+from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
                              remove_stale_temporaries)
 
 SMALL_BUCKET = 8  # buckets up to this size propose all their pairs, larger ones only head pairs
@@ -146,12 +146,7 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     remove_stale_temporaries(config.output_path)
     shards = map_shards(_signature_shard, [(f, config) for f in files], desc="fuzzy-dedup: minhash",
                         num_cpus=config.num_cpus_per_shard)
-    stats = ReadStats()
-    for s in shards:
-        stats.merge(s.stats)
-    if stats.documents == 0:
-        raise BadInputError(f"input {config.input_path!r}: no documents in {len(files)} file(s); "
-                            f"nothing to deduplicate (skipped lines: {stats.skipped_lines})")
+    stats = combined_stats([s.stats for s in shards], config.input_path, len(files))
     starts = np.cumsum([0] + [len(s.ids) for s in shards])
     all_ids = [i for s in shards for i in s.ids]
     signatures = np.concatenate([s.signatures for s in shards])

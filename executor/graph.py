@@ -6,8 +6,10 @@ a cycle, or an unsafe name is a GraphError naming the steps involved.
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from executor.errors import GraphError
 from executor.identity import digest_of_document, identity_document, step_id
@@ -62,8 +64,29 @@ class Graph:
         return seen
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small acyclic objects.
+
+    Its full collections scan every live object, so on 10,000-step graphs they cost about a third
+    of hashing time and make it grow faster than linearly.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     """Walk configs from the given steps, hash every step once, order dependencies first."""
+    with gc_paused():
+        return _build_graph(steps)
+
+
+def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     digests: dict[int, str] = {}  # id(step object) -> digest
     nodes: dict[str, StepNode] = {}
     in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle

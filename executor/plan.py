@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from executor.errors import GraphError
-from executor.graph import Graph, StepNode
+from executor.graph import Graph, StepNode, gc_paused
 from executor.record import State, Status
 
 
@@ -83,6 +83,11 @@ def describe_owner(status: Status, now: float | None) -> str:
 
 
 def plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions) -> Plan:
+    with gc_paused():
+        return _plan_steps(graph, snapshot, options)
+
+
+def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions) -> Plan:
     force_run = re.compile(options.force_run) if options.force_run else None
     decisions: dict[str, Decision] = {}
     for digest in select(graph, options.only):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from typing import Iterable
 
-from executor.graph import StepNode
+from executor.graph import StepNode, gc_paused
 from executor.plan import Observed
 from executor.record import parse_status, status_key
 from executor.store.base import CoordinationStore, Versioned
@@ -29,7 +29,11 @@ def read_one(store: CoordinationStore, node: StepNode) -> Observed:
 
 
 def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode], parallelism: int = 64) -> dict[str, Observed]:
-    nodes = list(nodes)
+    with gc_paused():
+        return _read_snapshot(store, list(nodes), parallelism)
+
+
+def _read_snapshot(store: CoordinationStore, nodes: list[StepNode], parallelism: int) -> dict[str, Observed]:
     if isinstance(store, (LocalStore, MemoryStore)) or len(nodes) < 4:
         return {n.digest: read_one(store, n) for n in nodes}  # a thread pool only slows local reads
     with cf.ThreadPoolExecutor(max_workers=min(parallelism, len(nodes))) as pool:

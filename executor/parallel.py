@@ -7,7 +7,7 @@ Steps never import Ray themselves.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from executor.progress import Progress
 
@@ -41,7 +41,3 @@ def map_shards(
             progress.update()
     progress.close()
     return results
-
-
-def _identity(x: Any) -> Any:  # used by tests to check the plumbing
-    return x

@@ -191,7 +191,7 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
 
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter)
 
-    store, _ = open_prefix(prefix, environ)
+    store, fs = open_prefix(prefix, environ)  # once per invocation; _execute reuses both
     started = time.time()
     snapshot = read_snapshot(store, graph.nodes.values())
     plan = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only, now=time.time()))
@@ -199,7 +199,7 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
 
     from executor.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
-    warn_drift(plan, prefix, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
+    warn_drift(plan, prefix, fs, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
     if options.dry_run:
         if options.json:
             print(plan_json(plan, prefix))
@@ -228,11 +228,11 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
         reporter.info(f"all {done} step(s) already succeeded; nothing to do "
                       f"({time.time() - started:.2f}s)")
         return EXIT_OK
-    return _execute(graph, plan, options, prefix, description, main_file, reporter, environ)
+    return _execute(graph, plan, options, prefix, description, main_file, reporter, store, fs)
 
 
 def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, description: str | None,
-             main_file: str | None, reporter: ConsoleReporter, environ: dict[str, str]) -> int:
+             main_file: str | None, reporter: ConsoleReporter, store: Any, fs: Any) -> int:
     from executor.execute import Execution, NodeState, RunContext
     from executor.provenance import invocation
 
@@ -244,7 +244,6 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(main_file)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
-    store, fs = open_prefix(prefix, environ)
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
     if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
         from executor.live import LiveReporter

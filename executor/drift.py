@@ -71,12 +71,11 @@ def _status_says_unchanged(decision: Decision) -> bool:
     return recorded is not None and recorded == function_fingerprint(decision.node.step.fn)
 
 
-def find_drift(plan: Plan, prefix: str, storage_options: dict | None = None, parallelism: int = 16) -> list[Drift]:
-    """Drift of every step the plan skips because it already succeeded."""
+def find_drift(plan: Plan, prefix: str, fs: Any, parallelism: int = 16) -> list[Drift]:
+    """Drift of every step the plan skips because it already succeeded (fs: the prefix's filesystem)."""
     done = [d for d in plan.by_action(Action.SKIP) if not _status_says_unchanged(d)]
     if not done:
         return []
-    fs = outputs.filesystem(prefix, storage_options)
     if outputs.is_local(prefix) or len(done) < 4:
         records = [_record_of(d, prefix, fs) for d in done]
     else:
@@ -85,10 +84,10 @@ def find_drift(plan: Plan, prefix: str, storage_options: dict | None = None, par
     return [drift for d, r in zip(done, records) if (drift := check_decision(d, r)) is not None]
 
 
-def warn_drift(plan: Plan, prefix: str, reporter: Any) -> list[Drift]:
+def warn_drift(plan: Plan, prefix: str, fs: Any, reporter: Any) -> list[Drift]:
     """Print one warning per drifted step; never fails the run."""
     try:
-        drifts = find_drift(plan, prefix)
+        drifts = find_drift(plan, prefix, fs)
     except Exception as e:  # noqa: BLE001 - a warning must never break a run
         reporter.warning(f"could not check completed steps for code drift: {type(e).__name__}: {e}")
         return []

@@ -40,10 +40,12 @@ def _mark(kind: str, step: str, body: dict) -> None:
     sidefx = os.environ.get("DAG_SIDEFX")
     if not sidefx:
         return
-    path = os.path.join(sidefx, f"{kind}-{step}-{os.getpid()}-{uuid.uuid4().hex}")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "w") as f:
+    name = f"{kind}-{step}-{os.getpid()}-{uuid.uuid4().hex}"
+    # Written under a hidden name, then renamed: a SIGKILL between create and write leaves no torn marker.
+    hidden = os.path.join(sidefx, f".{name}")
+    with open(hidden, "x") as f:
         f.write(json.dumps(body))
+    os.rename(hidden, os.path.join(sidefx, name))
 
 
 @dataclass(frozen=True)

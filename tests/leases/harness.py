@@ -112,9 +112,10 @@ def events(sidefx: Path) -> dict[str, dict[str, list[dict]]]:
     """kind -> step -> event bodies (each from one uniquely named marker file)."""
     out: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for path in sidefx.iterdir():
+        if path.name.startswith("."):
+            continue  # a marker still being written (or whose writer was killed mid-write)
         kind, step, _pid, _uuid = path.name.split("-", 3)
-        text = path.read_text()
-        out[kind][step].append(json.loads(text) if text else {"torn": True})
+        out[kind][step].append(json.loads(path.read_text()))
     return out
 
 

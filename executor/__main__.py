@@ -11,7 +11,8 @@
 
 Experiment flags (e.g. `--greeting Howdy`) go after `--`. Object-store prefixes take fsspec
 storage options as JSON with `--storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'`
-(or the usual environment variables of gcsfs/s3fs). Exit codes: 0 ok, 1 problems found,
+(default: the EXECUTOR_STORAGE_OPTIONS variable that runs read, or the usual environment variables
+of gcsfs/s3fs). Exit codes: 0 ok, 1 problems found,
 2 usage or config error, 3 plan changes.
 """
 
@@ -19,19 +20,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
 from executor import commands
 
 
-def _storage_options(text: str) -> dict:
+def _storage_options(text: str, source: str = "--storage-options") -> dict:
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--storage-options must be a JSON object: {e}") from None
+        raise argparse.ArgumentTypeError(f"{source} must be a JSON object: {e}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--storage-options must be a JSON object")
+        raise argparse.ArgumentTypeError(f"{source} must be a JSON object")
     return value
 
 
@@ -106,6 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0) and commands.EXIT_USAGE
     args.experiment_args = experiment_args
+    if getattr(args, "storage_options", False) is None:  # no flag: the same variable the runs read
+        try:
+            args.storage_options = _storage_options(os.environ.get("EXECUTOR_STORAGE_OPTIONS") or "{}",
+                                                    "EXECUTOR_STORAGE_OPTIONS")
+        except argparse.ArgumentTypeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return commands.EXIT_USAGE
     return commands.guarded(args.handler, args)
 
 

@@ -84,6 +84,22 @@ def resolve_prefix(options: ExecutorOptions, environ: dict[str, str]) -> str:
     return outputs.normalize_prefix(options.prefix or environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
 
 
+def storage_options_from_env(prefix: str, environ: dict[str, str]) -> dict[str, Any]:
+    """The fsspec options for an object-store prefix, from EXECUTOR_STORAGE_OPTIONS (JSON)."""
+    import json
+
+    raw = environ.get("EXECUTOR_STORAGE_OPTIONS", "").strip()
+    if not raw or outputs.is_local(prefix) or prefix.startswith("memory://"):
+        return {}  # a local or memory:// prefix takes no options
+    try:
+        options = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object: {e}") from None
+    if not isinstance(options, dict):
+        raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object, not {type(options).__name__}")
+    return options
+
+
 def open_prefix(prefix: str, environ: dict[str, str]) -> tuple[Any, Any]:
     """The coordination store and the fsspec filesystem for a prefix, with storage options.
 
@@ -97,23 +113,11 @@ def open_prefix(prefix: str, environ: dict[str, str]) -> tuple[Any, Any]:
     errors at that seeded fraction of calls, half of them after the call took effect) under
     RetryingStore, for any prefix. Never set it outside tests.
     """
-    import json
-
     from executor.store.faulty import FaultyStore
     from executor.store.retry import RetryingStore
 
-    raw = environ.get("EXECUTOR_STORAGE_OPTIONS", "").strip()
-    options: dict[str, Any] = {}
-    if raw:
-        try:
-            options = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object: {e}") from None
-        if not isinstance(options, dict):
-            raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object, not {type(options).__name__}")
     object_store = not (outputs.is_local(prefix) or prefix.startswith("memory://"))
-    if not object_store:
-        options = {}  # a local or memory:// prefix takes no options
+    options = storage_options_from_env(prefix, environ)
     store = open_store(prefix, options)
     faulty = environ.get("EXECUTOR_FAULTY_STORE", "").strip()
     if faulty:
@@ -189,7 +193,8 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
     if options.explain:
         from executor.explain import run_explain
 
-        return run_explain(graph, options.explain, prefix, main_file, reporter=reporter)
+        return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
+                           storage_options=storage_options_from_env(prefix, environ))
 
     store, fs = open_prefix(prefix, environ)  # once per invocation; _execute reuses both
     started = time.time()
@@ -208,7 +213,8 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
 
             reporter.info(f"prefix: {prefix}")
             reporter.print_plan(plan, prefix, title=description)
-            print_dry_run_notes(graph, plan, prefix, main_file, reporter)
+            print_dry_run_notes(graph, plan, prefix, main_file, reporter,
+                                storage_options_from_env(prefix, environ))
         if options.graph:
             from executor.draw import draw_plan
 

@@ -242,10 +242,11 @@ def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
     return notes
 
 
-def print_dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, reporter: Any) -> None:
+def print_dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, reporter: Any,
+                        storage_options: dict | None = None) -> None:
     """The dry run's 'what changed' lines, printed after the plan table."""
     try:
-        notes = dry_run_notes(graph, plan, prefix, main_file)
+        notes = dry_run_notes(graph, plan, prefix, main_file, storage_options)
     except Exception as e:  # noqa: BLE001 - a hint must never break the dry run
         reporter.warning(f"could not compare with earlier versions: {type(e).__name__}: {e}")
         return

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from executor import outputs
 from executor.identity_diff import DependencyChange, FieldChange, diff_documents, render_value
+
+from .toy import run_file, run_main
 
 
 def _doc(vocab, lr=0.1, dep="a" * 64, extra=None):
@@ -114,3 +120,28 @@ def test_a_diamond_cascade_is_collapsed_to_one_root_cause():
     assert sum("config.value: 1 -> 2" in line for line in lines) == 1
     assert any(line.endswith("(explained above)") for line in lines)
     assert any("dependency d/left (config.inputs[0])" in line for line in lines)
+
+
+def test_explain_and_the_tools_read_an_object_store_prefix_with_the_runs_storage_options(
+        ran_toy, s3_emulator, monkeypatch):
+    """EXECUTOR_STORAGE_OPTIONS reaches --explain and `python -m executor` (no flag needed)."""
+    prefix = s3_emulator.fresh_prefix("explain")
+    options = dict(s3_emulator.storage_options)
+    fs = outputs.filesystem(prefix, options)
+    for local in Path(ran_toy.prefix).rglob("*"):  # the completed toy outputs, as if run on S3
+        if local.is_file():
+            fs.pipe_file(f"{prefix}/{local.relative_to(ran_toy.prefix).as_posix()}", local.read_bytes())
+    (raw_dir,) = (p.name for p in Path(ran_toy.prefix, "toy").iterdir() if p.name.startswith("raw-"))
+    monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", json.dumps(options))
+
+    ran_toy.write(VOCAB="8192")
+    code, out = run_file(ran_toy.path, "--explain", "toy/report", "--prefix", prefix)
+    assert code == 0, out
+    assert "config.tokenizer.vocab_size: 4096 -> 8192" in out and "(plan file)" not in out
+
+    code, out = run_main("status", f"{prefix}/toy/{raw_dir}")
+    assert code == 0 and f"toy/{raw_dir}  SUCCESS" in out, out
+
+    monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", "[1]")
+    code, out = run_main("status", f"{prefix}/toy/{raw_dir}")
+    assert code == 2 and "EXECUTOR_STORAGE_OPTIONS must be a JSON object" in out, out

@@ -33,9 +33,7 @@ def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None)
     """The JSON-compatible canonical form of a config tree (execution-only fields left out)."""
 
     def leaf(v: Any, path: Path) -> Any:
-        kind = type(v)
-        if kind is str or kind is int or kind is bool or v is None:
-            return v
+        kind = type(v)  # plain str, int, bool and None never reach here (the fold keeps them)
         if kind is float:
             return {"float": repr(v) if math.isfinite(v) else str(v)}
         if isinstance(v, enum.Enum):
@@ -58,8 +56,9 @@ def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None)
         raise ConfigEncodingError(step_name, format_path(path), v)
 
     def node(v: Any, children: list, path: Path) -> Any:
-        if dataclasses.is_dataclass(v):
-            return {"dataclass": _type_name(type(v)), "fields": {k: c for k, c in children}}
+        kind = type(v)
+        if kind is not list and kind is not tuple and kind is not dict and dataclasses.is_dataclass(v):
+            return {"dataclass": _type_name(kind), "fields": dict(children)}
         if isinstance(v, list):
             return [c for _, c in children]
         if isinstance(v, tuple):

@@ -25,7 +25,7 @@ from executor.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.snapshot import observe
 from executor.step import OutputPathOf, Resources, ThisOutputPath, is_secret
 from executor.store.base import CoordinationStore, StoreError
-from executor.tree import fold, rebuild
+from executor.tree import fold, resolve
 
 
 class NodeState(str, enum.Enum):
@@ -154,7 +154,7 @@ class Execution:
                 return outputs.join(own, value.sub)
             return value
 
-        return fold(node.step.config, substitute, rebuild)
+        return resolve(node.step.config, substitute)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> RunSummary:

@@ -24,8 +24,10 @@ def identity_document(step: ExecutorStep, digest_of: DigestOf) -> dict[str, Any]
     }
 
 
-def digest_of_document(document: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_bytes(document)).hexdigest()
+def identity_and_digest(step: ExecutorStep, digest_of: DigestOf) -> tuple[bytes, str]:
+    """The canonical bytes of the step's identity document and their sha256 (the full digest)."""
+    data = canonical_bytes(identity_document(step, digest_of))
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def step_id(name: str, digest: str) -> str:

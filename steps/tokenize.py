@@ -9,6 +9,7 @@
    its arrays, then `shards/<name>.json`; a shard whose marker exists is not redone on resume.
 4. Ledger: the committed shards, in order, form each split's token stream. The stream is the
    same whatever the number of output shards or workers.
+Input and output may be local paths or fsspec URLs (gs://, s3://).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import xxhash
 
@@ -75,18 +76,18 @@ class _ShardJob:
 
 
 def tokenize(config: TokenizeConfig) -> dict[str, Any]:
-    out = Path(config.output_path)
+    out = config.output_path.rstrip("/")
     files = list_document_files(config.input_path)
-    remove_stale_temporaries(str(out))
+    remove_stale_temporaries(out)
     tokenizer_json = _tokenizer(config, files, out)
     counts = map_shards(count_records, files, desc="tokenize: count records")
     if sum(counts) == 0:
         raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; nothing to tokenize")
-    jobs = [_ShardJob(name, pieces, str(out), tokenizer_json, config)
+    jobs = [_ShardJob(name, pieces, out, tokenizer_json, config)
             for name, pieces in _plan_shards(files, counts, config.num_output_shards)]
     results = map_shards(_tokenize_shard, jobs, desc="tokenize: shards", num_cpus=config.num_cpus_per_shard)
     ledger = _ledger(results, tokenizer_json, config)
-    write_json_atomically(str(out / "ledger.json"), ledger)
+    write_json_atomically(token_cache.join(out, "ledger.json"), ledger)
     if ledger["splits"]["train"]["docs"] == 0:
         raise BadInputError(f"input {config.input_path!r}: no documents reached the train split")
     return {
@@ -103,11 +104,12 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
     }
 
 
-def _tokenizer(config: TokenizeConfig, files: list[str], out: Path) -> str:
+def _tokenizer(config: TokenizeConfig, files: list[str], out: str) -> str:
     """The tokenizer.json text for this step, written to `<output>/tokenizer.json` first."""
-    target = out / "tokenizer.json"
-    if target.exists():  # resuming: never retrain, the committed shards were encoded with this one
-        return target.read_text(encoding="utf-8")
+    target = token_cache.join(out, "tokenizer.json")
+    fs, path = fsspec.core.url_to_fs(target)
+    if fs.exists(path):  # resuming: never retrain, the committed shards were encoded with this one
+        return fs.read_text(path, encoding="utf-8")
     if config.tokenizer_path is not None:
         tokenizer, text = load_tokenizer_json(config.tokenizer_path)
         eos_id_of(tokenizer, config.eos_token, f"tokenizer_path {config.tokenizer_path!r}")
@@ -115,10 +117,7 @@ def _tokenizer(config: TokenizeConfig, files: list[str], out: Path) -> str:
         tokenizer = train_byte_level_bpe(_training_texts(config, files), config.vocab_size,
                                          config.eos_token, config.min_pair_frequency)
         text = tokenizer.to_str()
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    token_cache.write_file_atomically(target, lambda f: f.write(text.encode("utf-8")))
     return text
 
 
@@ -167,7 +166,7 @@ class _SplitBuffer:
         self.lengths.extend(len(i) + 1 for i in ids)
         self.doc_bytes.extend(byte_lengths)
 
-    def write(self, split_dir: Path, name: str, dtype: np.dtype) -> dict:
+    def write(self, split_dir: str, name: str, dtype: np.dtype) -> dict:
         tokens = np.concatenate(self.tokens) if self.tokens else np.zeros(0, dtype)
         offsets = np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)]).astype(np.int64)
         return token_cache.write_shard(split_dir, name, tokens, offsets, np.asarray(self.doc_bytes, np.int64))
@@ -176,8 +175,8 @@ class _SplitBuffer:
 def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
-    marker = Path(job.output_path) / "shards" / f"{job.name}.json"
-    committed = read_json(str(marker))
+    marker = token_cache.join(job.output_path, "shards", f"{job.name}.json")
+    committed = read_json(marker)
     if committed is not None:
         return {**committed, "resumed": True}
     config = job.config
@@ -209,10 +208,11 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
                 batch = []
     if batch:
         flush(batch)
-    entries = {split: buffers[split].write(Path(job.output_path) / split, job.name, dtype) for split in SPLITS}
+    entries = {split: buffers[split].write(token_cache.join(job.output_path, split), job.name, dtype)
+               for split in SPLITS}
     result = {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
               "skipped_examples": stats.skip_examples}
-    write_json_atomically(str(marker), result)
+    write_json_atomically(marker, result)
     return {**result, "resumed": False}
 
 

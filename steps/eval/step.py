@@ -9,7 +9,6 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import fsspec
 import numpy as np
@@ -18,7 +17,7 @@ from executor.step import execution_only
 from steps.eval import baselines
 from steps.eval.lm import load_trained_model, make_scorer, score_in_batches, total_nats
 from steps.eval.multiple_choice import load_task, score_task
-from steps.token_cache import TokenSplit
+from steps.token_cache import TokenSplit, join
 
 RESULTS_SCHEMA = 1
 
@@ -56,11 +55,11 @@ def select_documents(split: TokenSplit, max_tokens: int) -> tuple[list[np.ndarra
 
 
 def _tokenizer(cache_path: str):
-    path = Path(cache_path) / "tokenizer.json"
-    if not path.exists():
+    fs, path = fsspec.core.url_to_fs(join(cache_path, "tokenizer.json"))
+    if not fs.exists(path):
         return None
     from tokenizers import Tokenizer
-    return Tokenizer.from_file(str(path))
+    return Tokenizer.from_str(fs.read_text(path, encoding="utf-8"))
 
 
 def evaluate(config: EvalConfig) -> dict:

@@ -1,4 +1,4 @@
-"""Fixtures for the data-step tests: synthetic corpora written as shards, and a flaky HTTP server."""
+"""Fixtures for the data-step tests: synthetic corpora written as shards, a flaky HTTP server, the S3 emulator."""
 
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ import pytest
 
 from steps.data.synthetic import SyntheticCorpus, generate_corpus
 from steps.documents import open_binary_lines, read_documents
+
+try:  # the same module object tests/store uses, so the session shares one emulator
+    from emulators import s3_emulator  # noqa: F401  (session fixture, started on first use)
+except ImportError:
+    from tests.emulators import s3_emulator  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -89,14 +89,16 @@ def storage_options_from_env(prefix: str, environ: dict[str, str]) -> dict[str, 
     import json
 
     raw = environ.get("EXECUTOR_STORAGE_OPTIONS", "").strip()
-    if not raw or outputs.is_local(prefix) or prefix.startswith("memory://"):
-        return {}  # a local or memory:// prefix takes no options
-    try:
+    if not raw:
+        return {}
+    try:  # checked whatever the prefix: a malformed value is a mistake worth hearing about
         options = json.loads(raw)
     except json.JSONDecodeError as e:
         raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object: {e}") from None
     if not isinstance(options, dict):
         raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object, not {type(options).__name__}")
+    if outputs.is_local(prefix) or prefix.startswith("memory://"):
+        return {}  # a local or memory:// prefix takes no options
     return options
 
 

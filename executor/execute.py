@@ -339,9 +339,8 @@ class Execution:
             result = repr(outcome.result)[:2000]
         # The record is written before the fenced commit, so confirm the lease first: a paused or
         # partitioned holder (silent past half the TTL, or its generation taken over) must not
-        # overwrite the record of the runner that took over. One CAS renewal narrows the window.
-        self.ctx.keeper.renew(t.lease)
-        if not self.ctx.keeper.is_valid(t.lease):
+        # overwrite the record of the runner that took over.
+        if not self.ctx.keeper.confirm(t.lease):
             self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
             return

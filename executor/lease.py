@@ -100,6 +100,21 @@ class LeaseKeeper:
             lease.status, lease.generation, lease.renewed_at = new, generation, self.clock()
             self._expire_if_silent(lease)
 
+    def confirm(self, lease: Lease) -> bool:
+        """Is the lease still ours right now? One read, no write: the status must still carry the
+        generation we last wrote (any takeover changes it), and our last renewal must be under
+        half the TTL old (so no observer can judge it stale before our next write lands)."""
+        with lease.lock:
+            if not self.is_valid(lease):
+                return False
+            try:
+                current = self.store.read(lease.key)
+            except StoreError:
+                return self.is_valid(lease)  # unknown: the fenced commit will still refuse a lost lease
+            if current is None or current.generation != lease.generation:
+                lease.lost_reason = "taken over by another runner (status changed under us)"
+            return self.is_valid(lease)
+
     def renew_all(self) -> None:
         with self._held_lock:
             leases = list(self._held.values())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from executor.errors import StatusError
@@ -58,8 +58,9 @@ class Status:
     schema: int = STATUS_SCHEMA
 
     def to_bytes(self) -> bytes:
-        data = asdict(self)
+        data = dict(self.__dict__)  # not asdict(): its deep copies cost more than the write (issue 4)
         data["state"] = self.state.value
+        data["owner"] = dict(self.owner.__dict__) if self.owner else None
         return json.dumps(data, sort_keys=True, indent=1).encode()
 
     def next(self, **changes: Any) -> "Status":

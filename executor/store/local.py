@@ -38,9 +38,13 @@ class LocalStore:
     @contextmanager
     def _locked(self, key: str) -> Iterator[Path]:
         path = self._path(key)
+        lock = str(path) + _LOCK_SUFFIX
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(str(path) + _LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the first write under this directory
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise StoreError(f"cannot lock {path}: {e.strerror}") from e
         try:

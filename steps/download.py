@@ -57,6 +57,10 @@ class DownloadConfig:
     chunk_bytes: int = execution_only(4 << 20)
     storage_options: dict[str, Any] | None = secret()
     """fsspec options for the sources (endpoints, tokens): never hashed nor written to records."""
+    source_root: str | None = execution_only(None)
+    """Directory that relative local sources are read from (default: the working directory). Not
+    hashed, so an experiment can name committed data by a relative path (ids do not depend on where
+    the checkout lives) and still run from any directory."""
 
     def __post_init__(self) -> None:
         if isinstance(self.sources, str) or not self.sources:
@@ -186,10 +190,18 @@ def _fetch_file(job: _FileJob) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
+def _under(root: str | None, source: str) -> str:
+    """A relative local source, read from `root`; URLs and absolute paths as they are."""
+    if root is None or "://" in source or os.path.isabs(source):
+        return source
+    return os.path.join(root, source)
+
+
 def download(config: DownloadConfig) -> dict[str, Any]:
-    files = expand_sources(list(config.sources), config.storage_options)
+    files = expand_sources([_under(config.source_root, s) for s in config.sources], config.storage_options)
     remove_stale_temporaries(config.output_path)
-    expected = dict(config.expected_sha256 or {})
+    expected = {(_under(config.source_root, k) if k in config.sources else k): v
+                for k, v in (config.expected_sha256 or {}).items()}
     by_source = {source: name for source, name in files}
     unknown = [k for k in expected if k not in by_source and k not in by_source.values()]
     if unknown:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -91,3 +92,29 @@ def test_config_errors_name_the_value(tmp_path):
                                 expected_sha256={"b.jsonl": "00"}))
     with pytest.raises(ValueError, match="non-empty list"):
         DownloadConfig(sources="a.jsonl", output_path="o")  # type: ignore[arg-type]
+
+
+def test_relative_sources_are_read_from_source_root_which_is_not_hashed(tmp_path, monkeypatch):
+    """Committed data named by a relative path: the same id from any checkout, runnable from any cwd."""
+    from executor import ExecutorStep, this_output_path
+    from executor.graph import build_graph
+
+    checkout = tmp_path / "checkout"
+    (checkout / "data").mkdir(parents=True)
+    (checkout / "data" / "a.jsonl").write_bytes(b'{"id": "a", "text": "x"}\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    def config(root, expected_key):
+        return DownloadConfig(sources=["data/a.jsonl"], output_path=str(tmp_path / "out"), source_root=root,
+                              expected_sha256={expected_key: sha(b'{"id": "a", "text": "x"}\n')})
+
+    with pytest.raises(SourceNotFound, match="data/a.jsonl"):  # without it: relative to the cwd
+        download(config(None, "a.jsonl"))
+    assert download(config(str(checkout), "data/a.jsonl"))["downloaded"] == 1  # checksum keyed by the source
+    assert (tmp_path / "out" / "docs" / "a.jsonl").read_bytes() == (checkout / "data" / "a.jsonl").read_bytes()
+
+    ids = {build_graph([ExecutorStep("raw", download, replace(config(root, "a.jsonl"), output_path=this_output_path()))])
+           .nodes.popitem()[1].step_id for root in (str(checkout), "/somewhere/else", None)}
+    assert len(ids) == 1

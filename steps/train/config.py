@@ -137,6 +137,7 @@ class TrainConfig:
     keep_checkpoints: int = execution_only(2)       # rolling checkpoints kept
     permanent_every: int | None = execution_only(None)  # these steps are never deleted
     log_every: int = execution_only(10)
+    metrics_flush_s: float = execution_only(10.0)  # metrics.jsonl rewritten at most this often between checkpoints
     num_devices: int = execution_only(1)           # data-parallel devices (output-invariant)
     expert_parallel: bool = execution_only(False)  # shard experts over the device axis too
 
@@ -144,6 +145,7 @@ class TrainConfig:
         c = "TrainConfig"
         for name in ("batch_size", "num_steps", "checkpoint_every", "keep_checkpoints", "log_every", "num_devices"):
             _require(getattr(self, name) >= 1, c, f"{name}={getattr(self, name)!r} must be >= 1")
+        _require(self.metrics_flush_s >= 0, c, f"metrics_flush_s={self.metrics_flush_s!r} must be >= 0")
         _require(self.batch_size % self.num_devices == 0, c,
                  f"batch_size={self.batch_size} is not divisible by num_devices={self.num_devices}")
         _require(not self.expert_parallel or self.model.n_experts % self.num_devices == 0, c,

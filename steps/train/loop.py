@@ -3,7 +3,8 @@
 Resume is exact: the state is restored bit for bit from the newest complete checkpoint and
 batches are a pure function of (seed, step), so an interrupted run that restarts ends with the
 same parameters as one that never stopped. metrics.jsonl is rewritten (whole, atomically) at
-every checkpoint, so it always describes the checkpointed history.
+every checkpoint and, so a long run can be watched, every `metrics_flush_s` between them; on
+resume the rows past the restored checkpoint are dropped, so it describes one history.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def train(config: TrainConfig) -> dict:
     progress = Progress("train", total=(config.num_steps - start) * tokens_per_step, unit="tok", interval=2.0)
     run_started = time.monotonic()
     window_started, window_tokens = time.monotonic(), 0
+    metrics_written = time.monotonic()
     metrics = None
     for step in range(start, config.num_steps):
         batch = jax.device_put(source.batch(step), batch_sharding(mesh))
@@ -112,6 +114,9 @@ def train(config: TrainConfig) -> dict:
             row.update(step=done, lr=float(lr_at(step)), tokens_per_s=window_tokens / elapsed)
             history.append(row)
             window_started, window_tokens = time.monotonic(), 0
+            if time.monotonic() - metrics_written >= config.metrics_flush_s:
+                _write_metrics(out, history)
+                metrics_written = time.monotonic()
             progress.desc = f"train step {done}/{config.num_steps} loss {row['loss']:.4f}"
         progress.update(tokens_per_step)
         if done % config.checkpoint_every == 0 or done == config.num_steps:
@@ -133,8 +138,12 @@ def train(config: TrainConfig) -> dict:
             "final_load_max_over_mean": last.get("load_max_over_mean")}
 
 
+def _write_metrics(out: str, history: list[dict]) -> None:
+    _write_text(f"{out}/metrics.jsonl", "".join(json.dumps(m) + "\n" for m in history))
+
+
 def _save_checkpoint(config: TrainConfig, out: str, step: int, state: dict, history: list[dict]) -> None:
     # metrics first: rows past a checkpoint that never committed are dropped again on resume
-    _write_text(f"{out}/metrics.jsonl", "".join(json.dumps(m) + "\n" for m in history))
+    _write_metrics(out, history)
     checkpoint.save(out, step, jax.device_get(state))
     checkpoint.prune(out, config.keep_checkpoints, config.permanent_every, up_to_step=step)

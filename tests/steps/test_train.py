@@ -146,6 +146,21 @@ def test_training_lowers_the_loss_and_writes_its_outputs(cache, tmp_path):
     assert again["steps_run"] == 0 and again["resumed_from_step"] == 40
 
 
+def test_metrics_are_written_between_checkpoints_for_watching_a_run(cache, tmp_path, monkeypatch):
+    """A run that dies before its first checkpoint has still left the rows it logged."""
+    from steps.train import loop
+
+    def die(*args, **kwargs):
+        raise RuntimeError("preempted before the checkpoint")
+
+    monkeypatch.setattr(loop, "_save_checkpoint", die)
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="preempted"):
+        train(tiny_config(cache, out, num_steps=6, checkpoint_every=6, metrics_flush_s=0))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6] and all(np.isfinite(r["loss"]) for r in rows)
+
+
 def test_restart_after_sigkill_is_bitwise_identical_to_a_straight_run(cache, tmp_path, compile_cache):
     """Both runs live in fresh processes with the same XLA flags, as a real restart would."""
     killed, straight = tmp_path / "killed", tmp_path / "straight"

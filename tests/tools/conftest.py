@@ -1,13 +1,13 @@
-"""Fixtures for the tool tests: the toy experiment (fresh, or already run once) and the S3 emulator."""
+"""Fixtures for the tool tests: the toy experiment (fresh, or already run once) and the S3 and GCS emulators."""
 
 from __future__ import annotations
 
 import pytest
 
 try:  # the same module object tests/store uses, so the session shares one emulator
-    from emulators import s3_emulator  # noqa: F401  (session fixture, started on first use)
+    from emulators import gcs_emulator, s3_emulator  # noqa: F401  (session fixtures, started on first use)
 except ImportError:
-    from tests.emulators import s3_emulator  # noqa: F401
+    from tests.emulators import gcs_emulator, s3_emulator  # noqa: F401
 
 from .toy import Toy
 

@@ -1,9 +1,11 @@
-"""verify: outputs checked against their manifests on a local prefix and on S3 (moto)."""
+"""verify: outputs checked against their manifests on a local prefix, on S3 (moto) and on GCS (fake-gcs-server)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from executor import outputs
 from executor.record import Owner, State, Status, StepRecord, record_key, status_key
@@ -51,13 +53,15 @@ def _completed_step(prefix: str, options: dict, step_id: str, files: dict[str, b
     return path
 
 
-def test_verify_s3_prefix_detects_deleted_and_modified_objects(s3_emulator):
-    prefix = s3_emulator.fresh_prefix("verify")
-    options = dict(s3_emulator.storage_options)
+@pytest.mark.parametrize("backend,algorithm", [("s3", "s3-etag-md5"), ("gcs", "crc32c")])
+def test_verify_object_store_prefix_detects_deleted_and_modified_objects(backend, algorithm, request):
+    emulator = request.getfixturevalue(f"{backend}_emulator")
+    prefix = emulator.fresh_prefix("verify")
+    options = dict(emulator.storage_options)
     path = _completed_step(prefix, options, "data/shards-0123456789ab",
                            {"a.bin": b"a" * 100, "b.bin": b"b" * 50, "sub/c.bin": b"c" * 10})
     record = json.loads(outputs.filesystem(prefix, options).cat_file(f"{path}/.executor/record.json"))
-    assert {e["checksum"]["algorithm"] for e in record["manifest"]} == {"s3-etag-md5"}  # object metadata
+    assert {e["checksum"]["algorithm"] for e in record["manifest"]} == {algorithm}  # object metadata
 
     assert _problems(verify_path(prefix, options)) == set()
     fs = outputs.filesystem(prefix, options)

@@ -30,25 +30,31 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 DEFAULT_PREFIX = "cache"
 
 
+def _flag(default: Any, help_text: str) -> Any:
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
 @dataclass
 class ExecutorOptions:
     """Flags every experiment file accepts."""
 
-    prefix: Optional[str] = None  # where outputs go (local dir, gs://, s3://, memory://); env EXECUTOR_PREFIX
-    dry_run: bool = False  # print the plan with reasons; write nothing
-    json: bool = False  # with --dry-run: the plan as JSON
-    only: Optional[str] = None  # regex over step names: run these plus what they need
-    force_failed: bool = True  # retry steps whose previous attempt failed
-    force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
-    max_concurrent: int = 8  # steps running at once (per runner)
-    ray_address: Optional[str] = None  # join an existing Ray cluster (auto, ray://host:port); env RAY_ADDRESS
-    runner: str = "ray"  # ray | inline (in-process, for debugging)
-    lease_ttl: float = 60.0  # seconds without a heartbeat before a lease counts as stale
-    heartbeat_interval: float = 15.0  # seconds between lease renewals
-    check: bool = False  # CI: compare ids with the committed <experiment>.plan.json; exit 3 on change
-    update_plan: bool = False  # rewrite <experiment>.plan.json
-    explain: Optional[str] = None  # show why a step's id differs from its nearest earlier version
-    graph: Optional[str] = None  # with --dry-run: draw the graph to this file (.html, .svg, .png)
+    prefix: Optional[str] = _flag(None, "where outputs go: a directory, gs://, s3:// or memory:// "
+                                        "(default: env EXECUTOR_PREFIX, else cache/)")
+    dry_run: bool = _flag(False, "print the plan with a reason per step; write nothing")
+    json: bool = _flag(False, "with --dry-run: the plan as JSON")
+    only: Optional[str] = _flag(None, "regex over step names: run these plus what they need")
+    force_failed: bool = _flag(True, "retry steps whose previous attempt failed (false: leave them failed)")
+    force_run: Optional[str] = _flag(None, "regex: re-run matching steps even when they succeeded")
+    max_concurrent: int = _flag(8, "steps running at once (per runner)")
+    ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
+                                             "default: env RAY_ADDRESS, else an embedded local cluster)")
+    runner: str = _flag("ray", "ray | inline (in-process, for debugging)")
+    lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
+    heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
+    check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
+    update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
+    explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
+    graph: Optional[str] = _flag(None, "with --dry-run: draw the graph to this file (.html, .svg, .png)")
 
 
 def _usage(error: str) -> int:
@@ -138,7 +144,8 @@ def _help(user_config: Any) -> None:
 
     print("Executor flags (both `--dry-run` and `--dry_run true` spellings work):")
     for f in dataclasses.fields(ExecutorOptions):
-        print(f"  --{f.name.replace('_', '-'):<22} default: {f.default!r}")
+        default = "" if f.default is None else f" [default: {f.default}]"
+        print(f"  --{f.name.replace('_', '-'):<20} {f.metadata['help']}{default}")
     if user_config is not None:
         print("\nExperiment flags:")
         cls = user_config if isinstance(user_config, type) else type(user_config)
@@ -278,23 +285,25 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
             notify=reporter.warning))
         return started_runner[0]
 
-    if options.runner != "inline":  # plan-time check against the cluster, before anything runs
-        runnable = [(d.node.name, d.node.step.resources or Resources()) for d in plan.decisions.values()
-                    if d.action in (Action.RUN, Action.WAIT)]
-        try:
-            problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
-        except KeyboardInterrupt:
-            if started_runner:
-                started_runner[0].shutdown()
-            reporter.info("interrupted while starting Ray; nothing ran")
-            return EXIT_INTERRUPTED
-        except BaseException:
-            if started_runner:
-                started_runner[0].shutdown()
-            raise
-        if problems:
+    # plan-time check against the runner (the cluster's shape; what the in-process runner cannot do),
+    # before anything runs
+    runnable = [(d.node.name, d.node.step.resources or Resources()) for d in plan.decisions.values()
+                if d.action in (Action.RUN, Action.WAIT)]
+    try:
+        problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
+    except KeyboardInterrupt:
+        if started_runner:
             started_runner[0].shutdown()
-            raise ExecutorError("the cluster cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
+        reporter.info("interrupted while starting Ray; nothing ran")
+        return EXIT_INTERRUPTED
+    except BaseException:
+        if started_runner:
+            started_runner[0].shutdown()
+        raise
+    if problems:
+        started_runner[0].shutdown()
+        where = "the in-process runner" if options.runner == "inline" else "the cluster"
+        raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
     ctx = RunContext(prefix=prefix, store=store, fs=fs, owner=owner,
                      keeper=LeaseKeeper(store, settings), watch=StalenessWatch(settings.ttl_s),

@@ -89,10 +89,10 @@ def summarize(config: SummaryConfig) -> dict:
 # -- the experiment: its own flags, and the graph they produce -----------------------------------
 @dataclass(frozen=True)
 class HelloOptions:
-    greeting: str = "Hello"
-    text: str = "the quick brown fox jumps over the lazy dog and the cat"
-    fail_shout: bool = False
-    pause_s: float = 0.0
+    greeting: str = "Hello"  # the word the greeting starts with
+    text: str = "the quick brown fox jumps over the lazy dog and the cat"  # the text whose words are counted
+    fail_shout: bool = False  # make the shout step fail (to see a failure and --force-failed)
+    pause_s: float = 0.0  # seconds the shout step sleeps (to watch progress or Ctrl-C a run)
 
 
 def build(options: HelloOptions) -> list[ExecutorStep]:

@@ -24,10 +24,10 @@ from steps.train import OptimizerConfig, TrainConfig, train
 
 @dataclass(frozen=True)
 class IsoflopOptions:
-    budgets: tuple[float, ...] = (3e10, 1e11)
-    widths: tuple[int, ...] = (32, 64, 96)
-    vocab_size: int = 2048
-    batch_size: int = 8
+    budgets: tuple[float, ...] = (3e10, 1e11)  # training FLOP budgets, one curve each
+    widths: tuple[int, ...] = (32, 64, 96)  # model widths (d_model) trained at every budget
+    vocab_size: int = 2048  # BPE vocabulary of the shared data steps
+    batch_size: int = 8  # sequences per step
 
 
 @dataclass(frozen=True)

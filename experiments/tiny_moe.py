@@ -32,9 +32,9 @@ SAMPLE = "data/shakespeare/shakespeare.jsonl.zst"   # relative to REPO: ids must
 
 @dataclass(frozen=True)
 class TinyMoeOptions:
-    train_steps: int = 200
-    vocab_size: int = 2048
-    seed: int = 0
+    train_steps: int = 200  # optimizer steps (train and eval re-run; the data steps are reused)
+    vocab_size: int = 2048  # BPE vocabulary (a new tokenizer: everything after download re-runs)
+    seed: int = 0  # parameter init and batch order
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,16 @@ def test_prefix_from_environment(tmp_path):
                environ={"EXECUTOR_PREFIX": str(tmp_path / "env")}, main_file=hello.__file__)
     assert code == 0 and (tmp_path / "env" / "runs").is_dir()
 
+
+
+def test_help_describes_every_executor_flag_and_the_experiment_flags(capsys):
+    import dataclasses
+
+    from executor.cli import ExecutorOptions
+
+    assert run(hello.build, config=hello.HelloOptions(), argv=["--help"]) == 0
+    out = capsys.readouterr().out
+    for f in dataclasses.fields(ExecutorOptions):
+        line = next(line for line in out.splitlines() if line.startswith(f"  --{f.name.replace('_', '-')} "))
+        assert f.metadata["help"] in line
+    assert "--greeting" in out and "the word the greeting starts with" in out  # the experiment's comments

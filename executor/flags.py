@@ -11,6 +11,8 @@ import dataclasses
 import typing
 from typing import Any
 
+from executor.errors import ExecutorError
+
 BOOL_WORDS = {"true", "false", "yes", "no", "1", "0", "on", "off"}
 
 
@@ -74,11 +76,18 @@ def split(normalized: list[str], names: set[str]) -> tuple[list[str], list[str]]
 def parse(config_class: type, args: list[str], defaults: Any = None) -> Any:
     """draccus.parse, starting from `defaults` (an instance) when given."""
     import draccus
+    from draccus.utils import DecodingError, ParsingError
 
+    try:
+        parsed = draccus.parse(config_class=config_class, args=args)
+    except DecodingError as e:  # a value of the wrong type: name the flag, not draccus's internals
+        flag = "--" + ".".join(str(k) for k in e.key_path).replace("_", "-") if e.key_path else "a flag"
+        raise ExecutorError(f"{flag}: {e.message}; run with --help for the flags and their types") from None
+    except ParsingError as e:
+        raise ExecutorError(f"could not parse the flags {' '.join(args)!r}: {e}; run with --help") from None
     if defaults is None:
-        return draccus.parse(config_class=config_class, args=args)
+        return parsed
     # draccus parses onto a class; flags then override the experiment's own default instance.
-    parsed = draccus.parse(config_class=config_class, args=args)
     explicit = {a[2:].split(".", 1)[0] for a in args if a.startswith("--")}
     return dataclasses.replace(defaults, **{n: getattr(parsed, n) for n in explicit
                                             if n in top_level_fields(config_class)})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from executor.step import Resources
 
@@ -44,6 +44,10 @@ class StepHandle(Protocol):
 
 
 class Runner(Protocol):
+    def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
+        """Every reason these (name, resources) steps could never run here; checked before anything runs."""
+        ...
+
     def submit(self, call: StepCall) -> StepHandle: ...
 
     def wait(self, handles: Sequence[StepHandle], timeout: float) -> list[StepHandle]:

@@ -1,13 +1,18 @@
-"""The in-process runner, for unit tests and debugging: step functions run on a thread pool."""
+"""The in-process runner, for unit tests and debugging: step functions run on a thread pool.
+
+Everything runs in this one process, so a step that needs several processes (`Resources.hosts`
+above 1: a jax.distributed group) is refused at plan time by `check_steps`, before anything runs.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
 import traceback
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from executor.runner.base import StepCall, StepOutcome
+from executor.step import Resources
 
 
 def run_call(call: StepCall) -> StepOutcome:
@@ -46,6 +51,13 @@ class InlineHandle:
 class InlineRunner:
     def __init__(self, max_workers: int = 4):
         self.pool = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="step")
+
+    def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
+        """Every reason these steps cannot run in this process (empty when all can)."""
+        return [f"step {name!r} asks for Resources(hosts={r.hosts}), but the in-process runner "
+                f"(--runner inline) runs every step in this one process. Run it with the Ray runner "
+                f"(--runner ray), or set hosts=1 to debug it in-process."
+                for name, r in steps if int(r.hosts) > 1]
 
     def submit(self, call: StepCall) -> InlineHandle:
         return InlineHandle(call, self.pool.submit(run_call, call))

@@ -1,0 +1,59 @@
+"""The in-process runner's plan-time check: a multi-host step is refused before anything runs.
+
+No Ray here: the inline runner runs every step in this process, so `Resources(hosts=2)` cannot
+be honoured and must be an error (exit 2) naming the step, the field and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from executor import ExecutorStep, this_output_path
+from executor.cli import run
+from executor.runner.inline import InlineRunner
+from executor.step import Resources
+
+
+@dataclass(frozen=True)
+class Touch:
+    output_path: str
+
+
+def touch(config: Touch) -> dict:
+    (Path(config.output_path) / "ran").write_text("yes")
+    return {}
+
+
+def experiment(wide_hosts: int) -> list[ExecutorStep]:
+    return [ExecutorStep("inline/single", touch, Touch(this_output_path())),
+            ExecutorStep("inline/wide", touch, Touch(this_output_path()), resources=Resources(hosts=wide_hosts))]
+
+
+def run_inline(steps: list[ExecutorStep], prefix: Path) -> int:
+    return run(steps, argv=["--prefix", str(prefix), "--runner", "inline"], environ={}, main_file=__file__)
+
+
+def test_multi_host_step_is_refused_before_anything_runs(tmp_path, capsys):
+    assert run_inline(experiment(wide_hosts=2), tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "in-process runner cannot run this plan" in err
+    assert "'inline/wide' asks for Resources(hosts=2)" in err and "--runner ray" in err
+    assert "'inline/single'" not in err
+    assert not list(tmp_path.rglob("status.json")), "nothing may run or be leased"
+    assert not list(tmp_path.rglob("ran"))
+
+
+def test_single_host_steps_still_run_inline(tmp_path):
+    assert run_inline(experiment(wide_hosts=1), tmp_path) == 0
+    assert len(list(tmp_path.rglob("ran"))) == 2
+
+
+def test_check_steps_names_only_multi_host_steps():
+    runner = InlineRunner(max_workers=1)
+    try:
+        assert runner.check_steps([("a", Resources()), ("b", Resources(hosts=1))], prefix_is_local=True) == []
+        [problem] = runner.check_steps([("a", Resources()), ("b", Resources(hosts=4))], prefix_is_local=False)
+        assert problem.startswith("step 'b' asks for Resources(hosts=4)") and "--runner ray" in problem
+    finally:
+        runner.shutdown()

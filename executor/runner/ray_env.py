@@ -28,6 +28,22 @@ LOOPBACK_ENV = {
 }
 
 
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when nothing listens at a `host:port` (or `ray://host:port`) cluster address:
+    ray.init would retry for minutes, printing only low-level warnings. Other forms (`auto`)
+    are left to Ray, which fails quickly when it finds no cluster."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ExecutorError(f"could not reach the Ray cluster at {address!r} ({e.strerror or e}). Check the "
+                            f"address (--ray-address / RAY_ADDRESS) and that the cluster is up "
+                            f"(`ray status` on its head node).") from None
+
+
 def prepare_loopback_environment() -> None:
     """Settings that keep an embedded Ray cluster on 127.0.0.1 (see shared/ENVIRONMENT.md).
 

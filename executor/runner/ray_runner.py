@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable, Sequence
 from executor.errors import ExecutorError
 from executor.runner import cluster
 from executor.runner.base import StepCall
-from executor.runner.ray_env import local_code_paths, prepare_loopback_environment, ray_is_active, start_embedded
+from executor.runner.ray_env import (check_reachable, local_code_paths, prepare_loopback_environment, ray_is_active,
+                                     start_embedded)
 from executor.runner.ray_handle import RayHandle
 from executor.runner.ray_map import map_tasks
 from executor.runner.ray_tasks import execute_host, execute_remotely
@@ -66,6 +67,7 @@ class RayRunner:
                 if ship_code:
                     self.shipped = local_code_paths()
                     runtime_env = {"py_modules": self.shipped, "excludes": ["__pycache__", "*.pyc"]}
+                check_reachable(address)
                 try:
                     ray.init(address=address, log_to_driver=True, runtime_env=runtime_env or None)
                 except (ConnectionError, RuntimeError, ValueError) as e:

@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -114,11 +115,34 @@ S3_REGION = "us-west-2"
 S3_FAKE_CREDENTIALS = {"key": "stepgraph-test", "secret": "stepgraph-test"}
 
 
+def serialize_moto_conditional_writes() -> None:
+    """Make moto's conditional PutObject atomic, as S3's is.
+
+    moto checks If-Match / If-None-Match and then stores the object without a lock, and its
+    server answers each request on its own thread: two writers holding the same ETag can both
+    pass the check and both "win" (a lost update S3 itself never allows; seen once in CI as a
+    concurrent counter one short). One lock around the handler closes that window.
+    """
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "serialized", False):
+        return
+    unlocked, lock = S3Response.put_object, threading.Lock()
+
+    def put_object(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return unlocked(self, *args, **kwargs)
+
+    put_object.serialized = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object
+
+
 @contextmanager
 def running_s3_emulator(bucket: str = "stepgraph-test") -> Iterator[Emulator]:
     """moto's S3 server in a thread of this process, on a free loopback port, with `bucket`."""
     from moto.server import ThreadedMotoServer
 
+    serialize_moto_conditional_writes()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
     server = ThreadedMotoServer(ip_address=LOOPBACK, port=0, verbose=False)
     server.start()

@@ -7,6 +7,13 @@ errors, truncated bodies, HTTP 5xx/408/429) are retried with exponential backoff
 source (404) or a checksum mismatch fails at once with a message naming the file. A re-run skips
 files whose size and sha256 match `manifest.json`.
 
+HTTP(S) sources saved to a local directory resume instead of starting over: the bytes received so
+far stay in `<name>.resumable` (with `<name>.resumable.json` naming the source URL, its ETag /
+Last-Modified and total size), and the next attempt, in this run or in a re-run of the step after
+a kill, asks for the rest with `Range` + `If-Range`. A server that ignores the range, or a source
+that changed (another validator or size), starts the file over from byte 0. (A server without ETag
+or Last-Modified shows only a change of size; `expected_sha256` catches the rest.)
+
 Layout: `<output_path>/<files_subdir>/<name>` for each file, and `<output_path>/manifest.json`
 = {"schema": 1, "files": [{"name", "source", "size", "sha256"}]}. A single-file source keeps its
 base name; files matched by a glob or found under a directory keep their path relative to it.
@@ -27,6 +34,7 @@ from executor.parallel import map_shards
 from executor.progress import Progress
 from executor.step import execution_only, secret
 from steps.documents import read_json, remove_stale_temporaries, write_json_atomically
+from steps.http_resume import RESUMABLE_SUFFIX, Partial, TruncatedBody, body_start, hash_file, open_http
 
 MANIFEST_SCHEMA = 1
 
@@ -55,6 +63,8 @@ class DownloadConfig:
     backoff_initial_s: float = execution_only(0.5)
     backoff_max_s: float = execution_only(30.0)
     chunk_bytes: int = execution_only(4 << 20)
+    read_timeout_s: float = execution_only(60.0)
+    """Seconds an HTTP read may stall before the attempt fails (and the next one resumes)."""
     storage_options: dict[str, Any] | None = secret()
     """fsspec options for the sources (endpoints, tokens): never hashed nor written to records."""
     source_root: str | None = execution_only(None)
@@ -116,11 +126,7 @@ def expand_sources(sources: list[str], storage_options: dict[str, Any] | None = 
 
 
 def _sha256_of(path: str, chunk_bytes: int) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with fsspec.open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-            size += len(chunk)
+    size, digest = hash_file(path, chunk_bytes)
     return size, digest.hexdigest()
 
 
@@ -131,8 +137,18 @@ def _is_permanent(error: BaseException) -> bool:
     return isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, ChecksumMismatch))
 
 
+def _check_sha256(job: _FileJob, sha: str, size: int) -> None:
+    if job.expected_sha256 is not None and sha != job.expected_sha256.lower():
+        raise ChecksumMismatch(
+            f"{job.source}: sha256 {sha} ({size} bytes) differs from expected_sha256[{job.name!r}] = "
+            f"{job.expected_sha256}; the file was not kept. Check the source, or update the expected checksum")
+
+
 def _copy_once(job: _FileJob) -> tuple[int, str]:
-    """Stream source -> temporary file -> verified -> final name. Returns (size, sha256)."""
+    """Stream source -> temporary file -> verified -> final name. Returns (size, sha256).
+
+    Each attempt starts from byte 0: used for local, gs:// and s3:// sources (whose reads rarely
+    fail midway) and for HTTP sources saved to an object store (which cannot append)."""
     config = job.config
     dest_fs, dest = fsspec.core.url_to_fs(job.destination)
     dest_fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
@@ -149,16 +165,70 @@ def _copy_once(job: _FileJob) -> tuple[int, str]:
                 size += len(chunk)
                 progress.update(len(chunk))
         sha = digest.hexdigest()
-        if job.expected_sha256 is not None and sha != job.expected_sha256.lower():
-            raise ChecksumMismatch(
-                f"{job.source}: sha256 {sha} ({size} bytes) differs from expected_sha256[{job.name!r}] = "
-                f"{job.expected_sha256}; the file was not kept. Check the source, or update the expected checksum")
+        _check_sha256(job, sha, size)
         dest_fs.mv(tmp, dest)
         progress.close()
         return size, sha
     finally:
         if dest_fs.exists(tmp):
             dest_fs.rm(tmp)
+
+
+def _resumable(job: _FileJob) -> tuple[Partial, dict[str, str]] | None:
+    """The kept-bytes state and request headers for an HTTP source saved to a local directory; None
+    for other sources, for object-store destinations, and when `storage_options` holds more than
+    `headers` (options only fsspec's HTTP filesystem understands: copied with it, from byte 0)."""
+    options = job.config.storage_options or {}
+    dest_fs, dest = fsspec.core.url_to_fs(job.destination)
+    if not _is_http(job.source) or set(options) - {"headers"} or "file" not in dest_fs.protocol:
+        return None
+    return Partial(dest + RESUMABLE_SUFFIX), dict(options.get("headers") or {})
+
+
+def _copy_http_resumable(job: _FileJob, partial: Partial, headers: dict[str, str]) -> tuple[int, str]:
+    """One attempt at an HTTP source: continue the kept bytes where the server allows, else start
+    them over; verify, then rename into place. Returns (size, sha256)."""
+    config = job.config
+    dest = partial.path[: -len(RESUMABLE_SUFFIX)]
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    partial.sync(job.source, config.chunk_bytes)
+    response = open_http(job.source, partial, headers, config.read_timeout_s)
+    start = None if response is None else body_start(job.source, response, partial)
+    if start is None:  # the source changed under the kept bytes: drop them and ask for the whole file
+        if response is not None:
+            response.close()
+        partial.discard()
+        response = open_http(job.source, partial, headers, config.read_timeout_s)
+        start = body_start(job.source, response, partial)
+    with response:
+        length = response.headers.get("Content-Length")
+        if start == 0:
+            partial.restart({"schema": 1, "source": job.source, "etag": response.headers.get("ETag"),
+                             "last_modified": response.headers.get("Last-Modified"),
+                             "total": int(length) if length and length.isdigit() else None})
+        else:
+            partial.resumed_bytes += start
+        end = start + int(length) if length and length.isdigit() else partial.meta.get("total")
+        progress = Progress(f"download {job.name}", total=partial.meta.get("total"), unit="bytes")
+        progress.update(partial.size)
+        with open(partial.path, "ab") as dst:
+            while chunk := response.read(config.chunk_bytes):
+                dst.write(chunk)
+                partial.digest.update(chunk)
+                partial.size += len(chunk)
+                progress.update(len(chunk))
+    if end is not None and partial.size != end:
+        raise TruncatedBody(f"the body ended after byte {partial.size} of {end}")
+    size, sha = partial.size, partial.digest.hexdigest()
+    try:
+        _check_sha256(job, sha, size)
+    except ChecksumMismatch:
+        partial.discard()
+        raise
+    os.replace(partial.path, dest)
+    partial.discard()  # the sidecar
+    progress.close()
+    return size, sha
 
 
 def _fetch_file(job: _FileJob) -> dict[str, Any]:
@@ -170,14 +240,18 @@ def _fetch_file(job: _FileJob) -> dict[str, Any]:
         size, sha = _sha256_of(job.destination, config.chunk_bytes)
         if (size, sha) == (previous["size"], previous["sha256"]) and job.expected_sha256 in (None, sha):
             return {"name": job.name, "source": job.source, "size": size, "sha256": sha,
-                    "skipped": True, "attempts": 0}
+                    "skipped": True, "attempts": 0, "resumed_bytes": 0}
+    resumable = _resumable(job)
+    partial = resumable[0] if resumable else None
     for attempt in range(1, config.max_attempts + 1):
         try:
-            size, sha = _copy_once(job)
+            size, sha = _copy_http_resumable(job, *resumable) if resumable else _copy_once(job)
             return {"name": job.name, "source": job.source, "size": size, "sha256": sha,
-                    "skipped": False, "attempts": attempt}
+                    "skipped": False, "attempts": attempt, "resumed_bytes": partial.resumed_bytes if partial else 0}
         except Exception as error:  # noqa: BLE001 - classified below
             if isinstance(error, FileNotFoundError):
+                if partial is not None:
+                    partial.discard()
                 return {"name": job.name, "error": "not_found", "attempts": attempt,
                         "message": f"source {job.source!r} was not found (HTTP 404 or no such file); "
                                    f"check the URL"}
@@ -185,7 +259,9 @@ def _fetch_file(job: _FileJob) -> dict[str, Any]:
                 return {"name": job.name, "error": type(error).__name__, "attempts": attempt,
                         "message": str(error) if isinstance(error, ChecksumMismatch) else
                         f"source {job.source!r}: {type(error).__name__}: {error} (attempt {attempt} of "
-                        f"{config.max_attempts}{'; not retried' if _is_permanent(error) else ''})"}
+                        f"{config.max_attempts}{'; not retried' if _is_permanent(error) else ''})"
+                        + (f"; {partial.size} bytes kept in {job.name}{RESUMABLE_SUFFIX}, a re-run resumes from there"
+                           if partial is not None and partial.size else "")}
             time.sleep(min(config.backoff_max_s, config.backoff_initial_s * 2 ** (attempt - 1)))
     raise AssertionError("unreachable")
 
@@ -233,4 +309,5 @@ def download(config: DownloadConfig) -> dict[str, Any]:
         "bytes": sum(r["size"] for r in done),
         "bytes_downloaded": sum(r["size"] for r in done if not r["skipped"]),
         "retries": sum(max(0, r["attempts"] - 1) for r in done),
+        "resumed_bytes": sum(r["resumed_bytes"] for r in done),
     }

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -75,13 +77,22 @@ def kept_ids():
 
 @dataclass
 class FlakyServer:
-    """Serves `files` on 127.0.0.1; `failures[path]` lists what the next requests get instead of
-    the file: "500" (an error status) or "truncate" (half the body, then the connection closes)."""
+    """Serves `files` on 127.0.0.1 with an ETag (unless `validators` is False) and byte ranges
+    (`Range: bytes=N-`, `If-Range`; unless `honour_ranges` is False: then every answer is the whole
+    file, 200). `failures[path]` lists what the next requests get instead of their body: "500" (an
+    error status) or "truncate" (half of the body, whole or ranged, then the connection closes).
+    `requests` records the path of every GET, `ranges` its (path, Range, If-Range) headers."""
 
     url: str
     files: dict[str, bytes] = field(default_factory=dict)
     failures: dict[str, list[str]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
+    ranges: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    honour_ranges: bool = True
+    validators: bool = True
+
+    def etag(self, path: str) -> str:
+        return f'"{hashlib.sha256(self.files[path]).hexdigest()[:16]}"'
 
 
 @pytest.fixture
@@ -95,6 +106,7 @@ def flaky_server():
         def do_GET(self):  # noqa: N802 - http.server's naming
             path = self.path.split("?", 1)[0]
             state.requests.append(path)
+            state.ranges.append((path, self.headers.get("Range"), self.headers.get("If-Range")))
             body = state.files.get(path)
             if body is None:
                 self.send_error(404, "Not Found")
@@ -104,16 +116,34 @@ def flaky_server():
             if failure == "500":
                 self.send_error(500, "Injected failure")
                 return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
+            etag = state.etag(path) if state.validators else None
+            requested = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+            if_range = self.headers.get("If-Range")
+            start = 0
+            if requested and state.honour_ranges and if_range in (None, etag):
+                start = int(requested[1])
+                if start >= len(body):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(body)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            else:
+                self.send_response(200)
+            payload = body[start:]
+            self.send_header("Content-Length", str(len(payload)))
             self.send_header("Content-Type", "application/octet-stream")
+            if etag is not None:
+                self.send_header("ETag", etag)
             self.end_headers()
             if failure == "truncate":
-                self.wfile.write(body[: len(body) // 2])
+                self.wfile.write(payload[: len(payload) // 2])
                 self.wfile.flush()
                 self.close_connection = True
                 return
-            self.wfile.write(body)
+            self.wfile.write(payload)
 
         def do_HEAD(self):  # noqa: N802
             body = state.files.get(self.path.split("?", 1)[0])

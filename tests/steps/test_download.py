@@ -1,15 +1,18 @@
-"""Download: local globs, manifest + skip on re-run, retries through a flaky HTTP server, checksums, 404."""
+"""Download: local globs, manifest + skip on re-run, retries through a flaky HTTP server, checksums, 404,
+HTTP downloads resumed with Range requests (across retries and across runs)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import random
 from dataclasses import replace
 
 import pytest
 
-from steps.download import ChecksumMismatch, DownloadConfig, DownloadError, SourceNotFound, download
+from steps.download import (RESUMABLE_SUFFIX, ChecksumMismatch, DownloadConfig, DownloadError, SourceNotFound,
+                            download)
 
 FAST = dict(backoff_initial_s=0.01, backoff_max_s=0.05)
 
@@ -118,3 +121,81 @@ def test_relative_sources_are_read_from_source_root_which_is_not_hashed(tmp_path
     ids = {build_graph([ExecutorStep("raw", download, replace(config(root, "a.jsonl"), output_path=this_output_path()))])
            .nodes.popitem()[1].step_id for root in (str(checkout), "/somewhere/else", None)}
     assert len(ids) == 1
+
+
+BODY = random.Random(0).randbytes(200_000)
+
+
+def serve(flaky_server, body=BODY, path="/big/part.bin") -> str:
+    flaky_server.files[path] = body
+    return f"{flaky_server.url}{path}"
+
+
+def manifest_sha(output) -> dict[str, str]:
+    return {f["name"]: f["sha256"] for f in json.loads((output / "manifest.json").read_text())["files"]}
+
+
+def test_a_truncated_attempt_is_resumed_with_a_range_request(flaky_server, tmp_path):
+    url = serve(flaky_server)
+    flaky_server.failures["/big/part.bin"] = ["truncate"]
+    result = download(DownloadConfig(sources=[url], output_path=str(tmp_path), **FAST))
+    half = len(BODY) // 2
+    assert flaky_server.ranges == [("/big/part.bin", None, None),
+                                   ("/big/part.bin", f"bytes={half}-", flaky_server.etag("/big/part.bin"))]
+    assert (tmp_path / "docs" / "part.bin").read_bytes() == BODY
+    assert manifest_sha(tmp_path) == {"part.bin": sha(BODY)}
+    assert result["resumed_bytes"] == half and result["retries"] == 1
+    assert [p.name for p in (tmp_path / "docs").iterdir()] == ["part.bin"]  # no kept bytes, no sidecar
+
+
+def test_a_server_that_ignores_ranges_starts_the_file_over(flaky_server, tmp_path):
+    url = serve(flaky_server)
+    flaky_server.failures["/big/part.bin"] = ["truncate"]
+    flaky_server.honour_ranges = False
+    result = download(DownloadConfig(sources=[url], output_path=str(tmp_path),
+                                     expected_sha256={"part.bin": sha(BODY)}, **FAST))
+    assert flaky_server.ranges[-1][1] == f"bytes={len(BODY) // 2}-"  # asked for the rest, got the whole file
+    assert (tmp_path / "docs" / "part.bin").read_bytes() == BODY
+    assert result["resumed_bytes"] == 0 and manifest_sha(tmp_path) == {"part.bin": sha(BODY)}
+
+
+def fail_leaving_kept_bytes(flaky_server, url, output) -> None:
+    """A run whose only attempt is cut midway: it fails and keeps half the file, as a killed run would."""
+    flaky_server.failures["/big/part.bin"] = ["truncate"]
+    with pytest.raises(DownloadError, match=r"100000 bytes kept in part.bin.resumable, a re-run resumes"):
+        download(DownloadConfig(sources=[url], output_path=str(output), max_attempts=1, **FAST))
+    assert (output / "docs" / f"part.bin{RESUMABLE_SUFFIX}").stat().st_size == len(BODY) // 2
+    assert not (output / "docs" / "part.bin").exists()
+
+
+def test_a_rerun_resumes_the_bytes_a_failed_run_kept(flaky_server, tmp_path):
+    url = serve(flaky_server)
+    fail_leaving_kept_bytes(flaky_server, url, tmp_path)
+    (tmp_path / "docs" / "part.bin.partial-999-deadbeef").write_bytes(b"stale")  # a killed run's temporary
+    flaky_server.ranges.clear()
+    result = download(DownloadConfig(sources=[url], output_path=str(tmp_path), **FAST))
+    assert flaky_server.ranges == [("/big/part.bin", f"bytes={len(BODY) // 2}-", flaky_server.etag("/big/part.bin"))]
+    assert result["resumed_bytes"] == len(BODY) // 2 and result["retries"] == 0
+    assert (tmp_path / "docs" / "part.bin").read_bytes() == BODY
+    assert manifest_sha(tmp_path) == {"part.bin": sha(BODY)}
+    assert [p.name for p in (tmp_path / "docs").iterdir()] == ["part.bin"]
+
+
+@pytest.mark.parametrize("change", ["etag", "size", "shrunk"])
+def test_kept_bytes_of_a_changed_source_are_dropped(flaky_server, tmp_path, change):
+    """etag: If-Range sees the change (200); size: no validators, the 206's total differs; shrunk:
+    no validators, the source is now shorter than the kept bytes (416)."""
+    url = serve(flaky_server)
+    flaky_server.validators = change == "etag"
+    fail_leaving_kept_bytes(flaky_server, url, tmp_path)
+    old_etag = flaky_server.etag("/big/part.bin") if change == "etag" else None
+    new = random.Random(1).randbytes(60_000 if change == "shrunk" else 150_000)
+    serve(flaky_server, new)
+    flaky_server.ranges.clear()
+    result = download(DownloadConfig(sources=[url], output_path=str(tmp_path), **FAST))
+    assert (tmp_path / "docs" / "part.bin").read_bytes() == new
+    assert result["resumed_bytes"] == 0 and result["retries"] == 0
+    assert manifest_sha(tmp_path) == {"part.bin": sha(new)}
+    assert flaky_server.ranges[0] == ("/big/part.bin", f"bytes={len(BODY) // 2}-", old_etag)
+    assert [r[1] for r in flaky_server.ranges[1:]] == ([] if change == "etag" else [None])
+    assert [p.name for p in (tmp_path / "docs").iterdir()] == ["part.bin"]

@@ -103,7 +103,11 @@ def expand_sources(sources: list[str], storage_options: dict[str, Any] | None = 
         url = (lambda p: protocol + p) if protocol and protocol != "file://" else (lambda p: p)
         if any(ch in path for ch in "*?["):
             root = path[: min(path.find(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
-            matches = sorted(p for p in fs.glob(path) if fs.isfile(p))
+            try:
+                matches = sorted(p for p in fs.glob(path) if fs.isfile(p))
+            except ValueError as e:  # e.g. fsspec's "'**' can only be an entire path component"
+                raise ValueError(f"DownloadConfig.sources: {source!r} is not a valid glob ({e}); "
+                                 f"write e.g. 'dir/**/*.jsonl'") from None
             if not matches:
                 raise SourceNotFound(f"source {source!r}: the glob matched no files; check the pattern")
             found.extend((url(p), p[len(root):].lstrip("/")) for p in matches)

@@ -199,3 +199,27 @@ def test_kept_bytes_of_a_changed_source_are_dropped(flaky_server, tmp_path, chan
     assert flaky_server.ranges[0] == ("/big/part.bin", f"bytes={len(BODY) // 2}-", old_etag)
     assert [r[1] for r in flaky_server.ranges[1:]] == ([] if change == "etag" else [None])
     assert [p.name for p in (tmp_path / "docs").iterdir()] == ["part.bin"]
+
+
+def test_an_s3_glob_is_copied_with_secret_storage_options_and_skipped_when_complete(s3_emulator, tmp_path):
+    """An object-store source (the S3 emulator) through the same code path as any fsspec URL."""
+    from executor import outputs
+
+    prefix = s3_emulator.fresh_prefix("download-src")
+    options = dict(s3_emulator.storage_options)
+    fs = outputs.filesystem(prefix, options)
+    files = {"shards/a.jsonl": b'{"id": "a", "text": "x"}\n', "shards/deep/b.jsonl": b'{"id": "b", "text": "y"}\n'}
+    for name, data in files.items():
+        fs.pipe_file(f"{prefix}/{name}", data)
+    with pytest.raises(ValueError, match=r"is not a valid glob .*'\*\*' can only be an entire path component"):
+        download(DownloadConfig(sources=[f"{prefix}/shards/**.jsonl"], output_path=str(tmp_path / "bad"),
+                                storage_options=options))
+    config = DownloadConfig(sources=[f"{prefix}/shards/**/*.jsonl"], output_path=str(tmp_path / "out"),
+                            expected_sha256={"a.jsonl": sha(files["shards/a.jsonl"])}, storage_options=options)
+    first = download(config)
+    assert first["files"] == 2 and first["downloaded"] == 2
+    assert (tmp_path / "out" / "docs" / "a.jsonl").read_bytes() == files["shards/a.jsonl"]
+    assert (tmp_path / "out" / "docs" / "deep" / "b.jsonl").read_bytes() == files["shards/deep/b.jsonl"]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert {f["source"] for f in manifest["files"]} == {f"{prefix}/{name}" for name in files}
+    assert download(config)["skipped_complete"] == 2

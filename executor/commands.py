@@ -15,6 +15,7 @@ from typing import Any
 
 from executor import outputs
 from executor.errors import ExecutorError, StatusError
+from executor.progress import human_bytes
 from executor.record import EXECUTOR_DIR, State, parse_status
 from executor.store import StoreError, open_store
 
@@ -40,14 +41,6 @@ def _ago(then: float | None, now: float) -> str:
 
 def _when(then: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(then)) if then else "?"
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def _step_path(path: str) -> str:

@@ -12,6 +12,7 @@ done while its files go) and re-reads it just before, so a step that started mea
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -19,7 +20,9 @@ from executor import outputs
 from executor.errors import StatusError
 from executor.graph import Graph
 from executor.plan_file import plan_file_path, read_plan
+from executor.progress import Progress
 from executor.record import EXECUTOR_DIR, State, Status, parse_status, status_key
+from executor.snapshot import read_many
 from executor.store import open_store
 
 
@@ -73,6 +76,7 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
     """Every step output directory under the prefix with its size, newest write and status."""
     fs = outputs.filesystem(prefix, storage_options)
     root = fs._strip_protocol(prefix).rstrip("/")
+    print(f"gc: listing every object under {prefix}…", file=sys.stderr, flush=True)  # one call, maybe long
     try:
         found = fs.find(prefix, detail=True)
     except FileNotFoundError:
@@ -98,14 +102,17 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
             owner.files += 1
             owner.newest_mtime = max(owner.newest_mtime, _mtime(info))
     store = open_store(prefix, storage_options)
-    for output in steps.values():
-        versioned = store.read(status_key(output.rel))
+    found_steps = sorted(steps.values(), key=lambda o: o.rel)
+    keys = [status_key(o.rel) for o in found_steps]
+    progress = Progress("gc: read statuses", total=len(keys), unit="steps")  # a line every few seconds
+    for output, key, versioned in zip(found_steps, keys, read_many(store, keys)):
+        progress.update()
         if versioned is not None:
             try:
-                output.status = parse_status(versioned.data, f"{prefix}/{status_key(output.rel)}")
+                output.status = parse_status(versioned.data, f"{prefix}/{key}")
             except StatusError as e:
                 output.status_error = str(e)
-    return sorted(steps.values(), key=lambda o: o.rel)
+    return found_steps
 
 
 def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, str]:

@@ -19,6 +19,14 @@ def _human(n: float) -> str:
     return f"{n:.3g}P"
 
 
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
 class Progress:
     """Counts work done towards an optional total and prints a line at most every `interval` s."""
 

@@ -7,7 +7,7 @@ round trips rather than one request per step after another. Reads only.
 from __future__ import annotations
 
 import concurrent.futures as cf
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from executor.graph import StepNode, gc_paused
 from executor.plan import Observed
@@ -23,18 +23,19 @@ def observe(versioned: Versioned | None, where: str) -> Observed:
     return Observed(parse_status(versioned.data, where), versioned.generation)
 
 
-def read_one(store: CoordinationStore, node: StepNode) -> Observed:
-    key = status_key(node.output_rel)
-    return observe(store.read(key), f"{store.root}/{key}")
+def read_many(store: CoordinationStore, keys: list[str], parallelism: int = 64) -> Iterator[Versioned | None]:
+    """store.read of each key, in order: on a thread pool for object stores, in this thread for
+    local and memory stores (where a pool only slows the reads down)."""
+    if isinstance(store, (LocalStore, MemoryStore)) or len(keys) < 4:
+        yield from map(store.read, keys)
+        return
+    with cf.ThreadPoolExecutor(max_workers=min(parallelism, len(keys))) as pool:
+        yield from pool.map(store.read, keys)
 
 
 def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode], parallelism: int = 64) -> dict[str, Observed]:
     with gc_paused():
-        return _read_snapshot(store, list(nodes), parallelism)
-
-
-def _read_snapshot(store: CoordinationStore, nodes: list[StepNode], parallelism: int) -> dict[str, Observed]:
-    if isinstance(store, (LocalStore, MemoryStore)) or len(nodes) < 4:
-        return {n.digest: read_one(store, n) for n in nodes}  # a thread pool only slows local reads
-    with cf.ThreadPoolExecutor(max_workers=min(parallelism, len(nodes))) as pool:
-        return dict(zip((n.digest for n in nodes), pool.map(lambda n: read_one(store, n), nodes)))
+        nodes = list(nodes)
+        keys = [status_key(n.output_rel) for n in nodes]
+        return {n.digest: observe(versioned, f"{store.root}/{key}")
+                for n, key, versioned in zip(nodes, keys, read_many(store, keys, parallelism))}

@@ -13,11 +13,12 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import fsspec
 
 from executor import outputs
+from executor.progress import Progress, human_bytes
 from executor.errors import StatusError
 from executor.record import EXECUTOR_DIR, State, parse_status
 
@@ -52,23 +53,32 @@ def _bare(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs._strip_protocol(path).rstrip("/")
 
 
-def _digest(fs: fsspec.AbstractFileSystem, path: str, make: Any) -> Any:
+OnBytes = Callable[[int], None]  # told how many bytes were just hashed (for progress)
+
+
+def _ignore(n: int) -> None:
+    pass
+
+
+def _digest(fs: fsspec.AbstractFileSystem, path: str, make: Any, on_bytes: OnBytes = _ignore) -> Any:
     h = make()
     with fs.open(path, "rb") as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             h.update(chunk)
+            on_bytes(len(chunk))
     return h
 
 
-def current_checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any], algorithm: str) -> str | None:
+def current_checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any], algorithm: str,
+                     on_bytes: OnBytes = _ignore) -> str | None:
     """The file's checksum today in the recorded algorithm (None: cannot be computed here)."""
     if algorithm == "sha256":
-        return _digest(fs, path, hashlib.sha256).hexdigest()
+        return _digest(fs, path, hashlib.sha256, on_bytes).hexdigest()
     if algorithm == "s3-etag-md5":
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
-        return etag if etag and "-" not in etag else _digest(fs, path, hashlib.md5).hexdigest()
+        return etag if etag and "-" not in etag else _digest(fs, path, hashlib.md5, on_bytes).hexdigest()
     if algorithm == "md5-base64":
-        return info.get("md5Hash") or base64.b64encode(_digest(fs, path, hashlib.md5).digest()).decode()
+        return info.get("md5Hash") or base64.b64encode(_digest(fs, path, hashlib.md5, on_bytes).digest()).decode()
     if algorithm == "crc32c":
         if info.get("crc32c"):
             return str(info["crc32c"])
@@ -76,12 +86,13 @@ def current_checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, A
             import google_crc32c
         except ImportError:
             return None
-        checksum = _digest(fs, path, google_crc32c.Checksum)
+        checksum = _digest(fs, path, google_crc32c.Checksum, on_bytes)
         return base64.b64encode(checksum.digest()).decode()
     return None
 
 
-def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str, Any]) -> StepVerification:
+def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str, Any],
+                on_bytes: OnBytes = _ignore) -> StepVerification:
     """Compare the files under `step_path` with the record's manifest."""
     result = StepVerification(step_path, record.get("step_id"), verified=True)
     root = _bare(fs, step_path)
@@ -107,7 +118,7 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
             continue
         checksum = entry.get("checksum") or {}
         algorithm = checksum.get("algorithm", "?")
-        now = current_checksum(fs, full, info, algorithm)
+        now = current_checksum(fs, full, info, algorithm, on_bytes)
         if now is None:
             result.problems.append(Problem("unverifiable", rel, f"cannot compute a {algorithm} checksum here"))
         elif now != checksum.get("value"):
@@ -126,7 +137,8 @@ def _read(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
         return None
 
 
-def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0) -> StepVerification:
+def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0,
+               on_bytes: OnBytes = _ignore) -> StepVerification:
     """Verify one step directory, given its status and record."""
     step_path = step_path.rstrip("/")
     status_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/status.json")
@@ -143,7 +155,7 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0) ->
         if base is None:
             return StepVerification(step_path, status.step_id, note="adopted; verify the output it points at: "
                                     f"{status.alias_of.get('output_rel')}")
-        target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", _hops=1)
+        target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", _hops=1, on_bytes=on_bytes)
         target.note = f"adopted by {status.step_id}; verified the output it points at"
         return target
     record_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/record.json")
@@ -156,7 +168,7 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0) ->
         return StepVerification(step_path, status.step_id, problems=[Problem(
             "changed", f"{EXECUTOR_DIR}/record.json", f"record digest {str(record.get('digest'))[:12]}… does not "
                                                         f"match the status digest {status.digest[:12]}…")])
-    return verify_step(fs, step_path, record)
+    return verify_step(fs, step_path, record, on_bytes)
 
 
 def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
@@ -180,4 +192,18 @@ def verify_path(path: str, storage_options: dict | None = None) -> list[StepVeri
     fs = outputs.filesystem(path, storage_options)
     if outputs.is_local(path):
         path = outputs.normalize_prefix(path)
-    return [verify_one(fs, step) for step in step_directories(fs, path)]
+    steps = step_directories(fs, path)
+    progress = Progress("verify", total=len(steps), unit="steps")  # a line every few seconds, on stderr
+    hashed = 0
+
+    def on_bytes(n: int) -> None:  # a large file shows progress while it is being hashed
+        nonlocal hashed
+        hashed += n
+        progress.desc = f"verify ({human_bytes(hashed)} hashed)"
+        progress.update(0)
+
+    results = []
+    for step in steps:
+        results.append(verify_one(fs, step, on_bytes=on_bytes))
+        progress.update()
+    return results

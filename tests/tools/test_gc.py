@@ -43,6 +43,7 @@ def test_gc_lists_exactly_the_unreachable_outputs_and_deletes_nothing_without_th
     unreachable = {v1["toy/tokenize"], v1["toy/train"], v1["toy/report"], "toy/abandoned-000000000000"}
     assert _listed(out) == unreachable
     assert "RUNNING" in out and "nothing deleted" in out
+    assert f"gc: listing every object under {toy.prefix}" in out  # said before the one long call
     assert sorted(p for p in Path(toy.prefix).rglob("*")) == before
 
     code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--pin", v1["toy/train"])

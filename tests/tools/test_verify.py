@@ -71,3 +71,16 @@ def test_verify_object_store_prefix_detects_deleted_and_modified_objects(backend
 
     code, out = run_main("verify", path, "--storage-options", json.dumps(options))
     assert code == 1 and "missing  b.bin" in out and "changed  a.bin" in out, out
+
+
+def test_verify_shows_progress_while_hashing(ran_toy, monkeypatch):
+    import functools
+
+    import executor.verify
+    from executor.progress import Progress
+
+    monkeypatch.setattr(executor.verify, "Progress", functools.partial(Progress, interval=0))  # every update
+    code, out = run_main("verify", ran_toy.prefix)
+    assert code == 0, out
+    assert "[verify (" in out and " hashed)]" in out  # while a step's files are hashed
+    assert "4/4 steps (100%)" in out

@@ -10,11 +10,10 @@ with the highest `document_priority`; it is set to favour the earlier document, 
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 
-from data_bench_common import bench_corpus, read_ids, report, timed, warm_imports
+from data_bench_common import bench_corpus, corpus_parser, read_ids, report, timed, warm_imports
 
 
 def run_ours(input_dir: str, out: str) -> None:
@@ -50,10 +49,7 @@ def run_datatrove(input_dir: str, work: str, tasks: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=float, default=35)
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = corpus_parser(__doc__)
     args = parser.parse_args()
     input_dir, truth = bench_corpus(args.size_mb, args.seed, args.shards)
     print(f"corpus: {truth['num_docs']} docs, {truth['num_bytes'] / 1e6:.1f} MB of text, {args.shards} shards, "

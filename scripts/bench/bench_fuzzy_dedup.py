@@ -11,11 +11,10 @@ boilerplate (DESIGN §7); ours verifies each match by exact Jaccard >= threshold
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 
-from data_bench_common import bench_corpus, datatrove_word_tokenizer, read_ids, report, timed, warm_imports
+from data_bench_common import bench_corpus, corpus_parser, datatrove_word_tokenizer, read_ids, report, timed, warm_imports
 
 BANDS, ROWS, NGRAM = 14, 8, 5
 
@@ -60,10 +59,7 @@ def score(name: str, kept: list[str], truth: dict, all_ids: list[str]) -> set[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=float, default=35)
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = corpus_parser(__doc__)
     args = parser.parse_args()
     input_dir, truth = bench_corpus(args.size_mb, args.seed, args.shards)
     print(f"corpus: {truth['num_docs']} docs, {truth['num_bytes'] / 1e6:.1f} MB of text, {args.shards} shards; "

@@ -11,14 +11,13 @@ Arrow cache. Token ids must be identical (each document's ids followed by EOS, i
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from data_bench_common import SCRATCH, bench_corpus, report, timed, warm_imports
+from data_bench_common import SCRATCH, bench_corpus, corpus_parser, report, timed, warm_imports
 
 
 def plain_jsonl_copy(input_dir: str) -> str:
@@ -69,10 +68,7 @@ def run_datasets(input_dir: str, tokenizer_path: str, cache: str) -> list[list[i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=float, default=35)
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = corpus_parser(__doc__)
     parser.add_argument("--vocab-size", type=int, default=8192)
     args = parser.parse_args()
     compressed_dir, truth = bench_corpus(args.size_mb, args.seed, args.shards)

@@ -5,6 +5,7 @@ The corpus is generated once per (size, seed, shards) under scratch/bench/ and r
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -35,6 +36,15 @@ def bench_corpus(size_mb: float, seed: int, shards: int) -> tuple[str, dict]:
             "boilerplate_families": corpus.boilerplate_families, "num_docs": len(corpus.docs),
             "num_bytes": corpus.num_bytes}))
     return str(directory / "docs"), json.loads(truth_path.read_text())
+
+
+def corpus_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The flags every data benchmark takes: corpus size, shard count and seed."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=35)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
 
 
 @contextmanager

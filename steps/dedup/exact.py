@@ -18,7 +18,7 @@ import xxhash
 
 from executor.parallel import map_shards
 from executor.step import execution_only
-from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard
+from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard, written_counts
 from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
                              remove_stale_temporaries)
 
@@ -139,18 +139,8 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
         jobs.append(ShardWrite(path, config.output_path, name, attributes, config.on_bad_line))
     written = map_shards(write_dedup_shard, jobs, desc="exact-dedup: write", num_cpus=config.num_cpus_per_shard)
 
-    return {
-        "documents_in": stats.documents,
-        "documents_out": sum(w["documents_out"] for w in written),
-        "duplicate_documents": int(removed_doc.sum()),
-        "duplicate_paragraphs": removed_paragraphs,
-        "input_bytes": stats.bytes,
-        "text_bytes_out": sum(w["text_bytes_out"] for w in written),
-        "skipped_lines": stats.skipped_lines,
-        "skipped_examples": stats.skip_examples,
-        "shards": len(files),
-        "shards_resumed": sum(bool(w["resumed"]) for w in written),
-    }
+    return {**written_counts(stats, written, files),
+            "duplicate_documents": int(removed_doc.sum()), "duplicate_paragraphs": removed_paragraphs}
 
 
 def _paragraph_spans(path: str, on_bad_line: OnBadLine, wanted: set[int]) -> dict[int, list[tuple[int, int]]]:

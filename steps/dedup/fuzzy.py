@@ -24,7 +24,7 @@ from executor.parallel import map_shards
 from executor.progress import Progress
 from executor.step import execution_only
 from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
-from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard
+from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard, written_counts
 from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
                              remove_stale_temporaries)
 
@@ -198,18 +198,11 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     written = map_shards(write_dedup_shard, writes, desc="fuzzy-dedup: write", num_cpus=config.num_cpus_per_shard)
 
     return {
-        "documents_in": stats.documents,
-        "documents_out": sum(w["documents_out"] for w in written),
+        **written_counts(stats, written, files),
         "duplicate_documents": len(duplicate_of),
         "candidate_pairs": len(candidates),
         "verified_pairs": int(verified_pairs),
         "rejected_pairs": len(candidates) - int(verified_pairs),
         "rejected_component_members": rejected_members,
         "documents_without_words": int((~eligible).sum()),
-        "input_bytes": stats.bytes,
-        "text_bytes_out": sum(w["text_bytes_out"] for w in written),
-        "skipped_lines": stats.skipped_lines,
-        "skipped_examples": stats.skip_examples,
-        "shards": len(files),
-        "shards_resumed": sum(bool(w["resumed"]) for w in written),
     }

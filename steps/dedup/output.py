@@ -61,3 +61,17 @@ def write_dedup_shard(job: ShardWrite) -> dict[str, Any]:
     result = {"shard": job.name, "documents_out": docs_out, "text_bytes_out": out_bytes}
     write_json_atomically(job.marker, {"schema": 1, **result})
     return {**result, "resumed": False}
+
+
+def written_counts(stats: ReadStats, written: list[dict[str, Any]], files: list[str]) -> dict[str, Any]:
+    """The counts every dedup step reports: documents in and out, bytes, skips and shards resumed."""
+    return {
+        "documents_in": stats.documents,
+        "documents_out": sum(w["documents_out"] for w in written),
+        "input_bytes": stats.bytes,
+        "text_bytes_out": sum(w["text_bytes_out"] for w in written),
+        "skipped_lines": stats.skipped_lines,
+        "skipped_examples": stats.skip_examples,
+        "shards": len(files),
+        "shards_resumed": sum(bool(w["resumed"]) for w in written),
+    }

@@ -11,12 +11,15 @@ import gzip
 import io
 import json
 import os
+import tempfile
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal
 
 import fsspec
 import zstandard
+from fsspec.implementations.local import LocalFileSystem
 
 try:  # orjson is several times faster; the stdlib parser gives the same results
     import orjson
@@ -229,15 +232,33 @@ def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -
     return count
 
 
+def write_file_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call `write(f)` to fill the file at `path` (local or URL); a reader never sees a torn file."""
+    fs, target = fsspec.core.url_to_fs(str(path))
+    if not isinstance(fs, LocalFileSystem):
+        # An object appears whole when its upload completes, so the final key is written directly.
+        # The bytes are built first: fsspec commits a file on close even when the writer raised.
+        buffer = io.BytesIO()
+        write(buffer)
+        fs.pipe_file(target, buffer.getvalue())
+        return
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+
 def write_json_atomically(path: str, value: Any) -> None:
-    """Write a small JSON file under a temporary name, then rename it into place."""
-    fs, target = fsspec.core.url_to_fs(path)
-    parent = target.rsplit("/", 1)[0] if "/" in target else "."
-    fs.makedirs(parent, exist_ok=True)
-    tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with fs.open(tmp, "w") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-    fs.mv(tmp, target)
+    """Write a small JSON file whole (see write_file_atomically)."""
+    data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
+    write_file_atomically(path, lambda f: f.write(data))
 
 
 def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".partial-")) -> int:

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
 
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
+
+from executor import outputs
+from steps.documents import write_file_atomically
 
 LEDGER_SCHEMA = 1
 
@@ -38,29 +38,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def join(root: str | Path, *parts: str) -> str:
     """`root/part/...` for a local path or a URL."""
-    return "/".join([str(root).rstrip("/"), *parts])
-
-
-def write_file_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
-    """Call `write(f)` to fill the file at `path` (local or URL); a reader never sees a torn file."""
-    fs, target = fsspec.core.url_to_fs(str(path))
-    if not isinstance(fs, LocalFileSystem):
-        # An object appears whole when its upload completes, so the final key is written directly.
-        # The bytes are built first: fsspec commits a file on close even when the writer raised.
-        buffer = io.BytesIO()
-        write(buffer)
-        fs.pipe_file(target, buffer.getvalue())
-        return
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return outputs.join(str(root), *parts)
 
 
 def save_array_atomically(path: str | Path, array: np.ndarray) -> None:

@@ -29,7 +29,8 @@ from executor.step import execution_only
 from steps import token_cache
 from steps.bpe import DEFAULT_EOS, BatchEncoder, eos_id_of, load_tokenizer_json, train_byte_level_bpe
 from steps.documents import (BadInputError, OnBadLine, ReadStats, count_records, list_document_files,
-                             read_documents, read_json, remove_stale_temporaries, write_json_atomically)
+                             read_documents, read_json, remove_stale_temporaries, write_file_atomically,
+                             write_json_atomically)
 
 SPLITS = ("train", "validation")
 
@@ -117,7 +118,7 @@ def _tokenizer(config: TokenizeConfig, files: list[str], out: str) -> str:
         tokenizer = train_byte_level_bpe(_training_texts(config, files), config.vocab_size,
                                          config.eos_token, config.min_pair_frequency)
         text = tokenizer.to_str()
-    token_cache.write_file_atomically(target, lambda f: f.write(text.encode("utf-8")))
+    write_file_atomically(target, lambda f: f.write(text.encode("utf-8")))
     return text
 
 

@@ -108,10 +108,10 @@ def storage_options_from_env(prefix: str, environ: dict[str, str]) -> dict[str, 
     return options
 
 
-def open_prefix(prefix: str, environ: dict[str, str]) -> tuple[Any, Any]:
+def open_prefix(prefix: str, environ: dict[str, str], options: dict[str, Any]) -> tuple[Any, Any]:
     """The coordination store and the fsspec filesystem for a prefix, with storage options.
 
-    Options for object stores come from the environment variable EXECUTOR_STORAGE_OPTIONS (a
+    Options for object stores (see storage_options_from_env) come from EXECUTOR_STORAGE_OPTIONS (a
     JSON object passed to gcsfs/s3fs, e.g. {"endpoint_url": "http://127.0.0.1:PORT", "token":
     "anon"}), never from a flag: argv is recorded in run files and options may hold secrets.
     Object stores are wrapped in RetryingStore (transient errors, lost answers of conditional
@@ -125,7 +125,6 @@ def open_prefix(prefix: str, environ: dict[str, str]) -> tuple[Any, Any]:
     from executor.store.retry import RetryingStore
 
     object_store = not (outputs.is_local(prefix) or prefix.startswith("memory://"))
-    options = storage_options_from_env(prefix, environ)
     store = open_store(prefix, options)
     faulty = environ.get("EXECUTOR_FAULTY_STORE", "").strip()
     if faulty:
@@ -199,13 +198,14 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
         from executor.plan_file import run_check
 
         return run_check(graph, main_file, update=options.update_plan, reporter=reporter)
+    storage_options = storage_options_from_env(prefix, environ)
     if options.explain:
         from executor.explain import run_explain
 
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
-                           storage_options=storage_options_from_env(prefix, environ))
+                           storage_options=storage_options)
 
-    store, fs = open_prefix(prefix, environ)  # once per invocation; _execute reuses both
+    store, fs = open_prefix(prefix, environ, storage_options)  # once per invocation; _execute reuses both
     started = time.time()
     snapshot = read_snapshot(store, graph.nodes.values())
     plan = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only, now=time.time()))
@@ -222,8 +222,7 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
 
             reporter.info(f"prefix: {prefix}")
             reporter.print_plan(plan, prefix, title=description)
-            print_dry_run_notes(graph, plan, prefix, main_file, reporter,
-                                storage_options_from_env(prefix, environ))
+            print_dry_run_notes(graph, plan, prefix, main_file, reporter, storage_options)
         if options.graph:
             from executor.draw import draw_plan
 

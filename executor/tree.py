@@ -40,7 +40,7 @@ def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
     """Post-order fold: `node(value, [(key, folded child)], path)` for containers, `leaf` otherwise.
 
     Plain str, int, bool and None are kept as they are without calling `leaf`: every fold keeps
-    them unchanged, and skipping the call halves the cost of hashing large configs. Placeholders
+    them unchanged, and skipping the call halves the walker's calls on wide configs. Placeholders
     and steps are leaves. Set children carry the key None (sets have no order).
     """
     def go(v: Any, p: Path) -> Any:  # callers skip it for plain children, the hot path

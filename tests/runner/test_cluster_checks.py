@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from rich.console import Console
 
@@ -103,22 +104,26 @@ def test_live_reporter_degrades_to_lines_and_renders_on_terminal():
     assert live._live is None and "1 failed" in term.getvalue()
 
 
+@dataclass(frozen=True)
+class Nothing:
+    output_path: str
+
+
+def never_runs(config: Nothing) -> None:
+    raise AssertionError("the run should stop before any step starts")
+
+
 def test_an_address_nothing_listens_on_fails_in_seconds_with_nothing_written(tmp_path, capsys):
     """ray.init would retry for minutes; the executor checks the port first (exit 2)."""
     import time
-    from dataclasses import dataclass
 
     from executor import ExecutorStep, this_output_path
     from executor.cli import run
     from executor.runner.ray_env import free_ports
 
-    @dataclass(frozen=True)
-    class Nothing:
-        output_path: str
-
     address = f"127.0.0.1:{free_ports(1)[0]}"
     started = time.monotonic()
-    code = run([ExecutorStep("join/never", print, Nothing(this_output_path()))],
+    code = run([ExecutorStep("join/never", never_runs, Nothing(this_output_path()))],
                argv=["--prefix", str(tmp_path), "--ray-address", address], environ={}, main_file=__file__)
     assert code == 2 and time.monotonic() - started < 30
     assert f"could not reach the Ray cluster at '{address}' (Connection refused)" in capsys.readouterr().err

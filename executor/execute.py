@@ -390,15 +390,18 @@ class Execution:
         self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
 
     def _interrupt(self) -> None:
-        for t in self.tracked.values():
-            if t.state == NodeState.RUNNING:
-                if t.handle is not None:
-                    t.handle.cancel()
-                if t.lease is not None:
-                    final = t.lease.status.next(state=State.FAILED, error="interrupted (Ctrl-C)",
-                                                written_at=self.ctx.wall_clock())
-                    try:
-                        self.ctx.keeper.finish(t.lease, final)
-                    except StoreError:
-                        pass
-                t.state, t.error = NodeState.FAILED, "interrupted (Ctrl-C)"
+        running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
+        # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
+        # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
+        for t in running:
+            if t.lease is not None:
+                final = t.lease.status.next(state=State.FAILED, error="interrupted (Ctrl-C)",
+                                            written_at=self.ctx.wall_clock())
+                try:
+                    self.ctx.keeper.finish(t.lease, final)
+                except StoreError:
+                    pass
+            t.state, t.error = NodeState.FAILED, "interrupted (Ctrl-C)"
+        for t in running:
+            if t.handle is not None:
+                t.handle.cancel()

@@ -178,7 +178,10 @@ class RayHandle:
     def _stop_tasks(self) -> None:
         import ray
 
-        for ref in self._refs:
+        if not self._refs:
+            return
+        finished, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        for ref in set(self._refs) - set(finished):  # cancelling a finished task races its reply in Ray
             try:
                 ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - already finished, or not a task (placement)

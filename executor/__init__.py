@@ -17,11 +17,11 @@ Exceptions:
 """
 
 from executor.cli import executor_main
-from executor.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
-from executor.parallel import map_shards
-from executor.step import (ExecutorStep, Resources, execution_only, output_path_of, secret,
+from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
+from executor.engine.parallel import map_shards
+from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, secret,
                            this_output_path)
-from executor.store import StoreError, TransientStoreError
+from executor.engine.store import StoreError, TransientStoreError
 
 __all__ = [
     "ConfigEncodingError",

@@ -24,9 +24,7 @@ import os
 import sys
 from typing import Sequence
 
-from executor import commands
-
-
+from executor.tools import commands
 def _storage_options(text: str, source: str = "--storage-options") -> dict:
     try:
         value = json.loads(text)

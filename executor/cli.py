@@ -15,16 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from executor import flags, outputs
-from executor.errors import ExecutorError
-from executor.graph import Graph, build_graph
-from executor.lease import LeaseKeeper, LeaseSettings, StalenessWatch
-from executor.plan import Action, Plan, PlanOptions, plan_steps
-from executor.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
-from executor.report import ConsoleReporter, plan_json, plan_rows
-from executor.snapshot import read_snapshot
-from executor.step import ExecutorStep, Resources
-from executor.store import StoreError, open_store
+from executor import flags
+
+from executor.engine import outputs
+from executor.core.errors import ExecutorError
+from executor.core.graph import Graph, build_graph
+from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.core.plan import Action, Plan, PlanOptions, plan_steps
+from executor.core.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
+from executor.engine.report import ConsoleReporter, plan_json, plan_rows
+from executor.engine.snapshot import read_snapshot
+from executor.core.step import ExecutorStep, Resources
+from executor.engine.store import StoreError, open_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_PREFIX = "cache"
@@ -121,8 +123,8 @@ def open_prefix(prefix: str, environ: dict[str, str], options: dict[str, Any]) -
     errors at that seeded fraction of calls, half of them after the call took effect) under
     RetryingStore, for any prefix. Never set it outside tests.
     """
-    from executor.store.faulty import FaultyStore
-    from executor.store.retry import RetryingStore
+    from executor.engine.store.faulty import FaultyStore
+    from executor.engine.store.retry import RetryingStore
 
     object_store = not (outputs.is_local(prefix) or prefix.startswith("memory://"))
     store = open_store(prefix, options)
@@ -195,12 +197,12 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
 def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description: str | None,
                main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter) -> int:
     if options.check or options.update_plan:
-        from executor.plan_file import run_check
+        from executor.tools.plan_file import run_check
 
         return run_check(graph, main_file, update=options.update_plan, reporter=reporter)
     storage_options = storage_options_from_env(prefix, environ)
     if options.explain:
-        from executor.explain import run_explain
+        from executor.tools.explain import run_explain
 
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
                            storage_options=storage_options)
@@ -211,20 +213,20 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
     plan = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only, now=time.time()))
     from rich.console import Console
 
-    from executor.drift import warn_drift  # issue 7: completed outputs whose step code changed
+    from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
     warn_drift(plan, prefix, fs, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
     if options.dry_run:
         if options.json:
             print(plan_json(plan, prefix))
         else:
-            from executor.explain import print_dry_run_notes
+            from executor.tools.explain import print_dry_run_notes
 
             reporter.info(f"prefix: {prefix}")
             reporter.print_plan(plan, prefix, title=description)
             print_dry_run_notes(graph, plan, prefix, main_file, reporter, storage_options)
         if options.graph:
-            from executor.draw import draw_plan
+            from executor.tools.draw import draw_plan
 
             draw_plan(plan, options.graph)
             print(f"graph written to {options.graph}", file=sys.stderr if options.json else sys.stdout)
@@ -247,8 +249,8 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
 
 def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, description: str | None,
              main_file: str | None, reporter: ConsoleReporter, store: Any, fs: Any) -> int:
-    from executor.execute import Execution, NodeState, RunContext
-    from executor.provenance import invocation
+    from executor.engine.execute import Execution, NodeState, RunContext
+    from executor.engine.provenance import invocation
 
     outputs.check_writable(prefix)
     if prefix.startswith("memory://") and options.runner != "inline":
@@ -260,7 +262,7 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
     if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
-        from executor.live import LiveReporter
+        from executor.engine.live import LiveReporter
 
         reporter = LiveReporter(console=reporter.console, plan=plan)
     started_runner: list[Any] = []
@@ -269,11 +271,11 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
         if started_runner:
             return started_runner[0]
         if options.runner == "inline":
-            from executor.runner.inline import InlineRunner
+            from executor.engine.runner.inline import InlineRunner
 
             started_runner.append(InlineRunner(max_workers=options.max_concurrent))
             return started_runner[0]
-        from executor.runner.ray_runner import RayRunner
+        from executor.engine.runner.ray_runner import RayRunner
 
         address = options.ray_address or os.environ.get("RAY_ADDRESS")
         reporter.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")

@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from executor.errors import ExecutorError
+from executor.core.errors import ExecutorError
 
 BOOL_WORDS = {"true", "false", "yes", "no", "1", "0", "on", "off"}
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import fsspec
 
-from executor.parallel import map_shards
-from executor.progress import Progress
-from executor.step import execution_only, secret
+from executor.engine.parallel import map_shards
+from executor.engine.progress import Progress
+from executor.core.step import execution_only, secret
 from steps.documents import read_json, remove_stale_temporaries, write_json_atomically
 from steps.http_resume import RESUMABLE_SUFFIX, Partial, TruncatedBody, body_start, hash_file, open_http
 

@@ -26,7 +26,7 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from executor import outputs
+from executor.engine import outputs
 from steps.documents import write_file_atomically
 
 LEDGER_SCHEMA = 1

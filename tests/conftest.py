@@ -41,7 +41,7 @@ def ray_local():
     """
     import ray
 
-    from executor.runner.ray_runner import _start_embedded
+    from executor.engine.runner.ray_runner import _start_embedded
 
     _start_embedded(num_cpus=2, object_store_memory=80 * 1024 * 1024, resources=None)
     yield ray

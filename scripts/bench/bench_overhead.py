@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from executor.runner.ray_runner import prepare_loopback_environment  # noqa: E402
+from executor.engine.runner.ray_runner import prepare_loopback_environment  # noqa: E402
 
 prepare_loopback_environment()
 
@@ -67,7 +67,7 @@ def executor_run(n: int, prefix: Path, max_concurrent: int, profile: bool, quiet
 
     from executor import ExecutorStep, this_output_path
     from executor.cli import run
-    from executor.report import ConsoleReporter
+    from executor.engine.report import ConsoleReporter
 
     steps = [ExecutorStep(f"bench/t{i}", trivial, Trivial(i, this_output_path())) for i in range(n)]
     sink = io.StringIO()
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from executor.runner.ray_runner import _start_embedded
+    from executor.engine.runner.ray_runner import _start_embedded
 
     t0 = time.perf_counter()
     _start_embedded(args.num_cpus, 200 * 1024 * 1024, None)
@@ -118,7 +118,7 @@ def main() -> None:
         again_started = time.perf_counter()
         from executor.cli import run
         from executor import ExecutorStep, this_output_path
-        from executor.report import ConsoleReporter
+        from executor.engine.report import ConsoleReporter
         from rich.console import Console
 
         steps = [ExecutorStep(f"bench/t{i}", trivial, Trivial(i, this_output_path())) for i in range(args.steps)]

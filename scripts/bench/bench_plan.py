@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from executor import ExecutorStep, output_path_of, this_output_path
-from executor.graph import build_graph
-from executor.plan import PlanOptions, plan_steps
-from executor.record import Owner, State, Status, status_key
-from executor.snapshot import read_snapshot
-from executor.store.local import LocalStore
+from executor.core.graph import build_graph
+from executor.core.plan import PlanOptions, plan_steps
+from executor.core.record import Owner, State, Status, status_key
+from executor.engine.snapshot import read_snapshot
+from executor.engine.store.local import LocalStore
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # before gcsfs is imported
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: tests.emulators
 
-from executor.store import CoordinationStore, open_store  # noqa: E402
+from executor.engine.store import CoordinationStore, open_store  # noqa: E402
 from tests.emulators import Emulator, running_gcs_emulator, running_s3_emulator  # noqa: E402
 
 STATUS_SUFFIX = "/.executor/status.json"

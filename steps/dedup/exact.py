@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from executor.parallel import map_shards
-from executor.step import execution_only
+from executor.engine.parallel import map_shards
+from executor.core.step import execution_only
 from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard, written_counts
 from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
                              remove_stale_temporaries)

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from executor.parallel import map_shards
-from executor.progress import Progress
-from executor.step import execution_only
+from executor.engine.parallel import map_shards
+from executor.engine.progress import Progress
+from executor.core.step import execution_only
 from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
 from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard, written_counts
 from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,

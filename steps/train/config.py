@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from executor.step import execution_only
+from executor.core.step import execution_only
 
 ROUTER_AFFINITIES = ("sigmoid", "softmax")
 BALANCE_MODES = ("aux_free", "aux_loss", "none")

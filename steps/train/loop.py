@@ -18,7 +18,7 @@ import fsspec
 import jax
 import numpy as np
 
-from executor.progress import Progress
+from executor.engine.progress import Progress
 from steps.token_cache import TokenSplit
 from steps.train import checkpoint
 from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig

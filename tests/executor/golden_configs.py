@@ -12,7 +12,7 @@ import pathlib
 from dataclasses import dataclass, field
 
 from executor import ExecutorStep, execution_only, output_path_of, secret, this_output_path
-from executor.graph import build_graph
+from executor.core.graph import build_graph
 
 GOLDEN_FILE = pathlib.Path(__file__).with_name("golden_ids.json")
 

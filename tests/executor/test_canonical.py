@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from executor import ConfigEncodingError, ExecutorStep, execution_only, output_path_of, secret, this_output_path
-from executor.canonical import canonical_bytes, encode_value
-from executor.graph import build_graph
+from executor.core.canonical import canonical_bytes, encode_value
+from executor.core.graph import build_graph
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
                     st.floats(allow_nan=False), st.binary(max_size=8))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from executor import ExecutorStep, GraphError, output_path_of, this_output_path
-from executor.graph import build_graph
+from executor.core.graph import build_graph
 
 
 @dataclass

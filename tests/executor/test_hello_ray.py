@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from executor.record import State, parse_status
+from executor.core.record import State, parse_status
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "experiments" / "hello.py"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from executor.identity import ID_HEX_CHARS, step_id
+from executor.core.identity import ID_HEX_CHARS, step_id
 from tests.executor.golden_configs import GOLDEN_FILE, golden_ids
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from executor.lease import LeaseKeeper, LeaseSettings, StalenessWatch
-from executor.record import Owner, State, Status, parse_status
-from executor.store.memory import MemoryStore
+from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.core.record import Owner, State, Status, parse_status
+from executor.engine.store.memory import MemoryStore
 
 
 class FakeClock:

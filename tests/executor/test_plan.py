@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import pytest
 
 from executor import ExecutorStep, GraphError, output_path_of
-from executor.graph import build_graph
-from executor.plan import Action, Observed, PlanOptions, plan_steps
-from executor.record import Owner, State, Status
+from executor.core.graph import build_graph
+from executor.core.plan import Action, Observed, PlanOptions, plan_steps
+from executor.core.record import Owner, State, Status
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from executor.cli import run
-from executor.record import State, parse_status
+from executor.core.record import State, parse_status
 from experiments import hello
 
 

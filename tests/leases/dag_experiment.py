@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 
 from executor import ExecutorStep, output_path_of, this_output_path
-from executor.report import ConsoleReporter
+from executor.engine.report import ConsoleReporter
 
 
 def _fs():

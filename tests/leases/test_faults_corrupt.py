@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from executor import cli
-from executor.store import faulty
+from executor.engine.store import faulty
 from tests.leases import dag_experiment
 from tests.leases.harness import REPO, Runner, events, make_backend
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from executor import ExecutorStep, this_output_path
 from executor.cli import run
-from executor.store import open_store
+from executor.engine.store import open_store
 
 STOLEN = {"pid": 999999, "run_id": "thief-run"}
 

@@ -60,8 +60,7 @@ def all_reduce(config: AllReduce) -> dict:
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from executor import multihost
-
+    from executor.engine import multihost
     me, n = jax.process_index(), jax.process_count()
     Path(config.output_path, f"host-{me}.json").write_text(json.dumps({"pid": os.getpid(), "me": me}))
     gathered = multihost_utils.process_allgather(jnp.array([me + 1.0]))

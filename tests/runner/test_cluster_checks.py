@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from executor.runner.capture import captured_output, log_path
-from executor.runner.cluster import NodeShape, check_steps, infeasible, placement_strategy
-from executor.step import Resources
+from executor.engine.runner.capture import captured_output, log_path
+from executor.engine.runner.cluster import NodeShape, check_steps, infeasible, placement_strategy
+from executor.core.step import Resources
 
 GiB = 2**30
 HEAD = NodeShape("n0", "10.0.0.1", {"CPU": 8, "memory": 32 * GiB, "object_store_memory": 1e9, "node:10.0.0.1": 1})
@@ -70,9 +70,9 @@ def test_capture_tees_fd_level_output_and_appends(tmp_path, capfd):
 
 
 def test_live_reporter_degrades_to_lines_and_renders_on_terminal():
-    from executor.graph import build_graph
-    from executor.live import LiveReporter
-    from executor.plan import PlanOptions, plan_steps
+    from executor.core.graph import build_graph
+    from executor.engine.live import LiveReporter
+    from executor.core.plan import PlanOptions, plan_steps
     from executor import ExecutorStep, this_output_path
     from tests.runner import stepfns
 
@@ -119,7 +119,7 @@ def test_an_address_nothing_listens_on_fails_in_seconds_with_nothing_written(tmp
 
     from executor import ExecutorStep, this_output_path
     from executor.cli import run
-    from executor.runner.ray_env import free_ports
+    from executor.engine.runner.ray_env import free_ports
 
     address = f"127.0.0.1:{free_ports(1)[0]}"
     started = time.monotonic()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from executor import ExecutorStep, this_output_path
 from executor.cli import run
-from executor.runner.inline import InlineRunner
-from executor.step import Resources
+from executor.engine.runner.inline import InlineRunner
+from executor.core.step import Resources
 
 
 @dataclass(frozen=True)

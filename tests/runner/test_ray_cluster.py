@@ -22,8 +22,8 @@ import pytest
 
 from executor import ExecutorStep, this_output_path
 from executor.cli import run
-from executor.record import State, parse_status
-from executor.step import Resources
+from executor.core.record import State, parse_status
+from executor.core.step import Resources
 from tests.runner import stepfns
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,8 +140,8 @@ def test_two_host_step_all_reduce(driver, tmp_path, monkeypatch):
 
 # -- cancelling a running task (what a lost lease or a timeout does) -----------------------
 def test_cancel_stops_the_running_task(driver, tmp_path):
-    from executor.runner.base import StepCall
-    from executor.runner.ray_runner import RayRunner
+    from executor.engine.runner.base import StepCall
+    from executor.engine.runner.ray_runner import RayRunner
 
     runner = RayRunner(address="auto")
     out = tmp_path / "cancelled"
@@ -166,7 +166,7 @@ EXPERIMENT = '''
 import sys
 from dataclasses import dataclass
 from executor import ExecutorStep, executor_main, this_output_path
-from executor.step import Resources
+from executor.core.step import Resources
 import helpers_{tag} as helpers
 
 @dataclass(frozen=True)
@@ -187,7 +187,6 @@ import os, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 from executor import execution_only
-
 @dataclass(frozen=True)
 class Where:
     output_path: str

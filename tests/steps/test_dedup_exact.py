@@ -37,7 +37,7 @@ def test_same_result_for_one_and_four_shards(dedup_corpus_dirs, tmp_path, read_a
 
 def test_real_ray_path_finds_the_same_copies(ray_local, dedup_corpus, dedup_corpus_dirs, tmp_path,
                                              read_attributes):
-    from executor.runner.ray_runner import ray_is_active
+    from executor.engine.runner.ray_runner import ray_is_active
 
     assert ray_is_active()  # map_shards takes the Ray path: one Ray task per shard
     out = str(tmp_path / "ray")

@@ -100,7 +100,7 @@ def test_config_errors_name_the_value(tmp_path):
 def test_relative_sources_are_read_from_source_root_which_is_not_hashed(tmp_path, monkeypatch):
     """Committed data named by a relative path: the same id from any checkout, runnable from any cwd."""
     from executor import ExecutorStep, this_output_path
-    from executor.graph import build_graph
+    from executor.core.graph import build_graph
 
     checkout = tmp_path / "checkout"
     (checkout / "data").mkdir(parents=True)
@@ -203,8 +203,7 @@ def test_kept_bytes_of_a_changed_source_are_dropped(flaky_server, tmp_path, chan
 
 def test_an_s3_glob_is_copied_with_secret_storage_options_and_skipped_when_complete(s3_emulator, tmp_path):
     """An object-store source (the S3 emulator) through the same code path as any fsspec URL."""
-    from executor import outputs
-
+    from executor.engine import outputs
     prefix = s3_emulator.fresh_prefix("download-src")
     options = dict(s3_emulator.storage_options)
     fs = outputs.filesystem(prefix, options)

@@ -38,7 +38,7 @@ def s3(s3_emulator):
     """
     from s3fs import S3FileSystem
 
-    from executor.runner import ray_runner
+    from executor.engine.runner import ray_runner
 
     with pytest.MonkeyPatch.context() as env:
         env.setattr(ray_runner, "ray_is_active", lambda: False)

@@ -1,1 +1,1 @@
-"""Tests of executor/store: one contract suite for every backend, plus retry and fault injection."""
+"""Tests of executor/engine/store: one contract suite for every backend, plus retry and fault injection."""

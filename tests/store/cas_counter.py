@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from executor.store import CoordinationStore, TransientStoreError, open_store
+from executor.engine.store import CoordinationStore, TransientStoreError, open_store
 
 
 def load(store: CoordinationStore, key: str) -> dict[str, Any]:

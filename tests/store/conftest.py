@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.emulators import gcs_emulator, s3_emulator  # noqa: F401  (session fixtures, started on first use)
-from executor.store import CoordinationStore, open_store
+from executor.engine.store import CoordinationStore, open_store
 
 BACKENDS = ("local", "memory", "gcs", "s3")
 

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 
-from executor.store import Versioned
+from executor.engine.store import Versioned
 from tests.store import cas_counter
 from tests.store.conftest import StoreLocation
 
@@ -103,7 +103,7 @@ def test_list_generations_filters_by_prefix_and_suffix(store):
 
 def test_list_generations_follows_pages(store, store_location, monkeypatch):
     if store_location.backend in ("gcs", "s3"):
-        monkeypatch.setattr(f"executor.store.{store_location.backend}._PAGE_SIZE", 3)
+        monkeypatch.setattr(f"executor.engine.store.{store_location.backend}._PAGE_SIZE", 3)
     expected = {f"s{i:02d}/status.json": store.create_if_absent(f"s{i:02d}/status.json", b"x") for i in range(10)}
     assert store.list_generations("", "status.json") == expected
 
@@ -155,7 +155,7 @@ def test_local_cas_across_processes(tmp_path):
     with context.Pool(processes) as pool:
         results = pool.starmap(cas_counter.increment_in_process,
                                [(prefix, {}, "counter", f"pid-{i}", rounds) for i in range(processes)])
-    from executor.store import open_store
+    from executor.engine.store import open_store
     state = cas_counter.load(open_store(prefix), "counter")
     wins = sorted(v for r in results for v in r["wins"])
     assert state["count"] == processes * rounds

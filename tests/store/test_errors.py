@@ -9,11 +9,11 @@ import threading
 import pytest
 
 from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, free_port
-from executor.store import StoreError, TransientStoreError, open_store
-from executor.store.gcs import GCSStore
-from executor.store.local import LocalStore
-from executor.store.memory import MemoryStore
-from executor.store.s3 import S3Store
+from executor.engine.store import StoreError, TransientStoreError, open_store
+from executor.engine.store.gcs import GCSStore
+from executor.engine.store.local import LocalStore
+from executor.engine.store.memory import MemoryStore
+from executor.engine.store.s3 import S3Store
 
 
 class ScriptedServer:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from executor.store import StoreError
-from executor.store.fs import BucketPrefix
+from executor.engine.store import StoreError
+from executor.engine.store.fs import BucketPrefix
 
 
 def test_keys_map_to_object_names_under_the_path_and_back():

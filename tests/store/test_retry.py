@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from executor.store import StoreError, TransientStoreError, Versioned
-from executor.store.faulty import FaultyStore
-from executor.store.memory import MemoryStore
-from executor.store.retry import RetryingStore, RetryPolicy
+from executor.engine.store import StoreError, TransientStoreError, Versioned
+from executor.engine.store.faulty import FaultyStore
+from executor.engine.store.memory import MemoryStore
+from executor.engine.store.retry import RetryingStore, RetryPolicy
 from tests.store import cas_counter
 
 

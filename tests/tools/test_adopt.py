@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from executor.adopt import adopt
-from executor.errors import ExecutorError
-from executor.loading import load_experiment
+from executor.tools.adopt import adopt
+from executor.core.errors import ExecutorError
+from executor.tools.loading import load_experiment
 
 from .toy import run_main
 

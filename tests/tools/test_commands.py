@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from executor.record import Owner, State, Status
+from executor.core.record import Owner, State, Status
 
 from .toy import run_main
 

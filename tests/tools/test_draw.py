@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from executor.draw import COLORS, draw_plan
-from executor.errors import ExecutorError
-from executor.plan import Action
+from executor.tools.draw import COLORS, draw_plan
+from executor.core.errors import ExecutorError
+from executor.core.plan import Action
 
 SVG = "{http://www.w3.org/2000/svg}"
 

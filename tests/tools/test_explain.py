@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from executor import outputs
-from executor.identity_diff import DependencyChange, FieldChange, diff_documents, render_value
+from executor.engine import outputs
+from executor.tools.identity_diff import DependencyChange, FieldChange, diff_documents, render_value
 
 from .toy import run_file, run_main
 
@@ -83,9 +83,9 @@ def test_dry_run_says_what_changed_for_each_new_step(ran_toy):
 from dataclasses import dataclass  # noqa: E402
 
 from executor import ExecutorStep, output_path_of, this_output_path  # noqa: E402
-from executor.explain import EarlierVersions, Version, explain_node, render_explanation  # noqa: E402
-from executor.graph import build_graph  # noqa: E402
-from executor.identity_diff import cascade_summary  # noqa: E402
+from executor.tools.explain import EarlierVersions, Version, explain_node, render_explanation  # noqa: E402
+from executor.core.graph import build_graph  # noqa: E402
+from executor.tools.identity_diff import cascade_summary  # noqa: E402
 
 
 @dataclass(frozen=True)

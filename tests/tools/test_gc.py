@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from executor.loading import load_experiment
-from executor.record import Owner, State, Status
+from executor.tools.loading import load_experiment
+from executor.core.record import Owner, State, Status
 
 from .toy import run_main
 
@@ -91,9 +91,9 @@ def test_gc_keeps_what_the_committed_plan_file_lists(toy):
 
 
 def test_gc_on_an_s3_prefix(s3_emulator):
-    from executor import outputs
-    from executor.gc import collect, sweep
-    from executor.record import status_key
+    from executor.engine import outputs
+    from executor.tools.gc import collect, sweep
+    from executor.core.record import status_key
 
     from .test_verify import _completed_step
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from executor.loading import load_experiment
-from executor.plan_file import PLAN_SCHEMA, plan_file_path, run_check
+from executor.tools.loading import load_experiment
+from executor.tools.plan_file import PLAN_SCHEMA, plan_file_path, run_check
 
 from .toy import run_main
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from executor import outputs
-from executor.record import Owner, State, Status, StepRecord, record_key, status_key
-from executor.verify import verify_path
+from executor.engine import outputs
+from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
+from executor.tools.verify import verify_path
 
 from .toy import run_main
 
@@ -76,10 +76,10 @@ def test_verify_object_store_prefix_detects_deleted_and_modified_objects(backend
 def test_verify_shows_progress_while_hashing(ran_toy, monkeypatch):
     import functools
 
-    import executor.verify
-    from executor.progress import Progress
+    import executor.tools.verify
+    from executor.engine.progress import Progress
 
-    monkeypatch.setattr(executor.verify, "Progress", functools.partial(Progress, interval=0))  # every update
+    monkeypatch.setattr(executor.tools.verify, "Progress", functools.partial(Progress, interval=0))  # every update
     code, out = run_main("verify", ran_toy.prefix)
     assert code == 0, out
     assert "[verify (" in out and " hashed)]" in out  # while a step's files are hashed

@@ -1,0 +1,124 @@
+"""Planning: one decision and a reason per step, from a snapshot of statuses. Pure.
+
+The same plan drives execution and is what --dry-run prints.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+from executor.core.errors import GraphError
+from executor.core.graph import Graph, StepNode, gc_paused
+from executor.core.record import State, Status
+
+
+class Action(str, enum.Enum):
+    RUN = "run"
+    SKIP = "skip"
+    WAIT = "wait"
+    BLOCKED = "blocked"
+    STOP = "stop"  # previous attempt failed and --force-failed is off
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a status read found: the parsed status (None if absent) and its generation."""
+
+    status: Status | None
+    generation: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    force_failed: bool = True
+    force_run: str | None = None  # regex over step names: re-run even when SUCCESS
+    only: str | None = None  # regex over step names: run these plus what they need
+    now: float | None = None  # wall clock, for heartbeat ages shown to people
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: StepNode
+    action: Action
+    reason: str
+    observed: Observed = field(default_factory=lambda: Observed(None))
+
+
+@dataclass(frozen=True)
+class Plan:
+    decisions: dict[str, Decision]  # by digest, topological order; only selected steps
+
+    def by_action(self, action: Action) -> list[Decision]:
+        return [d for d in self.decisions.values() if d.action == action]
+
+    @property
+    def needs_runner(self) -> bool:
+        return any(d.action in (Action.RUN, Action.WAIT) for d in self.decisions.values())
+
+
+def select(graph: Graph, only: str | None) -> list[str]:
+    """Digests to consider: the targets' closure, or the --only matches' closure."""
+    if only is None:
+        wanted = graph.closure(graph.targets)
+        return [d for d in graph.nodes if d in wanted]
+    try:
+        pattern = re.compile(only)
+    except re.error as e:
+        raise GraphError(f"--only {only!r} is not a valid regular expression: {e}") from None
+    matched = [d for d, n in graph.nodes.items() if pattern.search(n.name)]
+    if not matched:
+        names = ", ".join(sorted(n.name for n in graph.nodes.values()))
+        raise GraphError(f"--only {only!r} matches no step; steps are: {names}")
+    wanted = graph.closure(matched)
+    return [d for d in graph.nodes if d in wanted]
+
+
+def describe_owner(status: Status, now: float | None) -> str:
+    owner = status.owner
+    who = f"{owner.host} pid {owner.pid} (run {owner.run_id})" if owner else "an unknown runner"
+    age = f", heartbeat {max(0.0, now - status.written_at):.0f}s ago" if now is not None else ""
+    return f"lease held by {who}{age}"
+
+
+def plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions) -> Plan:
+    with gc_paused():
+        return _plan_steps(graph, snapshot, options)
+
+
+def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions) -> Plan:
+    force_run = re.compile(options.force_run) if options.force_run else None
+    decisions: dict[str, Decision] = {}
+    for digest in select(graph, options.only):
+        node = graph.nodes[digest]
+        observed = snapshot.get(digest, Observed(None))
+        status = observed.status
+        if status is not None and status.digest != digest:
+            raise GraphError(
+                f"step {node.name!r}: {node.output_rel} holds a status for digest {status.digest[:16]}… "
+                f"but this step's digest is {digest[:16]}… (a 48-bit id collision, or a hand-made "
+                f"override_output_path clash); refusing to touch it")
+        failed_dep = next((decisions[d] for d in node.deps
+                           if d in decisions and decisions[d].action in (Action.BLOCKED, Action.STOP)), None)
+        if failed_dep is not None and not (status and status.state == State.SUCCESS):
+            root = failed_dep.node.name
+            decision = Decision(node, Action.BLOCKED, f"dependency {root} "
+                                + ("failed" if failed_dep.action == Action.STOP else "is blocked"), observed)
+        elif status is None:
+            decision = Decision(node, Action.RUN, "new: no previous attempt", observed)
+        elif status.state == State.SUCCESS:
+            if force_run and force_run.search(node.name):
+                decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
+            else:
+                alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
+                decision = Decision(node, Action.SKIP, f"succeeded{alias}", observed)
+        elif status.state == State.RUNNING:
+            decision = Decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now), observed)
+        elif options.force_failed:
+            decision = Decision(node, Action.RUN, f"previous attempt failed: {status.error or 'unknown error'}", observed)
+        else:
+            decision = Decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
+                                "(--force-failed false leaves it)", observed)
+        decisions[digest] = decision
+    return Plan(decisions)

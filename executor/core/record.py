@@ -1,0 +1,134 @@
+"""Schema-versioned JSON formats: the status object (coordination) and the step record.
+
+"Done" means status.json says SUCCESS for this digest, nothing else. A status written by a newer
+executor is refused, never overwritten; a corrupt one is an error that says how to repair it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from executor.core.errors import StatusError
+
+STATUS_SCHEMA = 1
+RECORD_SCHEMA = 1
+RUN_SCHEMA = 1
+EXECUTOR_DIR = ".executor"
+
+
+class State(str, enum.Enum):
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+
+def status_key(output_rel: str) -> str:
+    return f"{output_rel}/{EXECUTOR_DIR}/status.json"
+
+
+def record_key(output_rel: str) -> str:
+    return f"{output_rel}/{EXECUTOR_DIR}/record.json"
+
+
+@dataclass(frozen=True)
+class Owner:
+    run_id: str
+    host: str
+    pid: int
+    user: str
+
+
+@dataclass(frozen=True)
+class Status:
+    state: State
+    digest: str
+    step_id: str
+    seq: int
+    attempt: int
+    owner: Owner | None
+    written_at: float  # writer's wall clock (informational: never used for decisions)
+    started_at: float | None = None
+    error: str | None = None
+    traceback_tail: str | None = None
+    alias_of: dict[str, str] | None = None
+    function_sha256: str | None = None  # provenance of a SUCCESS: lets plans spot code drift without reading records
+    schema: int = STATUS_SCHEMA
+
+    def to_bytes(self) -> bytes:
+        data = dict(self.__dict__)  # not asdict(): its deep copies cost more than the write (issue 4)
+        data["state"] = self.state.value
+        data["owner"] = dict(self.owner.__dict__) if self.owner else None
+        return json.dumps(data, sort_keys=True, indent=1).encode()
+
+    def next(self, **changes: Any) -> "Status":
+        """The next write of this status: the sequence number always moves on."""
+        return replace(self, seq=self.seq + 1, **changes)
+
+
+def parse_status(data: bytes, where: str) -> Status:
+    repair = (f"Inspect it with `python -m executor status {where}`; if no runner is using it, "
+              f"delete it (`python -m executor repair --delete-status {where}`) and the step re-runs.")
+    try:
+        raw = json.loads(data)
+        schema = raw.get("schema")
+        if not isinstance(schema, int):
+            raise ValueError("no schema field")
+        if schema > STATUS_SCHEMA:
+            raise StatusError(f"{where}: status schema {schema} is newer than this executor understands "
+                              f"({STATUS_SCHEMA}); upgrade stepgraph. The file was left untouched.")
+        owner = raw.get("owner")
+        return Status(
+            state=State(raw["state"]), digest=str(raw["digest"]), step_id=str(raw["step_id"]),
+            seq=int(raw["seq"]), attempt=int(raw["attempt"]),
+            owner=Owner(**owner) if owner else None, written_at=float(raw["written_at"]),
+            started_at=raw.get("started_at"), error=raw.get("error"),
+            traceback_tail=raw.get("traceback_tail"), alias_of=raw.get("alias_of"),
+            function_sha256=raw.get("function_sha256"), schema=schema,
+        )
+    except StatusError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise StatusError(f"{where}: corrupt status file ({type(e).__name__}: {e}). {repair}") from None
+
+
+@dataclass(frozen=True)
+class RunRecordRef:
+    """Where a run file lives: runs/<experiment>-<UTC timestamp>-<hex>.json."""
+
+    experiment: str
+    run_id: str
+
+    @property
+    def key(self) -> str:
+        return f"runs/{self.experiment}-{self.run_id}.json"
+
+
+def to_json_bytes(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, indent=1, sort_keys=True, default=str).encode()
+
+
+@dataclass
+class StepRecord:
+    """record.json: written before the fenced commit that flips the status to SUCCESS."""
+
+    step_id: str
+    digest: str
+    name: str
+    identity: dict[str, Any]
+    config: Any
+    dependencies: list[dict[str, str]]
+    provenance: dict[str, Any]
+    result: Any
+    manifest: list[dict[str, Any]]
+    timings: dict[str, float]
+    attempt: int
+    run_id: str
+    schema: int = RECORD_SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        # A shallow dict: asdict() would deep-copy the (possibly large) config and manifest.
+        return json.dumps(dict(vars(self)), sort_keys=True, default=str).encode()

@@ -1,0 +1,407 @@
+"""The run loop: plan -> lease -> submit -> fenced commit, reporting events as it goes.
+
+Only steps whose blocking dependencies are SUCCESS (observed on storage) are started. A failure
+blocks its dependents and lets other branches finish. A lost lease cancels the task and nothing
+is published. Ctrl-C cancels running tasks and releases leases as FAILED (interrupted).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from executor.engine import outputs
+from executor.core.errors import ExecutorError
+from executor.core.graph import Graph, StepNode
+from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
+from executor.core.plan import Action, Plan
+from executor.engine.provenance import function_fingerprint, function_reference
+from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
+from executor.engine.report import Reporter
+from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
+from executor.engine.snapshot import observe
+from executor.core.step import OutputPathOf, Resources, ThisOutputPath, is_secret
+from executor.engine.store.base import CoordinationStore, StoreError
+from executor.core.tree import fold, resolve
+
+
+class NodeState(str, enum.Enum):
+    PENDING = "pending"  # waiting for dependencies or for a lease
+    RUNNING = "running"  # ours: leased and submitted
+    WATCHING = "watching"  # someone else holds the lease
+    DONE = "succeeded"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+
+
+@dataclass
+class Tracked:
+    node: StepNode
+    state: NodeState
+    first_generation: str | None  # generation in this invocation's first snapshot
+    retry_failed: bool = False  # the first snapshot's FAILED may be retried (--force-failed)
+    force_run: bool = False
+    output_path: str | None = None
+    lease: Lease | None = None
+    handle: StepHandle | None = None
+    started: float = 0.0
+    user_retries_left: int = 0
+    error: str | None = None
+    ran_here: bool = False
+    announced_wait: bool = False
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # the runner's tries, with causes
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything the loop needs from outside, passed in (no environment reads here)."""
+
+    prefix: str
+    store: CoordinationStore
+    fs: Any
+    owner: Owner
+    keeper: LeaseKeeper
+    watch: StalenessWatch
+    runner_factory: Callable[[], Runner]
+    reporter: Reporter
+    invocation: dict[str, Any]
+    main_file: str | None
+    max_concurrent: int = 8
+    poll_s: float = 0.5
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+
+
+@dataclass
+class RunSummary:
+    states: dict[str, NodeState] = field(default_factory=dict)  # by step_id
+    errors: dict[str, str] = field(default_factory=dict)
+    ran_here: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[str]:
+        return [s for s, st in self.states.items() if st in (NodeState.FAILED, NodeState.BLOCKED)]
+
+
+def is_not_secret(f: Any) -> bool:
+    return not is_secret(f)
+
+
+def config_to_json(config: Any) -> Any:
+    """The resolved config as JSON for the record, with secret fields left out."""
+    def leaf(v: Any, path: tuple) -> Any:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, enum.Enum):
+            return v.name
+        return str(v)
+
+    def node(v: Any, children: list, path: tuple) -> Any:
+        if isinstance(v, dict) or (hasattr(v, "__dataclass_fields__")):
+            return {str(k): c for k, c in children}
+        return [c for _, c in children]
+
+    return fold(config, leaf, node, keep_field=is_not_secret)
+
+
+class Execution:
+    def __init__(self, graph: Graph, plan: Plan, ctx: RunContext):
+        self.graph, self.plan, self.ctx = graph, plan, ctx
+        self.runner: Runner | None = None
+        self.tracked: dict[str, Tracked] = {}
+        for digest, decision in plan.decisions.items():
+            observed = decision.observed
+            state = {Action.SKIP: NodeState.DONE, Action.BLOCKED: NodeState.BLOCKED,
+                     Action.STOP: NodeState.FAILED}.get(decision.action, NodeState.PENDING)
+            t = Tracked(decision.node, state, observed.generation)
+            t.retry_failed = (decision.action == Action.RUN and observed.status is not None
+                              and observed.status.state == State.FAILED)
+            t.force_run = (decision.action == Action.RUN and observed.status is not None
+                           and observed.status.state == State.SUCCESS)
+            if state == NodeState.DONE:
+                t.output_path = self._output_path_from(decision.node, observed.status)
+            if state == NodeState.FAILED:
+                t.error = decision.reason
+            self.tracked[digest] = t
+        self.dependents = graph.dependents()
+
+    # -- paths -----------------------------------------------------------------------------
+    def _own_path(self, node: StepNode) -> str:
+        return outputs.join(self.ctx.prefix, node.output_rel)
+
+    def _output_path_from(self, node: StepNode, status: Status | None) -> str:
+        if status is not None and status.alias_of:
+            return outputs.join(self.ctx.prefix, status.alias_of["output_rel"])
+        return self._own_path(node)
+
+    def _dep_path(self, digest: str) -> str:
+        t = self.tracked.get(digest)
+        if t is not None and t.output_path:
+            return t.output_path
+        return self._own_path(self.graph.nodes[digest])  # a nonblocking or unselected dependency
+
+    def resolve_config(self, node: StepNode) -> Any:
+        own = self._own_path(node)
+
+        def substitute(value: Any, path: tuple) -> Any:
+            if isinstance(value, OutputPathOf):
+                return outputs.join(self._dep_path(self.graph.digest_of(value.step)), value.sub)
+            if isinstance(value, ThisOutputPath):
+                return outputs.join(own, value.sub)
+            return value
+
+        return resolve(node.step.config, substitute)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        summary = RunSummary()
+        try:
+            while self._active():
+                self._start_ready()
+                self._collect_finished()
+                self._police_running()
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            self._interrupt()
+        finally:
+            self.ctx.keeper.stop()
+            if self.runner is not None:
+                self.runner.shutdown()
+        for t in self.tracked.values():
+            summary.states[t.node.step_id] = t.state
+            if t.error:
+                summary.errors[t.node.step_id] = t.error
+            if t.ran_here:
+                summary.ran_here.append(t.node.step_id)
+        return summary
+
+    def _active(self) -> bool:
+        return any(t.state in (NodeState.PENDING, NodeState.RUNNING, NodeState.WATCHING)
+                   for t in self.tracked.values())
+
+    def _deps_state(self, t: Tracked) -> str:
+        """'ready', 'wait' or 'blocked' from the blocking dependencies' states."""
+        states = [self.tracked[d].state if d in self.tracked else NodeState.DONE for d in t.node.deps]
+        if any(s in (NodeState.FAILED, NodeState.BLOCKED) for s in states):
+            return "blocked"
+        return "ready" if all(s == NodeState.DONE for s in states) else "wait"
+
+    def _running_count(self) -> int:
+        return sum(t.state == NodeState.RUNNING for t in self.tracked.values())
+
+    def _start_ready(self) -> None:
+        running = self._running_count()  # counted once per pass: O(n), not O(n^2) (issue 4 benchmark)
+        for t in self.tracked.values():
+            if t.state not in (NodeState.PENDING, NodeState.WATCHING):
+                continue
+            deps = self._deps_state(t)
+            if deps == "blocked":
+                self._block(t)
+            elif deps == "ready" and running < self.ctx.max_concurrent:
+                self._try_start(t)
+                running += t.state == NodeState.RUNNING
+
+    def _block(self, t: Tracked) -> None:
+        failed = next(self.tracked[d].node.name for d in t.node.deps
+                      if d in self.tracked and self.tracked[d].state in (NodeState.FAILED, NodeState.BLOCKED))
+        t.state, t.error = NodeState.BLOCKED, f"dependency {failed} failed"
+        self.ctx.reporter.step_blocked(t.node, failed)
+
+    def _new_status(self, t: Tracked, attempt: int) -> Status:
+        now = self.ctx.wall_clock()
+        return Status(State.RUNNING, t.node.digest, t.node.step_id, seq=0, attempt=attempt,
+                      owner=self.ctx.owner, written_at=now, started_at=now)
+
+    def _try_start(self, t: Tracked) -> None:
+        key = status_key(t.node.output_rel)
+        versioned = self.ctx.store.read(key)
+        observed = observe(versioned, f"{self.ctx.store.root}/{key}")
+        status = observed.status
+        if status is not None and status.digest != t.node.digest:
+            raise ExecutorError(f"step {t.node.name!r}: {key} now holds digest {status.digest[:16]}…; refusing to touch it")
+        if status is None:
+            self._ensure_runner()
+            lease = self.ctx.keeper.acquire(key, self._new_status(t, 1), None)
+            takeover = False
+        elif status.state == State.SUCCESS:
+            if t.force_run and versioned.generation == t.first_generation:
+                self._ensure_runner()
+                lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
+                takeover = False
+            else:
+                t.state, t.output_path = NodeState.DONE, self._output_path_from(t.node, status)
+                if t.first_generation != versioned.generation:
+                    self.ctx.reporter.step_done_elsewhere(t.node, status)
+                return
+        elif status.state == State.RUNNING:
+            age = self.ctx.watch.observe(key, versioned.generation)
+            ours = status.owner is not None and status.owner.run_id == self.ctx.owner.run_id
+            if age < self.ctx.watch.ttl_s and not ours:  # a lease we lost ourselves is retaken at once
+                if t.state != NodeState.WATCHING or not t.announced_wait:
+                    self.ctx.reporter.step_waiting(t.node, status, age, self.ctx.watch.ttl_s)
+                    t.announced_wait = True
+                elif age > 0:
+                    self.ctx.reporter.step_still_waiting(t.node, status, age, self.ctx.watch.ttl_s)
+                t.state = NodeState.WATCHING
+                return
+            self._ensure_runner()
+            lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
+            takeover = not ours
+        else:  # FAILED
+            if t.retry_failed and versioned.generation == t.first_generation:
+                self._ensure_runner()
+                lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
+                takeover = False
+            else:
+                t.state, t.error = NodeState.FAILED, f"failed in another runner: {status.error}"
+                self.ctx.reporter.step_failed(t.node, t.error, None)
+                return
+        if lease is None:
+            t.state = NodeState.WATCHING  # lost the race: re-read on the next pass
+            return
+        self.ctx.watch.forget(key)
+        self._submit(t, lease, takeover)
+
+    def _ensure_runner(self) -> None:
+        """Start the runner (Ray can take a while) and the heartbeat before taking any lease."""
+        if self.runner is None:
+            self.runner = self.ctx.runner_factory()
+            self.ctx.keeper.start()
+
+    def _seq_after(self, t: Tracked, previous: Status) -> Status:
+        fresh = self._new_status(t, previous.attempt + 1)
+        return Status(**{**fresh.__dict__, "seq": previous.seq + 1})
+
+    def _submit(self, t: Tracked, lease: Lease, takeover: bool) -> None:
+        node = t.node
+        t.lease, t.state, t.started, t.ran_here = lease, NodeState.RUNNING, self.ctx.clock(), True
+        t.output_path = self._own_path(node)
+        resources = node.step.resources or Resources()
+        t.user_retries_left = resources.retry_user_errors
+        try:
+            config = self.resolve_config(node)
+            if outputs.is_local(self.ctx.prefix):
+                self.ctx.fs.makedirs(t.output_path, exist_ok=True)
+        except Exception as e:  # noqa: BLE001 - reported as this step's failure
+            self._fail(t, StepOutcome(ok=False, error=f"could not prepare the step: {type(e).__name__}: {e}"))
+            return
+        call = StepCall(node.step_id, node.step.fn, config, t.output_path, resources, dict(resources.env),
+                        attempt=lease.status.attempt)
+        t.attempts = []
+        t.handle = self.runner.submit(call)
+        self.ctx.reporter.step_started(node, lease.status.attempt, takeover, t.output_path)
+
+    def _collect_finished(self) -> None:
+        running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING and t.handle]
+        if not running:
+            if any(t.state == NodeState.WATCHING for t in self.tracked.values()) or self._active():
+                time.sleep(self.ctx.poll_s)
+            return
+        done = self.runner.wait([t.handle for t in running], timeout=self.ctx.poll_s)
+        done_ids = {id(h) for h in done}
+        for t in running:
+            if id(t.handle) in done_ids:
+                self._finish(t, t.handle.outcome())
+
+    def _police_running(self) -> None:
+        """Cancel tasks whose lease was lost or whose declared timeout has passed."""
+        for t in self.tracked.values():
+            if t.state != NodeState.RUNNING or t.lease is None:
+                continue
+            if not self.ctx.keeper.is_valid(t.lease):
+                t.handle.cancel()
+                self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost")
+                t.state, t.lease, t.handle = NodeState.PENDING, None, None
+                continue
+            timeout = (t.node.step.resources or Resources()).timeout_s
+            if timeout and self.ctx.clock() - t.started > timeout:
+                t.handle.cancel()
+                self._fail(t, StepOutcome(ok=False, error=f"timed out after {timeout:g}s (resources.timeout_s)"))
+
+    def _finish(self, t: Tracked, outcome: StepOutcome) -> None:
+        t.attempts.extend(outcome.attempts)
+        if not outcome.ok:
+            if not outcome.infrastructure and t.user_retries_left > 0:
+                t.user_retries_left -= 1
+                self.ctx.reporter.step_retrying(t.node, outcome.error or "error")
+                t.handle = self.runner.submit(t.handle.call)
+                return
+            self._fail(t, outcome)
+            return
+        try:
+            json.dumps(outcome.result)
+            result = outcome.result
+        except (TypeError, ValueError):
+            result = repr(outcome.result)[:2000]
+        # The record is written before the fenced commit, so confirm the lease first: a paused or
+        # partitioned holder (silent past half the TTL, or its generation taken over) must not
+        # overwrite the record of the runner that took over.
+        if not self.ctx.keeper.confirm(t.lease):
+            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
+            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+            return
+        try:
+            self._write_record(t, result)
+        except Exception as e:  # noqa: BLE001
+            self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
+            return
+        final = t.lease.status.next(state=State.SUCCESS, written_at=self.ctx.wall_clock(),
+                                    function_sha256=function_fingerprint(t.node.step.fn))
+        if self.ctx.keeper.finish(t.lease, final):
+            t.state = NodeState.DONE
+            self.ctx.reporter.step_succeeded(t.node, self.ctx.clock() - t.started, result)
+        else:
+            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
+            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+
+    def _write_record(self, t: Tracked, result: Any) -> None:
+        node = t.node
+        deps = [{"name": self.graph.nodes[d].name, "step_id": self.graph.nodes[d].step_id,
+                 "digest": d, "path": self._dep_path(d), "blocking": d in node.deps}
+                for d in (*node.deps, *node.weak_deps)]
+        record = StepRecord(
+            step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity,
+            config=config_to_json(t.handle.call.config), dependencies=deps,
+            provenance={**self.ctx.invocation,
+                        "function": function_reference(node.step.fn, self.ctx.main_file),
+                        "function_sha256": function_fingerprint(node.step.fn),
+                        "description": node.step.description},
+            result=result, manifest=outputs.manifest(self.ctx.fs, t.output_path),
+            timings={"started_at": t.lease.status.started_at or 0.0,
+                     "finished_at": self.ctx.wall_clock(), "seconds": self.ctx.clock() - t.started},
+            attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id,
+            extra={"attempts": t.attempts} if t.attempts else {})
+        outputs.write_json(self.ctx.fs, outputs.join(self.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
+
+    def _fail(self, t: Tracked, outcome: StepOutcome) -> None:
+        tail = (outcome.traceback or "")[-2000:] or None
+        if t.lease is not None:
+            final = t.lease.status.next(state=State.FAILED, error=outcome.error, traceback_tail=tail,
+                                        written_at=self.ctx.wall_clock())
+            try:
+                self.ctx.keeper.finish(t.lease, final)
+            except StoreError as e:
+                self.ctx.reporter.warning(f"{t.node.name}: could not record the failure: {e}")
+        t.state, t.error = NodeState.FAILED, outcome.error
+        self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
+
+    def _interrupt(self) -> None:
+        running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
+        # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
+        # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
+        for t in running:
+            if t.lease is not None:
+                final = t.lease.status.next(state=State.FAILED, error="interrupted (Ctrl-C)",
+                                            written_at=self.ctx.wall_clock())
+                try:
+                    self.ctx.keeper.finish(t.lease, final)
+                except StoreError:
+                    pass
+            t.state, t.error = NodeState.FAILED, "interrupted (Ctrl-C)"
+        for t in running:
+            if t.handle is not None:
+                t.handle.cancel()

@@ -1,0 +1,184 @@
+"""Leases on status objects: acquire, heartbeat, staleness, takeover and the fenced commit.
+
+The generation a holder last wrote is its fencing token: every write is a CAS against it, so a
+holder whose lease was taken over can never publish. A holder that has not renewed for half the
+TTL treats its lease as lost by itself (a paused or partitioned holder stops on its own).
+Staleness is judged on the observer's own monotonic clock: a lease is stale when its generation
+has not changed for a full TTL of *our* time. Clocks are injectable so tests never sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from executor.core.record import Status
+from executor.engine.store.base import CoordinationStore, StoreError, Versioned
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    ttl_s: float = 60.0
+    heartbeat_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heartbeat_s < self.ttl_s / 2:
+            raise ValueError(f"lease heartbeat interval ({self.heartbeat_s}s) must be positive and "
+                             f"under half the TTL ({self.ttl_s}s)")
+
+
+@dataclass
+class Lease:
+    key: str
+    status: Status
+    generation: str
+    renewed_at: float  # monotonic time of the last successful write
+    lost_reason: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+
+class LeaseKeeper:
+    """Holds this process's leases and renews all of them from one heartbeat thread."""
+
+    def __init__(self, store: CoordinationStore, settings: LeaseSettings,
+                 clock: Clock = time.monotonic, wall_clock: Clock = time.time):
+        self.store, self.settings, self.clock, self.wall_clock = store, settings, clock, wall_clock
+        self._held: dict[str, Lease] = {}
+        self._held_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- acquiring -------------------------------------------------------------------------
+    def acquire(self, key: str, status: Status, current: Versioned | None) -> Lease | None:
+        """Create the status (current is None) or CAS over the generation just read.
+
+        Returns None when another runner got there first: a normal outcome, not an error.
+        """
+        data = status.to_bytes()
+        if current is None:
+            generation = self.store.create_if_absent(key, data)
+        else:
+            generation = self.store.replace_if_generation(key, data, current.generation)
+        if generation is None:
+            return None
+        lease = Lease(key, status, generation, self.clock())
+        with self._held_lock:
+            self._held[key] = lease
+        return lease
+
+    # -- holding ---------------------------------------------------------------------------
+    def is_valid(self, lease: Lease) -> bool:
+        self._expire_if_silent(lease)
+        return not lease.lost
+
+    def _expire_if_silent(self, lease: Lease) -> None:
+        silent = self.clock() - lease.renewed_at
+        if not lease.lost and silent > self.settings.ttl_s / 2:
+            lease.lost_reason = f"not renewed for {silent:.0f}s (over half the {self.settings.ttl_s:.0f}s TTL)"
+
+    def renew(self, lease: Lease) -> None:
+        with lease.lock:
+            if lease.lost or lease.key not in self._held:
+                return
+            new = lease.status.next(written_at=self.wall_clock())
+            try:
+                generation = self.store.replace_if_generation(lease.key, new.to_bytes(), lease.generation)
+            except StoreError:
+                self._expire_if_silent(lease)  # keep trying until half the TTL has passed
+                return
+            if generation is None:
+                lease.lost_reason = "taken over by another runner (status changed under us)"
+                return
+            lease.status, lease.generation, lease.renewed_at = new, generation, self.clock()
+            self._expire_if_silent(lease)
+
+    def confirm(self, lease: Lease) -> bool:
+        """Is the lease still ours right now? One read, no write: the status must still carry the
+        generation we last wrote (any takeover changes it), and our last renewal must be under
+        half the TTL old (so no observer can judge it stale before our next write lands)."""
+        with lease.lock:
+            if not self.is_valid(lease):
+                return False
+            try:
+                current = self.store.read(lease.key)
+            except StoreError:
+                return self.is_valid(lease)  # unknown: the fenced commit will still refuse a lost lease
+            if current is None or current.generation != lease.generation:
+                lease.lost_reason = "taken over by another runner (status changed under us)"
+            return self.is_valid(lease)
+
+    def renew_all(self) -> None:
+        with self._held_lock:
+            leases = list(self._held.values())
+        for lease in leases:
+            self.renew(lease)
+
+    def held(self) -> list[Lease]:
+        with self._held_lock:
+            return list(self._held.values())
+
+    # -- ending ----------------------------------------------------------------------------
+    def finish(self, lease: Lease, final: Status) -> bool:
+        """The fenced commit: CAS to a terminal status against our last generation.
+
+        False (and nothing written) if the lease was lost; the caller must not publish.
+        """
+        with lease.lock:
+            try:
+                if not self.is_valid(lease):
+                    return False
+                generation = self.store.replace_if_generation(lease.key, final.to_bytes(), lease.generation)
+                if generation is None:
+                    lease.lost_reason = "taken over by another runner before commit"
+                    return False
+                lease.status, lease.generation = final, generation
+                return True
+            finally:
+                with self._held_lock:
+                    self._held.pop(lease.key, None)
+
+    # -- heartbeat thread ------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.settings.heartbeat_s):
+            self.renew_all()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class StalenessWatch:
+    """Tracks how long each observed status has kept the same generation, on our own clock."""
+
+    def __init__(self, ttl_s: float, clock: Clock = time.monotonic):
+        self.ttl_s, self.clock = ttl_s, clock
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def observe(self, key: str, generation: str) -> float:
+        """Record an observation; returns for how long (our clock) the generation has not moved."""
+        previous = self._seen.get(key)
+        now = self.clock()
+        if previous is None or previous[0] != generation:
+            self._seen[key] = (generation, now)
+            return 0.0
+        return now - previous[1]
+
+    def is_stale(self, key: str, generation: str) -> bool:
+        return self.observe(key, generation) >= self.ttl_s
+
+    def forget(self, key: str) -> None:
+        self._seen.pop(key, None)

@@ -1,0 +1,121 @@
+"""A live view of a run: steps done / running / waiting, and how long each running step has taken.
+
+On a terminal a rich `Live` panel sits under the usual event lines; elsewhere (pipes, CI logs)
+the reporter degrades to the plain lines of `ConsoleReporter` plus a one-line tally after each
+step ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from executor.core.plan import Action, Plan
+from executor.engine.report import ConsoleReporter
+
+
+class LiveReporter(ConsoleReporter):
+    """ConsoleReporter plus a live panel (terminal) or tally lines (anything else)."""
+
+    def __init__(self, console: Console | None = None, plan: Plan | None = None, *,
+                 clock=time.monotonic, max_rows: int = 12, **kwargs: Any):
+        super().__init__(console, **kwargs)
+        self.clock, self.max_rows = clock, max_rows
+        self.started = clock()
+        self.state: dict[str, str] = {}  # digest -> waiting | running | done | failed | blocked
+        self.names: dict[str, str] = {}
+        self.running_since: dict[str, float] = {}
+        self.attempt: dict[str, int] = {}
+        if plan is not None:
+            initial = {Action.SKIP: "done", Action.BLOCKED: "blocked", Action.STOP: "failed"}
+            for digest, d in plan.decisions.items():
+                self.state[digest] = initial.get(d.action, "waiting")
+                self.names[digest] = d.node.name
+        self._live: Live | None = None
+        self._closed = False
+
+    # -- the panel -------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        out = {k: 0 for k in ("done", "running", "waiting", "failed", "blocked")}
+        for s in self.state.values():
+            out[s] = out.get(s, 0) + 1
+        return out
+
+    def tally(self) -> str:
+        c = self.counts()
+        extra = "".join(f", {c[k]} {k}" for k in ("failed", "blocked") if c[k])
+        return (f"{c['done']}/{len(self.state)} done, {c['running']} running, {c['waiting']} waiting{extra} "
+                f"({self.clock() - self.started:.0f}s)")
+
+    def __rich__(self) -> Group:
+        now = self.clock()
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("running step")
+        table.add_column("elapsed", justify="right")
+        running = sorted(self.running_since.items(), key=lambda kv: kv[1])
+        for digest, since in running[: self.max_rows]:
+            again = f" (attempt {self.attempt[digest]})" if self.attempt.get(digest, 1) > 1 else ""
+            table.add_row(escape(self.names.get(digest, digest[:12])) + again, f"{now - since:.0f}s")
+        if len(running) > self.max_rows:
+            table.add_row(f"… and {len(running) - self.max_rows} more", "")
+        return Group(Text(self.tally(), style="bold"), table)
+
+    def _ensure_live(self) -> None:
+        if self._live is None and not self._closed and self.console.is_terminal:
+            self._live = Live(self, console=self.console, refresh_per_second=2, transient=True,
+                              redirect_stdout=True, redirect_stderr=True)
+            self._live.start()
+
+    def _ended(self, node: Any, state: str) -> None:
+        self.names.setdefault(node.digest, node.name)
+        self.state[node.digest] = state
+        self.running_since.pop(node.digest, None)
+        if self._live is not None:
+            self._live.refresh()
+        elif not self.console.is_terminal:
+            self.console.print(f"  [dim]progress: {self.tally()}[/]")
+
+    def close(self) -> None:
+        """Stop the live panel (the final tally is printed once, as a plain line)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if not self._closed and self.state:
+            self.console.print(f"progress: {self.tally()}")
+        self._closed = True
+
+    # -- events ----------------------------------------------------------------------------
+    def step_started(self, node, attempt, takeover, output_path):
+        super().step_started(node, attempt, takeover, output_path)
+        self.names.setdefault(node.digest, node.name)
+        self.state[node.digest] = "running"
+        self.running_since[node.digest] = self.clock()
+        self.attempt[node.digest] = attempt
+        self._ensure_live()
+
+    def step_succeeded(self, node, seconds, result):
+        super().step_succeeded(node, seconds, result)
+        self._ended(node, "done")
+
+    def step_failed(self, node, error, traceback_tail):
+        super().step_failed(node, error, traceback_tail)
+        self._ended(node, "failed")
+
+    def step_blocked(self, node, dependency):
+        super().step_blocked(node, dependency)
+        self._ended(node, "blocked")
+
+    def step_done_elsewhere(self, node, status):
+        super().step_done_elsewhere(node, status)
+        self._ended(node, "done")
+
+    def lease_lost(self, node, reason):
+        super().lease_lost(node, reason)
+        self.state[node.digest] = "waiting"
+        self.running_since.pop(node.digest, None)

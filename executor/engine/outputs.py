@@ -1,0 +1,104 @@
+"""Reaching step outputs through fsspec: the filesystem for a prefix, paths, JSON files, manifests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from executor.core.errors import ExecutorError
+from executor.core.record import EXECUTOR_DIR
+
+CHUNK = 1 << 20
+
+
+def normalize_prefix(prefix: str) -> str:
+    """Local prefixes become absolute paths; URLs lose a trailing slash."""
+    if "://" in prefix and not prefix.startswith("file://"):
+        return prefix.rstrip("/")
+    local = prefix[len("file://"):] if prefix.startswith("file://") else prefix
+    return str(Path(local).expanduser().absolute())
+
+
+def is_local(prefix: str) -> bool:
+    return "://" not in prefix
+
+
+def join(prefix: str, *parts: str | None) -> str:
+    return "/".join([prefix.rstrip("/"), *(p.strip("/") for p in parts if p)])
+
+
+def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> fsspec.AbstractFileSystem:
+    if is_local(prefix):
+        return fsspec.filesystem("file", auto_mkdir=True)
+    fs, _ = fsspec.core.url_to_fs(prefix, **(storage_options or {}))
+    return fs
+
+
+def check_writable(prefix: str) -> None:
+    """A local prefix must be creatable and writable; say so before anything runs."""
+    if not is_local(prefix):
+        return
+    path = Path(prefix)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ExecutorError(f"prefix {prefix} is not writable ({e.strerror}); pass --prefix DIR "
+                            f"or set EXECUTOR_PREFIX to a directory you can write") from None
+
+
+def write_json(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write a small file whole: to a temporary name, then moved into place where possible."""
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        fs.pipe_file(tmp, data)
+        os.replace(tmp, path)
+    else:
+        fs.pipe_file(path, data)  # object stores replace objects atomically
+
+
+def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any | None:
+    try:
+        return json.loads(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
+
+
+def _checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any]) -> dict[str, str]:
+    """A checksum from object metadata where the store has one, otherwise sha256 of the bytes."""
+    for key, algorithm in (("crc32c", "crc32c"), ("md5Hash", "md5-base64")):
+        if info.get(key):
+            return {"algorithm": algorithm, "value": str(info[key])}
+    etag = info.get("ETag") or info.get("etag")
+    if etag and "-" not in str(etag).strip('"'):
+        return {"algorithm": "s3-etag-md5", "value": str(etag).strip('"')}
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    return {"algorithm": "sha256", "value": digest.hexdigest()}
+
+
+def manifest(fs: fsspec.AbstractFileSystem, output_path: str) -> list[dict[str, Any]]:
+    """Every file under a step's output (except .executor/) with its size and checksum."""
+    root = output_path.rstrip("/")
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return []
+    entries = []
+    bare_root = fs._strip_protocol(root).rstrip("/")
+    for full, info in sorted(found.items()):
+        rel = fs._strip_protocol(full)[len(bare_root) + 1:]
+        if rel.split("/", 1)[0] == EXECUTOR_DIR or info.get("type") == "directory":
+            continue
+        entries.append({"path": rel, "size": int(info.get("size") or 0),
+                        "checksum": _checksum(fs, full, info)})
+    return entries

@@ -1,0 +1,155 @@
+"""Reporters: what people (console, via rich) and machines (JSON) see of plans and runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from executor.core.graph import StepNode
+from executor.core.plan import Action, Plan
+from executor.core.record import Status
+
+ACTION_STYLE = {Action.RUN: "bold yellow", Action.SKIP: "green", Action.WAIT: "cyan",
+                Action.BLOCKED: "red", Action.STOP: "bold red"}
+
+
+class Reporter(Protocol):
+    def step_started(self, node: StepNode, attempt: int, takeover: bool, output_path: str) -> None: ...
+    def step_succeeded(self, node: StepNode, seconds: float, result: Any) -> None: ...
+    def step_failed(self, node: StepNode, error: str, traceback_tail: str | None) -> None: ...
+    def step_retrying(self, node: StepNode, error: str) -> None: ...
+    def step_blocked(self, node: StepNode, dependency: str) -> None: ...
+    def step_waiting(self, node: StepNode, status: Status, silent_s: float, ttl_s: float) -> None: ...
+    def step_still_waiting(self, node: StepNode, status: Status, silent_s: float, ttl_s: float) -> None: ...
+    def step_done_elsewhere(self, node: StepNode, status: Status) -> None: ...
+    def lease_lost(self, node: StepNode, reason: str) -> None: ...
+    def warning(self, message: str) -> None: ...
+
+
+def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
+    rows = []
+    for d in plan.decisions.values():
+        status = d.observed.status
+        rows.append({
+            "name": d.node.name, "step_id": d.node.step_id, "digest": d.node.digest,
+            "output_path": f"{prefix.rstrip('/')}/{d.node.output_rel}", "action": d.action.value,
+            "reason": d.reason, "dependencies": [p for p in d.node.deps],
+            "lease": (None if status is None or status.owner is None or d.action != Action.WAIT else
+                      {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,
+                       "heartbeat_written_at": status.written_at}),
+        })
+    return rows
+
+
+def plan_json(plan: Plan, prefix: str) -> str:
+    return json.dumps({"schema": 1, "prefix": prefix, "steps": plan_rows(plan, prefix)}, indent=1)
+
+
+class ConsoleReporter:
+    """Readable lines on the terminal; rich degrades to plain text when not on a TTY."""
+
+    def __init__(self, console: Console | None = None, verbose_wait_s: float = 10.0,
+                 compact_above: int = 40, tally_every_s: float = 2.0):
+        self.console = console or Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        self.verbose_wait_s = verbose_wait_s
+        self._last_wait_line: dict[str, float] = {}
+        # Past `compact_above` steps to run, per-step start/finish lines give way to a tally line
+        # every `tally_every_s` (failures are always shown): printing is not free, and 1,000 lines
+        # nobody reads are noise.
+        self.compact_above, self.tally_every_s = compact_above, tally_every_s
+        self.compact = False
+        self._tally = {"succeeded": 0, "running": 0}
+        self._to_run = 0
+        self._last_tally = 0.0
+
+    def print_plan(self, plan: Plan, prefix: str, title: str | None = None, max_rows: int = 60) -> None:
+        decisions = list(plan.decisions.values())
+        self._to_run = sum(d.action in (Action.RUN, Action.WAIT) for d in decisions)
+        self.compact = self._to_run > self.compact_above
+        if len(decisions) > max_rows:  # the interesting rows first; everything is in --dry-run --json
+            counts = {a.value: n for a in Action if (n := sum(d.action == a for d in decisions))}
+            self.console.print(f"{len(decisions)} steps: " + ", ".join(f"{n} {a}" for a, n in counts.items()))
+            decisions = sorted(decisions, key=lambda d: d.action == Action.SKIP)
+        table = Table(title=title, show_lines=False, header_style="bold")
+        for column in ("step", "id", "action", "reason"):
+            table.add_column(column, overflow="fold")
+        for d in decisions[:max_rows]:
+            style = ACTION_STYLE[d.action]
+            table.add_row(escape(d.node.name), escape(d.node.step_id.rsplit("-", 1)[-1]),
+                          f"[{style}]{d.action.value}[/]", escape(d.reason))
+        self.console.print(table)
+        if len(decisions) > max_rows:
+            self.console.print(f"… and {len(decisions) - max_rows} more (all of them: --dry-run --json)")
+        self.console.print(f"outputs under {escape(prefix)}/<name>-<id>")
+
+    def _tally_line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_tally >= self.tally_every_s:
+            self._last_tally = now
+            t = self._tally
+            self.console.print(f"[green]✔[/] {t['succeeded']}/{self._to_run} succeeded, {t['running']} running")
+
+    def info(self, message: str) -> None:
+        self.console.print(message)
+
+    def step_started(self, node, attempt, takeover, output_path):
+        self._tally["running"] += 1
+        if self.compact and attempt == 1 and not takeover:
+            return
+        how = " (took over a stale lease)" if takeover else ""
+        again = f" attempt {attempt}" if attempt > 1 else ""
+        self.console.print(f"[yellow]▶[/] {escape(node.name)}{again}{how} → {escape(output_path)}")
+
+    def step_succeeded(self, node, seconds, result):
+        self._tally["running"] -= 1
+        self._tally["succeeded"] += 1
+        if self.compact:
+            self._tally_line(force=self._tally["succeeded"] == self._to_run)
+            return
+        summary = ""
+        if isinstance(result, dict) and result:
+            items = [f"{k}={v}" for k, v in list(result.items())[:6] if isinstance(v, (int, float, str))]
+            summary = "  " + ", ".join(items) if items else ""
+        self.console.print(f"[green]✔[/] {escape(node.name)} ({seconds:.1f}s){escape(summary)}")
+
+    def step_failed(self, node, error, traceback_tail):
+        self._tally["running"] = max(0, self._tally["running"] - 1)
+        self.console.print(f"[bold red]✘ {escape(node.name)} failed:[/] {escape(error)}")
+        if traceback_tail:
+            self.console.print(escape(traceback_tail.rstrip()[-1500:]), style="dim")
+
+    def step_retrying(self, node, error):
+        self.console.print(f"[yellow]↻[/] {escape(node.name)} failed ({escape(error)}); retrying as the step allows")
+
+    def step_blocked(self, node, dependency):
+        self.console.print(f"[red]⊘[/] {escape(node.name)} blocked: dependency {escape(dependency)} failed")
+
+    def step_waiting(self, node, status, silent_s, ttl_s):
+        owner = status.owner
+        who = f"{owner.host} pid {owner.pid}" if owner else "another runner"
+        self.console.print(f"[cyan]…[/] {escape(node.name)}: running elsewhere ({escape(who)}); waiting "
+                           f"(taken over if its lease shows no heartbeat for {ttl_s:.0f}s)")
+        self._last_wait_line[node.digest] = time.monotonic()
+
+    def step_still_waiting(self, node, status, silent_s, ttl_s):
+        last = self._last_wait_line.get(node.digest, 0.0)
+        if time.monotonic() - last >= self.verbose_wait_s:
+            self._last_wait_line[node.digest] = time.monotonic()
+            self.console.print(f"[cyan]…[/] {escape(node.name)}: no heartbeat for {silent_s:.0f}s "
+                               f"of {ttl_s:.0f}s before takeover")
+
+    def step_done_elsewhere(self, node, status):
+        self.console.print(f"[green]✔[/] {escape(node.name)} (completed by another runner)")
+
+    def lease_lost(self, node, reason):
+        self.console.print(f"[bold red]![/] {escape(node.name)}: lease lost ({escape(reason)}); "
+                           f"its task was cancelled and nothing was committed")
+
+    def warning(self, message):
+        self.console.print(f"[yellow]warning:[/] {escape(message)}")

@@ -1,0 +1,153 @@
+"""This process and Ray: loopback-only settings, whether Ray is up, the embedded local cluster.
+
+Everything here runs on the driver before or while Ray starts: the environment that keeps an
+embedded cluster on 127.0.0.1 (shared/ENVIRONMENT.md), free ports so several embedded clusters can
+share a machine, starting one (retried once on a loaded machine), and which local code a remote
+cluster has to be sent. Ray is imported inside functions only: some settings must precede it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import site
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from executor.core.errors import ExecutorError
+
+LOOPBACK_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    # Under `uv run`, Ray would ship the uv project as a runtime env and insist the experiment
+    # file lives inside it; workers of an embedded cluster use the driver's virtualenv anyway.
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+}
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when nothing listens at a `host:port` (or `ray://host:port`) cluster address:
+    ray.init would retry for minutes, printing only low-level warnings. Other forms (`auto`)
+    are left to Ray, which fails quickly when it finds no cluster."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ExecutorError(f"could not reach the Ray cluster at {address!r} ({e.strerror or e}). Check the "
+                            f"address (--ray-address / RAY_ADDRESS) and that the cluster is up "
+                            f"(`ray status` on its head node).") from None
+
+
+def prepare_loopback_environment() -> None:
+    """Settings that keep an embedded Ray cluster on 127.0.0.1 (see shared/ENVIRONMENT.md).
+
+    Must run before ray.init. Ray probes cloud metadata addresses unless a bootstrap config
+    exists in $HOME, so one is created when missing.
+    """
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    bootstrap = Path(os.path.expanduser("~")) / "ray_bootstrap_config.yaml"
+    if not bootstrap.exists():
+        try:
+            bootstrap.write_text("{}\n")
+        except OSError:
+            pass
+
+
+def ray_is_active() -> bool:
+    """True inside a Ray worker or a driver that has called ray.init."""
+    try:
+        import ray
+    except ImportError:
+        return False
+    return ray.is_initialized()
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct TCP ports free right now on 127.0.0.1."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def local_code_paths() -> list[str]:
+    """Top-level modules/packages imported by this process that are not installed in the
+    interpreter (i.e. the project's and the experiment's own code): what a remote cluster
+    whose image lacks them needs as `py_modules`."""
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                             *site.getsitepackages(), site.getusersitepackages())}
+    paths: set[str] = set()
+    for name, module in list(sys.modules.items()):
+        if "." in name or name == "__main__" or module is None:
+            continue
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue
+        resolved = Path(file).resolve()
+        if any(resolved.is_relative_to(root) for root in installed):
+            continue
+        path = resolved.parent if resolved.name == "__init__.py" else resolved
+        if path.is_dir() or path.suffix == ".py":
+            paths.add(str(path))
+    return sorted(paths)
+
+
+def start_embedded(num_cpus: int | None, object_store_memory: int | None,
+                   resources: dict[str, float] | None, tries: int = 2) -> None:
+    """ray.init of a local cluster on 127.0.0.1, with every fixed-by-default port made free.
+
+    Ray's dashboard agent listens on 52365 by default and ray.init offers no way to change it,
+    so a second cluster on the same machine (another experiment, a test run) fails to start.
+    The port is passed through RayParams for the duration of the call. Under heavy load Ray's
+    node can time out while its agents start (a raylet waits ~30 s for them); that is retried.
+    """
+    import ray
+    from ray._private import parameter
+
+    agent_port, dashboard_port, metrics_port = free_ports(3)
+    original = parameter.RayParams.__init__
+    patch = "dashboard_agent_listen_port" in inspect.signature(original).parameters
+
+    def init_with_free_agent_port(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("dashboard_agent_listen_port", agent_port)
+        original(self, *args, **kwargs)
+
+    import psutil
+
+    for attempt in range(1, tries + 1):
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        if patch:
+            parameter.RayParams.__init__ = init_with_free_agent_port
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                     object_store_memory=object_store_memory, _node_ip_address="127.0.0.1",
+                     dashboard_port=dashboard_port, _metrics_export_port=metrics_port, resources=resources)
+            return
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when its node times out
+            ray.shutdown()
+            for child in psutil.Process().children(recursive=True):  # what the failed start left behind
+                if child.pid not in before:
+                    try:
+                        child.kill()
+                    except psutil.Error:
+                        pass
+            if attempt == tries:
+                raise ExecutorError(f"could not start an embedded Ray cluster ({tries} tries): {e}. On a heavily "
+                                    f"loaded machine Ray's node can time out while starting; try again.") from None
+            agent_port, dashboard_port, metrics_port = free_ports(3)
+        finally:
+            if patch:
+                parameter.RayParams.__init__ = original

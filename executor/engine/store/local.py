@@ -1,0 +1,116 @@
+"""Local-filesystem coordination store: compare-and-swap guarded by flock on a side lock file.
+
+Correct across processes on one machine. Writers replace the object by rename under the lock, so
+readers never need the lock and never see a torn object. Writes are not fsynced: they survive a
+crashed process (the page cache does), and after an OS crash a status may be lost (the step simply
+re-runs) or empty (a clear corrupt-status error with a repair command) — never wrong. The generation is a hash of the bytes;
+status objects carry a sequence number, so every write changes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from executor.engine.store.base import StoreError, Versioned
+
+
+_LOCK_SUFFIX = ".lock"  # side files: keys ending in .lock or holding .tmp- are reserved
+_TMP_MARKER = ".tmp-"
+
+
+def _generation(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:20]
+
+
+class LocalStore:
+    def __init__(self, root: str):
+        self.root = str(Path(root).absolute())
+
+    def _path(self, key: str) -> Path:
+        return Path(self.root) / key
+
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[Path]:
+        path = self._path(key)
+        lock = str(path) + _LOCK_SUFFIX
+        try:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the first write under this directory
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot lock {path}: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield path
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def read(self, key: str) -> Versioned | None:
+        path = os.path.join(self.root, key)  # not pathlib: planning reads thousands of these
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"cannot read {path}: {e.strerror}") from e
+        return Versioned(data, _generation(data))
+
+    def _write(self, path: Path, data: bytes) -> str:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + _TMP_MARKER)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return _generation(data)
+
+    def create_if_absent(self, key: str, data: bytes) -> str | None:
+        with self._locked(key) as path:
+            if path.exists():
+                return None
+            return self._write(path, data)
+
+    def replace_if_generation(self, key: str, data: bytes, generation: str) -> str | None:
+        with self._locked(key) as path:
+            current = self.read(key)
+            if current is None or current.generation != generation:
+                return None
+            return self._write(path, data)
+
+    def delete(self, key: str) -> None:
+        with self._locked(key) as path:
+            path.unlink(missing_ok=True)
+
+    def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
+        """Keys are matched as strings, like object stores: prefix "b-" finds "b-2/status.json"."""
+        start = self._path(prefix.rsplit("/", 1)[0] if "/" in prefix else "")
+        found: dict[str, str] = {}
+        for directory, subdirectories, names in os.walk(start):
+            subdirectories[:] = [d for d in subdirectories
+                                 if _may_hold(os.path.relpath(os.path.join(directory, d), self.root), prefix)]
+            for name in names:
+                key = os.path.relpath(os.path.join(directory, name), self.root)
+                if (not key.startswith(prefix) or not key.endswith(suffix)
+                        or name.endswith(_LOCK_SUFFIX) or _TMP_MARKER in name):
+                    continue
+                versioned = self.read(key)
+                if versioned is not None:
+                    found[key] = versioned.generation
+        return found
+
+
+def _may_hold(directory_key: str, prefix: str) -> bool:
+    """Whether keys starting with `prefix` can lie under this directory (so it is worth walking)."""
+    directory_key += "/"
+    return directory_key.startswith(prefix) or prefix.startswith(directory_key)

@@ -1,0 +1,269 @@
+"""Why does a step have a new id? Diff against its nearest earlier version, down to the root cause.
+
+Earlier versions come from records on storage (`<prefix>/<name>-*/.executor/record.json` hold
+the identity document) and from the committed plan file. The nearest one is the candidate whose
+identity differs in the fewest places (ties: the most recently finished). A dependency whose
+digest changed is followed into that dependency's own diff against exactly the old digest, so a
+cascade is collapsed to the change that started it ("4 steps re-addressed by 1 change in
+hello/greeting: config.greeting"). Reads only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from executor.engine import outputs
+from executor.core.graph import Graph, StepNode
+from executor.tools.identity_diff import DependencyChange, FieldChange, cascade_summary, diff_documents, short
+from executor.core.plan import Action, Plan
+from executor.tools.plan_file import plan_file_path, read_plan
+from executor.core.record import EXECUTOR_DIR
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+@dataclass(frozen=True)
+class Version:
+    """One known version of a step: its identity document and where it was found."""
+
+    name: str
+    step_id: str
+    digest: str
+    identity: dict[str, Any]
+    source: str  # "storage" or "plan file"
+    finished_at: float = 0.0
+
+
+class EarlierVersions:
+    """Versions of steps found on storage and in the committed plan file, by name and by digest."""
+
+    def __init__(self, versions: Iterable[Version] = ()):
+        self.by_digest: dict[str, Version] = {}
+        self.by_name: dict[str, list[Version]] = {}
+        for v in versions:
+            self.add(v)
+
+    def add(self, v: Version) -> None:
+        if v.digest in self.by_digest:
+            return  # storage wins over the plan file: it is loaded first
+        self.by_digest[v.digest] = v
+        self.by_name.setdefault(v.name, []).append(v)
+
+    def nearest(self, node: StepNode) -> Version | None:
+        """The version of this step's name, other than itself, whose identity differs least."""
+        candidates = [v for v in self.by_name.get(node.name, []) if v.digest != node.digest]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda v: (len(diff_documents(v.identity, node.identity)), -v.finished_at))
+
+    @classmethod
+    def gather(cls, names: Iterable[str], prefix: str | None, main_file: str | None,
+               storage_options: dict | None = None) -> "EarlierVersions":
+        versions = cls()
+        if prefix is not None:
+            for v in versions_on_storage(prefix, names, storage_options):
+                versions.add(v)
+        if main_file:
+            plan = read_plan(plan_file_path(main_file))
+            for e in (plan or {}).get("steps", []):
+                versions.add(Version(e["name"], e.get("step_id", e["name"]), e["digest"], e["identity"], "plan file"))
+        return versions
+
+
+def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict | None = None) -> list[Version]:
+    """Records of earlier runs of these step names under the prefix (any state of their status)."""
+    fs = outputs.filesystem(prefix, storage_options)
+    found = []
+    for name in sorted(set(names)):
+        try:
+            paths = fs.glob(outputs.join(prefix, f"{name}-*", EXECUTOR_DIR, "record.json"))
+        except (FileNotFoundError, OSError):
+            continue
+        for path in paths:
+            try:
+                record = outputs.read_json(fs, path)
+            except (OSError, ValueError):
+                continue
+            if not isinstance(record, dict) or record.get("name") != name or "identity" not in record:
+                continue
+            finished = float((record.get("timings") or {}).get("finished_at") or 0.0)
+            found.append(Version(name, record["step_id"], record["digest"], record["identity"], "storage", finished))
+    return found
+
+
+# -- the explanation tree ------------------------------------------------------------------------
+
+@dataclass
+class StepExplanation:
+    """How one step's identity differs from an earlier version, dependencies followed."""
+
+    name: str
+    new_id: str
+    old: Version | None
+    fields: list[FieldChange] = field(default_factory=list)
+    dependencies: list[tuple[DependencyChange, "StepExplanation | None"]] = field(default_factory=list)
+
+    def walk(self) -> list["StepExplanation"]:
+        """This explanation and every dependency explanation under it, each once (DAGs share them)."""
+        seen: dict[int, StepExplanation] = {}
+        stack = [self]
+        while stack:
+            e = stack.pop()
+            if id(e) not in seen:
+                seen[id(e)] = e
+                stack.extend(sub for _, sub in reversed(e.dependencies) if sub is not None)
+        return list(seen.values())
+
+    def readdressed(self) -> set[str]:
+        """step ids re-addressed in this cascade (this step included)."""
+        return {e.new_id for e in self.walk()}
+
+    def roots(self) -> list[tuple[str, list[str]]]:
+        """(step name, changed paths) of every change that is not just a re-addressed dependency."""
+        found: list[tuple[str, list[str]]] = []
+        for e in self.walk():
+            own = [c.path for c in e.fields]
+            own += [f"dependency {c.path} (earlier version not found)" for c, sub in e.dependencies if sub is None]
+            if (own or e.old is None) and (e.name, own) not in found:
+                found.append((e.name, own))
+        return found
+
+
+def explain_node(graph: Graph, node: StepNode, old: Version | None, versions: EarlierVersions,
+                 seen: dict[tuple[str, str], StepExplanation] | None = None) -> StepExplanation:
+    seen = {} if seen is None else seen
+    key = (node.digest, old.digest if old else "")
+    if key in seen:
+        return seen[key]
+    result = StepExplanation(node.name, node.step_id, old)
+    seen[key] = result
+    if old is None:
+        return result
+    for change in diff_documents(old.identity, node.identity):
+        if isinstance(change, FieldChange):
+            result.fields.append(change)
+            continue
+        dep_node = graph.nodes.get(change.new_digest)
+        dep_old = versions.by_digest.get(change.old_digest)
+        sub = explain_node(graph, dep_node, dep_old, versions, seen) if dep_node and dep_old else None
+        result.dependencies.append((change, sub))
+    return result
+
+
+def render_explanation(graph: Graph, e: StepExplanation, indent: str = "",
+                       shown: set[int] | None = None) -> list[str]:
+    shown = set() if shown is None else shown
+    if e.old is None:
+        return [f"{indent}{e.name}: no earlier version found"]
+    if id(e) in shown:
+        return [f"{indent}{e.name}: {e.old.step_id} -> {e.new_id} (explained above)"]
+    shown.add(id(e))
+    lines = [f"{indent}{e.name}: {e.old.step_id} ({e.old.source}) -> {e.new_id}"]
+    for change in e.fields:
+        lines.append(f"{indent}    {change.render()}")
+    for change, sub in e.dependencies:
+        dep = graph.nodes.get(change.new_digest)
+        lines.append(f"{indent}    {change.render(dep.name if dep else None)}")
+        if sub is None:
+            lines.append(f"{indent}        (earlier version {short(change.old_digest)}… of the dependency not "
+                         f"found on storage or in the plan file; cannot follow further)")
+        else:
+            lines += render_explanation(graph, sub, indent + "        ", shown)
+    return lines
+
+
+def root_changes(e: StepExplanation) -> list[tuple[str, list[str]]]:
+    """(step name, rendered changes) of every root cause in the tree, each step once."""
+    found: dict[str, list[str]] = {}
+    for x in e.walk():
+        own = [c.render() for c in x.fields]
+        own += [f"{c.render()} (earlier version not found)" for c, sub in x.dependencies if sub is None]
+        if own and x.name not in found:
+            found[x.name] = own
+    return list(found.items())
+
+
+def one_line(graph: Graph, e: StepExplanation) -> str:
+    """A single line: what changed against the nearest earlier version, by root cause."""
+    if e.old is None:
+        return "no earlier version found"
+    causes = [("" if name == e.name else f"in {name}: ") + "; ".join(changes) for name, changes in root_changes(e)]
+    via = [graph.nodes[c.new_digest].name for c, _ in e.dependencies if c.new_digest in graph.nodes]
+    text = f"vs {e.old.step_id}: " + ("; ".join(causes) if causes else "identity differs")
+    if via:
+        text += f" (through dependency {', '.join(via)})"
+    return text
+
+
+# -- entry points ----------------------------------------------------------------------------------
+
+def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | None, *, reporter: Any = None,
+                storage_options: dict | None = None) -> int:
+    say = _printer(reporter)
+    nodes = graph.node_by_name(name)
+    if not nodes:
+        names = ", ".join(sorted({n.name for n in graph.nodes.values()}))
+        say(f"error: --explain {name!r} matches no step; steps are: {names}")
+        return EXIT_USAGE
+    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options)
+    for node in nodes:
+        if node.digest in versions.by_digest:
+            found = versions.by_digest[node.digest]
+            where = "on storage" if found.source == "storage" else "in the plan file"
+            say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
+            continue
+        old = versions.nearest(node)
+        if old is None:
+            where = f"under {prefix}" if prefix else ""
+            plan = f" or in {plan_file_path(main_file).name}" if main_file else ""
+            say(f"{node.name}: new id {node.step_id}; no earlier version of this step found {where}{plan}")
+            continue
+        explanation = explain_node(graph, node, old, versions)
+        for line in render_explanation(graph, explanation):
+            say(line)
+        say(cascade_summary(len(explanation.readdressed()), explanation.roots()))
+    return EXIT_OK
+
+
+def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
+                  storage_options: dict | None = None) -> dict[str, str]:
+    """For each step that runs because it is new: one line on what changed (by digest)."""
+    new = [d.node for d in plan.decisions.values() if d.action == Action.RUN and d.observed.status is None]
+    if not new:
+        return {}
+    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options)
+    seen: dict = {}
+    notes = {}
+    for node in new:
+        old = versions.nearest(node)
+        if old is not None:
+            notes[node.digest] = one_line(graph, explain_node(graph, node, old, versions, seen))
+    return notes
+
+
+def print_dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, reporter: Any,
+                        storage_options: dict | None = None) -> None:
+    """The dry run's 'what changed' lines, printed after the plan table."""
+    try:
+        notes = dry_run_notes(graph, plan, prefix, main_file, storage_options)
+    except Exception as e:  # noqa: BLE001 - a hint must never break the dry run
+        reporter.warning(f"could not compare with earlier versions: {type(e).__name__}: {e}")
+        return
+    if notes:
+        say = _printer(reporter)
+        say("what changed since the nearest earlier version:")
+        for digest, note in notes.items():
+            say(f"  {graph.nodes[digest].name}: {note}")
+
+
+def _printer(reporter: Any):
+    if reporter is None:
+        return print
+    from rich.markup import escape
+
+    return lambda line: reporter.info(escape(line))
+
+
+__all__ = ["EarlierVersions", "StepExplanation", "Version", "dry_run_notes", "explain_node", "print_dry_run_notes",
+           "run_explain"]

@@ -1,0 +1,182 @@
+"""Garbage collection of step outputs no experiment still reaches.
+
+Reachable: every step of the given experiments (their graphs as the code declares them today,
+and their committed `<stem>.plan.json` too, so GC errs towards keeping), the outputs those steps
+were adopted from (alias_of), and pinned step ids. Everything else under the prefix that is a step output
+(a directory holding .executor/) is listed with its size. Deleting needs an explicit flag and
+skips outputs younger than the grace period and anything whose status is RUNNING (a live lease);
+`runs/` is never touched. A deletion removes the status first (so no reader takes the output for
+done while its files go) and re-reads it just before, so a step that started meanwhile is kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from executor.engine import outputs
+from executor.core.errors import StatusError
+from executor.core.graph import Graph
+from executor.tools.plan_file import plan_file_path, read_plan
+from executor.engine.progress import Progress
+from executor.core.record import EXECUTOR_DIR, State, Status, parse_status, status_key
+from executor.engine.snapshot import read_many
+from executor.engine.store import open_store
+
+
+@dataclass
+class StepOutput:
+    rel: str  # output directory relative to the prefix
+    size: int = 0
+    files: int = 0
+    newest_mtime: float = 0.0
+    status: Status | None = None
+    status_error: str | None = None
+
+    @property
+    def state(self) -> str:
+        if self.status_error:
+            return "CORRUPT"
+        return self.status.state.value if self.status else "NO STATUS"
+
+    @property
+    def last_written(self) -> float:
+        return max(self.newest_mtime, self.status.written_at if self.status else 0.0)
+
+
+@dataclass
+class GcReport:
+    prefix: str
+    reachable: dict[str, str] = field(default_factory=dict)  # output rel -> why it is kept
+    garbage: list[StepOutput] = field(default_factory=list)
+    kept_present: list[StepOutput] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    spared: dict[str, str] = field(default_factory=dict)  # garbage not deleted -> why
+
+    @property
+    def garbage_bytes(self) -> int:
+        return sum(o.size for o in self.garbage)
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    value = info.get("mtime") or info.get("LastModified") or info.get("updated") or info.get("created")
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return float(value or 0.0)
+
+
+def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepOutput]:
+    """Every step output directory under the prefix with its size, newest write and status."""
+    fs = outputs.filesystem(prefix, storage_options)
+    root = fs._strip_protocol(prefix).rstrip("/")
+    print(f"gc: listing every object under {prefix}…", file=sys.stderr, flush=True)  # one call, maybe long
+    try:
+        found = fs.find(prefix, detail=True)
+    except FileNotFoundError:
+        return []
+    files = {}
+    for full, info in found.items():
+        rel = fs._strip_protocol(full)[len(root) + 1:]
+        if rel and not rel.startswith("runs/") and info.get("type") != "directory":
+            files[rel] = info
+    marker = f"/{EXECUTOR_DIR}/"
+    steps: dict[str, StepOutput] = {}
+    for rel in files:
+        if marker in "/" + rel:
+            step = rel[: ("/" + rel).index(marker) - 1]
+            if step:
+                steps.setdefault(step, StepOutput(step))
+    for rel, info in files.items():
+        parts = rel.split("/")
+        owner = next((steps["/".join(parts[:i])] for i in range(len(parts) - 1, 0, -1)
+                      if "/".join(parts[:i]) in steps), None)
+        if owner is not None:
+            owner.size += int(info.get("size") or 0)
+            owner.files += 1
+            owner.newest_mtime = max(owner.newest_mtime, _mtime(info))
+    store = open_store(prefix, storage_options)
+    found_steps = sorted(steps.values(), key=lambda o: o.rel)
+    keys = [status_key(o.rel) for o in found_steps]
+    progress = Progress("gc: read statuses", total=len(keys), unit="steps")  # a line every few seconds
+    for output, key, versioned in zip(found_steps, keys, read_many(store, keys)):
+        progress.update()
+        if versioned is not None:
+            try:
+                output.status = parse_status(versioned.data, f"{prefix}/{key}")
+            except StatusError as e:
+                output.status_error = str(e)
+    return found_steps
+
+
+def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, str]:
+    """Output rels an experiment reaches -> why: its graph's steps and its committed plan's steps."""
+    keep: dict[str, str] = {}
+    for node in (graph.nodes.values() if graph is not None else ()):
+        keep.setdefault(node.output_rel, f"step {node.name} of {experiment_file}")
+    plan = read_plan(plan_file_path(experiment_file))
+    for entry in (plan or {}).get("steps", []):
+        keep.setdefault(entry.get("output_rel") or entry["step_id"], f"in the plan file of {experiment_file}")
+    return keep
+
+
+def reachable_outputs(prefix: str, roots: dict[str, str], pins: Iterable[str],
+                      storage_options: dict | None = None) -> dict[str, str]:
+    """Output rels to keep -> why: the roots, pinned ids, and what those were adopted from."""
+    store = open_store(prefix, storage_options)
+    keep: dict[str, str] = dict(roots)
+    for pin in pins:
+        keep.setdefault(pin.strip("/"), "pinned")
+    for rel in list(keep):
+        versioned = store.read(status_key(rel))
+        if versioned is None:
+            continue
+        try:
+            status = parse_status(versioned.data, f"{prefix}/{status_key(rel)}")
+        except StatusError:
+            continue
+        if status.alias_of and status.alias_of.get("output_rel"):
+            keep.setdefault(status.alias_of["output_rel"], f"adopted by {rel}")
+    return keep
+
+
+def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
+            storage_options: dict | None = None) -> GcReport:
+    """roots: output rels to keep -> why (see experiment_outputs)."""
+    report = GcReport(prefix, reachable_outputs(prefix, roots, pins, storage_options))
+    for output in list_outputs(prefix, storage_options):
+        (report.kept_present if output.rel in report.reachable else report.garbage).append(output)
+    return report
+
+
+def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: dict | None = None) -> GcReport:
+    """Delete the garbage older than the grace period that no runner holds. Returns the report."""
+    store = open_store(report.prefix, storage_options)
+    fs = outputs.filesystem(report.prefix, storage_options)
+    for output in report.garbage:
+        age_h = (now - output.last_written) / 3600
+        if age_h < grace_hours:
+            report.spared[output.rel] = f"written {age_h:.1f} h ago, within the {grace_hours:g} h grace period"
+            continue
+        key = status_key(output.rel)
+        versioned = store.read(key)  # re-read: a runner may have started since the listing
+        state = None
+        if versioned is not None:
+            try:
+                state = parse_status(versioned.data, key).state
+            except StatusError:
+                state = None
+        if state == State.RUNNING:
+            report.spared[output.rel] = "RUNNING: a live lease (never deleted)"
+            continue
+        if versioned is not None:
+            store.delete(key)
+        fs.rm(outputs.join(report.prefix, output.rel), recursive=True)
+        report.deleted.append(output.rel)
+    return report

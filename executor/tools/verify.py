@@ -1,0 +1,209 @@
+"""Verified outputs: check completed steps' files against the manifests in their records.
+
+A step's record lists every output file with size and checksum (and the checksum's algorithm:
+sha256 of the bytes locally, the object's MD5/CRC32C metadata on S3/GCS). Verification lists
+the output again and reports files that are missing, changed (size or checksum) or extra. Only
+steps whose status is SUCCESS for the record's digest are verified; an adopted step is verified
+through the output it points at. Reads only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import fsspec
+
+from executor.engine import outputs
+from executor.engine.progress import Progress, human_bytes
+from executor.core.errors import StatusError
+from executor.core.record import EXECUTOR_DIR, State, parse_status
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # missing | changed | extra | unverifiable
+    file: str
+    detail: str = ""
+
+    def render(self) -> str:
+        return f"{self.kind:<8} {self.file}" + (f"  ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class StepVerification:
+    path: str
+    step_id: str | None = None
+    files: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    note: str | None = None  # why the step was not (fully) verified
+    verified: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _bare(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    return fs._strip_protocol(path).rstrip("/")
+
+
+OnBytes = Callable[[int], None]  # told how many bytes were just hashed (for progress)
+
+
+def _ignore(n: int) -> None:
+    pass
+
+
+def _digest(fs: fsspec.AbstractFileSystem, path: str, make: Any, on_bytes: OnBytes = _ignore) -> Any:
+    h = make()
+    with fs.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+            on_bytes(len(chunk))
+    return h
+
+
+def current_checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any], algorithm: str,
+                     on_bytes: OnBytes = _ignore) -> str | None:
+    """The file's checksum today in the recorded algorithm (None: cannot be computed here)."""
+    if algorithm == "sha256":
+        return _digest(fs, path, hashlib.sha256, on_bytes).hexdigest()
+    if algorithm == "s3-etag-md5":
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        return etag if etag and "-" not in etag else _digest(fs, path, hashlib.md5, on_bytes).hexdigest()
+    if algorithm == "md5-base64":
+        return info.get("md5Hash") or base64.b64encode(_digest(fs, path, hashlib.md5, on_bytes).digest()).decode()
+    if algorithm == "crc32c":
+        if info.get("crc32c"):
+            return str(info["crc32c"])
+        try:
+            import google_crc32c
+        except ImportError:
+            return None
+        checksum = _digest(fs, path, google_crc32c.Checksum, on_bytes)
+        return base64.b64encode(checksum.digest()).decode()
+    return None
+
+
+def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str, Any],
+                on_bytes: OnBytes = _ignore) -> StepVerification:
+    """Compare the files under `step_path` with the record's manifest."""
+    result = StepVerification(step_path, record.get("step_id"), verified=True)
+    root = _bare(fs, step_path)
+    try:
+        found = fs.find(step_path, detail=True)
+    except FileNotFoundError:
+        found = {}
+    present = {}
+    for full, info in found.items():
+        rel = _bare(fs, full)[len(root) + 1:]
+        if rel and rel.split("/", 1)[0] != EXECUTOR_DIR and info.get("type") != "directory":
+            present[rel] = (full, info)
+    recorded = {e["path"]: e for e in record.get("manifest") or []}
+    result.files = len(recorded)
+    for rel, entry in sorted(recorded.items()):
+        if rel not in present:
+            result.problems.append(Problem("missing", rel, f"recorded {entry.get('size')} bytes"))
+            continue
+        full, info = present[rel]
+        size = int(info.get("size") or 0)
+        if size != int(entry.get("size", -1)):
+            result.problems.append(Problem("changed", rel, f"size {entry.get('size')} -> {size} bytes"))
+            continue
+        checksum = entry.get("checksum") or {}
+        algorithm = checksum.get("algorithm", "?")
+        now = current_checksum(fs, full, info, algorithm, on_bytes)
+        if now is None:
+            result.problems.append(Problem("unverifiable", rel, f"cannot compute a {algorithm} checksum here"))
+        elif now != checksum.get("value"):
+            result.problems.append(Problem("changed", rel, f"{algorithm} {str(checksum.get('value'))[:16]}… -> "
+                                                            f"{now[:16]}…"))
+    for rel in sorted(set(present) - set(recorded)):
+        size = int(present[rel][1].get("size") or 0)
+        result.problems.append(Problem("extra", rel, f"{size} bytes, not in the manifest"))
+    return result
+
+
+def _read(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+
+
+def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0,
+               on_bytes: OnBytes = _ignore) -> StepVerification:
+    """Verify one step directory, given its status and record."""
+    step_path = step_path.rstrip("/")
+    status_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/status.json")
+    if status_bytes is None:
+        return StepVerification(step_path, note="no status.json: not a completed step; skipped")
+    try:
+        status = parse_status(status_bytes, f"{step_path}/{EXECUTOR_DIR}/status.json")
+    except StatusError as e:
+        return StepVerification(step_path, problems=[Problem("unverifiable", f"{EXECUTOR_DIR}/status.json", str(e))])
+    if status.state != State.SUCCESS:
+        return StepVerification(step_path, status.step_id, note=f"status is {status.state.value}; nothing to verify")
+    if status.alias_of and _hops == 0:
+        base = step_path[: -len(status.step_id)].rstrip("/") if step_path.endswith("/" + status.step_id) else None
+        if base is None:
+            return StepVerification(step_path, status.step_id, note="adopted; verify the output it points at: "
+                                    f"{status.alias_of.get('output_rel')}")
+        target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", _hops=1, on_bytes=on_bytes)
+        target.note = f"adopted by {status.step_id}; verified the output it points at"
+        return target
+    record_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/record.json")
+    if record_bytes is None:
+        return StepVerification(step_path, status.step_id,
+                                problems=[Problem("missing", f"{EXECUTOR_DIR}/record.json",
+                                                  "SUCCESS without a record")])
+    record = json.loads(record_bytes)
+    if record.get("digest") != status.digest:
+        return StepVerification(step_path, status.step_id, problems=[Problem(
+            "changed", f"{EXECUTOR_DIR}/record.json", f"record digest {str(record.get('digest'))[:12]}… does not "
+                                                        f"match the status digest {status.digest[:12]}…")])
+    return verify_step(fs, step_path, record, on_bytes)
+
+
+def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
+    """Step output directories under `path` (directories holding .executor/), runs/ excluded."""
+    root = _bare(fs, path)
+    if fs.exists(f"{path.rstrip('/')}/{EXECUTOR_DIR}/status.json"):
+        return [path.rstrip("/")]
+    steps = set()
+    marker = f"/{EXECUTOR_DIR}/"
+    for full in fs.find(path):
+        rel = _bare(fs, full)[len(root) + 1:]
+        if rel.startswith("runs/") or marker not in "/" + rel:
+            continue
+        steps.add(rel[: ("/" + rel).index(marker) - 1] if not rel.startswith(EXECUTOR_DIR + "/") else "")
+    base = path.rstrip("/")
+    return [f"{base}/{s}" if s else base for s in sorted(steps)]
+
+
+def verify_path(path: str, storage_options: dict | None = None) -> list[StepVerification]:
+    """Verify one step directory, or every completed step under a prefix."""
+    fs = outputs.filesystem(path, storage_options)
+    if outputs.is_local(path):
+        path = outputs.normalize_prefix(path)
+    steps = step_directories(fs, path)
+    progress = Progress("verify", total=len(steps), unit="steps")  # a line every few seconds, on stderr
+    hashed = 0
+
+    def on_bytes(n: int) -> None:  # a large file shows progress while it is being hashed
+        nonlocal hashed
+        hashed += n
+        progress.desc = f"verify ({human_bytes(hashed)} hashed)"
+        progress.update(0)
+
+    results = []
+    for step in steps:
+        results.append(verify_one(fs, step, on_bytes=on_bytes))
+        progress.update()
+    return results

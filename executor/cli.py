@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from executor import flags
 
-from executor.engine import outputs
+from executor.engine import location, outputs
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
@@ -137,6 +137,7 @@ def open_prefix(prefix: str, environ: dict[str, str], options: dict[str, Any]) -
             raise ExecutorError(f"EXECUTOR_FAULTY_STORE (test-only) must be 'RATE,SEED': {e}") from None
     if object_store or faulty:
         store = RetryingStore(store)
+    location.use_storage_options(prefix, options)
     return store, outputs.filesystem(prefix, options)
 
 

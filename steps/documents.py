@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal
 
 import fsspec
+
+from executor.engine import location
 import zstandard
 from fsspec.implementations.local import LocalFileSystem
 
@@ -84,7 +86,7 @@ def list_document_files(input_path: str) -> list[str]:
     A directory that holds no document files but has a `docs/` subdirectory (a download or dedup
     step's output) is read through that subdirectory.
     """
-    fs, path = fsspec.core.url_to_fs(input_path)
+    fs, path = location.url_to_fs(input_path)
     protocol = input_path.split("://", 1)[0] + "://" if "://" in input_path else ""
 
     def url(p: str) -> str:
@@ -120,7 +122,7 @@ def shard_stem(path: str) -> str:
 
 def open_binary_lines(path: str) -> io.BufferedIOBase:
     """Open a (possibly compressed) file for reading decompressed bytes, chosen by suffix."""
-    raw = fsspec.open(path, "rb").open()
+    raw = location.open_file(path, "rb").open()
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if path.endswith(".zst"):
@@ -198,7 +200,7 @@ def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -
 
     Returns the number of documents written. A reader never sees a partly written file.
     """
-    fs, target = fsspec.core.url_to_fs(path)
+    fs, target = location.url_to_fs(path)
     parent = target.rsplit("/", 1)[0] if "/" in target else "."
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -234,7 +236,7 @@ def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -
 
 def write_file_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     """Call `write(f)` to fill the file at `path` (local or URL); a reader never sees a torn file."""
-    fs, target = fsspec.core.url_to_fs(str(path))
+    fs, target = location.url_to_fs(str(path))
     if not isinstance(fs, LocalFileSystem):
         # An object appears whole when its upload completes, so the final key is written directly.
         # The bytes are built first: fsspec commits a file on close even when the writer raised.
@@ -267,7 +269,7 @@ def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".p
     Call at the start of a step, before any worker writes: the step owns its output directory,
     except dot-directories such as `.executor/` (the executor's own files), which are left alone.
     """
-    fs, path = fsspec.core.url_to_fs(root)
+    fs, path = location.url_to_fs(root)
     if not fs.exists(path):
         return 0
     base = path.rstrip("/")
@@ -281,7 +283,7 @@ def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".p
 
 def read_json(path: str) -> Any | None:
     """A JSON file's value, or None when it does not exist."""
-    fs, target = fsspec.core.url_to_fs(path)
+    fs, target = location.url_to_fs(path)
     try:
         with fs.open(target, "r") as f:
             return json.load(f)

@@ -30,6 +30,8 @@ from typing import Any
 
 import fsspec
 
+from executor.engine import location
+
 from executor.engine.parallel import map_shards
 from executor.engine.progress import Progress
 from executor.core.step import execution_only, secret
@@ -98,7 +100,7 @@ def expand_sources(sources: list[str], storage_options: dict[str, Any] | None = 
         if _is_http(source):
             found.append((source, source.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]))
             continue
-        fs, path = fsspec.core.url_to_fs(source, **(storage_options or {}))
+        fs, path = location.url_to_fs(source, **(storage_options or {}))
         protocol = source.split("://", 1)[0] + "://" if "://" in source else ""
         url = (lambda p: protocol + p) if protocol and protocol != "file://" else (lambda p: p)
         if any(ch in path for ch in "*?["):
@@ -154,7 +156,7 @@ def _copy_once(job: _FileJob) -> tuple[int, str]:
     Each attempt starts from byte 0: used for local, gs:// and s3:// sources (whose reads rarely
     fail midway) and for HTTP sources saved to an object store (which cannot append)."""
     config = job.config
-    dest_fs, dest = fsspec.core.url_to_fs(job.destination)
+    dest_fs, dest = location.url_to_fs(job.destination)
     dest_fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
     tmp = f"{dest}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     open_options = {"block_size": 0} if _is_http(job.source) else {}
@@ -183,7 +185,7 @@ def _resumable(job: _FileJob) -> tuple[Partial, dict[str, str]] | None:
     for other sources, for object-store destinations, and when `storage_options` holds more than
     `headers` (options only fsspec's HTTP filesystem understands: copied with it, from byte 0)."""
     options = job.config.storage_options or {}
-    dest_fs, dest = fsspec.core.url_to_fs(job.destination)
+    dest_fs, dest = location.url_to_fs(job.destination)
     if not _is_http(job.source) or set(options) - {"headers"} or "file" not in dest_fs.protocol:
         return None
     return Partial(dest + RESUMABLE_SUFFIX), dict(options.get("headers") or {})
@@ -240,7 +242,7 @@ def _fetch_file(job: _FileJob) -> dict[str, Any]:
     files that did arrive still reach the manifest)."""
     config = job.config
     previous = job.previous
-    if previous is not None and fsspec.core.url_to_fs(job.destination)[0].exists(job.destination):
+    if previous is not None and location.url_to_fs(job.destination)[0].exists(job.destination):
         size, sha = _sha256_of(job.destination, config.chunk_bytes)
         if (size, sha) == (previous["size"], previous["sha256"]) and job.expected_sha256 in (None, sha):
             return {"name": job.name, "source": job.source, "size": size, "sha256": sha,

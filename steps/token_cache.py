@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import fsspec
+
+from executor.engine import location
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
@@ -60,7 +62,7 @@ def write_shard(split_dir: str | Path, name: str, tokens: np.ndarray, offsets: n
 
 def read_ledger(root: str | Path) -> dict:
     path = join(root, "ledger.json")
-    fs, target = fsspec.core.url_to_fs(path)
+    fs, target = location.url_to_fs(path)
     try:
         ledger = json.loads(fs.cat_file(target))
     except FileNotFoundError:
@@ -73,7 +75,7 @@ def read_ledger(root: str | Path) -> dict:
 def load_array(path: str) -> np.ndarray:
     """A .npy file: memory-mapped when local; read whole from an object store (no mmap there,
     and a shard's arrays are small enough to hold in memory)."""
-    fs, target = fsspec.core.url_to_fs(path)
+    fs, target = location.url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         return np.load(target, mmap_mode="r")
     return np.load(io.BytesIO(fs.cat_file(target)))

@@ -12,6 +12,7 @@ import fsspec
 
 from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR
+from executor.engine import location
 
 CHUNK = 1 << 20
 
@@ -33,9 +34,7 @@ def join(prefix: str, *parts: str | None) -> str:
 
 
 def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> fsspec.AbstractFileSystem:
-    if is_local(prefix):
-        return fsspec.filesystem("file", auto_mkdir=True)
-    fs, _ = fsspec.core.url_to_fs(prefix, **(storage_options or {}))
+    fs, _ = location.url_to_fs(prefix, **(storage_options or {}))
     return fs
 
 

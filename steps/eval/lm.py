@@ -12,7 +12,8 @@ import json
 import math
 from dataclasses import dataclass
 
-import fsspec
+
+from executor.engine import location
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,7 +33,7 @@ class TrainedModel:
 
 
 def load_trained_model(train_path: str) -> TrainedModel:
-    fs, p = fsspec.core.url_to_fs(f"{train_path.rstrip('/')}/model.json")
+    fs, p = location.url_to_fs(f"{train_path.rstrip('/')}/model.json")
     try:
         meta = json.loads(fs.cat_file(p))
     except FileNotFoundError:

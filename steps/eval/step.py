@@ -10,7 +10,8 @@ import math
 import time
 from dataclasses import dataclass
 
-import fsspec
+
+from executor.engine import location
 import numpy as np
 
 from executor.core.step import execution_only
@@ -55,7 +56,7 @@ def select_documents(split: TokenSplit, max_tokens: int) -> tuple[list[np.ndarra
 
 
 def _tokenizer(cache_path: str):
-    fs, path = fsspec.core.url_to_fs(join(cache_path, "tokenizer.json"))
+    fs, path = location.url_to_fs(join(cache_path, "tokenizer.json"))
     if not fs.exists(path):
         return None
     from tokenizers import Tokenizer
@@ -99,7 +100,7 @@ def evaluate(config: EvalConfig) -> dict:
         results["multiple_choice"] = {"task": config.task, "task_sha256": sha,
                                       **score_task(items, encode, score_rows, model.cfg.seq_len, config.num_fewshot)}
     results["seconds"] = time.monotonic() - started
-    fs, p = fsspec.core.url_to_fs(f"{config.output_path.rstrip('/')}/results.json")
+    fs, p = location.url_to_fs(f"{config.output_path.rstrip('/')}/results.json")
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(p, json.dumps(results, indent=1).encode())
     return results

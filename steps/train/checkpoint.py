@@ -22,7 +22,8 @@ import secrets
 import sys
 from typing import Any
 
-import fsspec
+
+from executor.engine import location
 import jax
 import numpy as np
 
@@ -43,7 +44,7 @@ def _dir_name(step: int) -> str:
 
 
 def _fs(output_path: str, subdir: str = "checkpoints"):
-    fs, root = fsspec.core.url_to_fs(output_path)
+    fs, root = location.url_to_fs(output_path)
     return fs, root.rstrip("/") + "/" + subdir
 
 

@@ -14,7 +14,8 @@ import functools
 import json
 import time
 
-import fsspec
+
+from executor.engine import location
 import jax
 import numpy as np
 
@@ -42,13 +43,13 @@ def resolve_model_config(model: ModelConfig, cache_vocab_size: int) -> ModelConf
 
 
 def _write_text(path: str, text: str) -> None:
-    fs, p = fsspec.core.url_to_fs(path)
+    fs, p = location.url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(p, text.encode())
 
 
 def _read_metrics(output_path: str, up_to_step: int) -> list[dict]:
-    fs, p = fsspec.core.url_to_fs(f"{output_path}/metrics.jsonl")
+    fs, p = location.url_to_fs(f"{output_path}/metrics.jsonl")
     if not fs.exists(p):
         return []
     lines = [json.loads(line) for line in fs.cat_file(p).decode().splitlines() if line.strip()]

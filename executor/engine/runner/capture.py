@@ -95,9 +95,9 @@ def captured_output(path: str | None, header: str = "") -> Iterator[None]:
         sink.close()
         if remote:
             try:
-                import fsspec
+                from executor.engine import location
 
-                with open(local, "rb") as src, fsspec.open(path, "wb") as dst:
+                with open(local, "rb") as src, location.open_file(path, "wb") as dst:
                     dst.write(src.read())
             except Exception as e:  # noqa: BLE001 - a lost log must not fail the step
                 print(f"stepgraph: could not upload the step log to {path}: {e}", file=sys.stderr)

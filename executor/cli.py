@@ -1,7 +1,7 @@
 """The command line of an experiment file: flags -> graph -> plan -> dry run or run.
 
 Exit codes: 0 all done; 1 one or more steps failed; 2 usage or config error (nothing ran);
-3 --check found changed ids; 130 interrupted.
+3 --check found changed ids; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from executor.engine.snapshot import read_snapshot
 from executor.core.step import ExecutorStep, Resources
 from executor.engine.store import StoreError, open_store
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 DEFAULT_PREFIX = "cache"
 
 
@@ -82,6 +82,9 @@ def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions,
         unknown = [a for a in rest if a.startswith("--")] or rest
         raise ExecutorError(f"unknown argument(s) {' '.join(unknown)}; run with --help for the flags")
     options = flags.parse(ExecutorOptions, mine)
+    if options.max_concurrent < 1:
+        raise ExecutorError(f"--max-concurrent must be at least 1 (got {options.max_concurrent}): it is how many "
+                            f"steps run at once")
     user = None
     if user_class is not None:
         user = flags.parse(user_class, rest, None if isinstance(user_config, type) else user_config)
@@ -184,7 +187,10 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
         prefix = resolve_prefix(options, environ)
-        return _run_graph(graph, options, prefix, description, main_file, environ, reporter)
+        from executor.engine.provenance import secret_flag_names
+
+        secret_flags = secret_flag_names(config)
+        return _run_graph(graph, options, prefix, description, main_file, environ, reporter, secret_flags)
     except ExecutorError as e:
         return _usage(str(e))
     except StoreError as e:
@@ -196,7 +202,8 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description: str | None,
-               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter) -> int:
+               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter,
+               secret_flags: frozenset[str] = frozenset()) -> int:
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
@@ -245,13 +252,26 @@ def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description:
         reporter.info(f"all {done} step(s) already succeeded; nothing to do "
                       f"({time.time() - started:.2f}s)")
         return EXIT_OK
-    return _execute(graph, plan, options, prefix, description, main_file, reporter, store, fs)
+    return _execute(graph, plan, options, prefix, description, main_file, reporter, store, fs, secret_flags)
 
 
 def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, description: str | None,
-             main_file: str | None, reporter: ConsoleReporter, store: Any, fs: Any) -> int:
+             main_file: str | None, reporter: ConsoleReporter, store: Any, fs: Any,
+             secret_flags: frozenset[str] = frozenset()) -> int:
+    """Run the plan with SIGINT/SIGTERM handled (executor.engine.signals): every ending returns."""
+    from executor.engine.signals import SignalGuard
+
+    with SignalGuard() as guard:
+        return _execute_guarded(guard, graph, plan, options, prefix, description, main_file, reporter, store, fs,
+                                secret_flags)
+
+
+def _execute_guarded(guard: Any, graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str,
+                     description: str | None, main_file: str | None, reporter: ConsoleReporter, store: Any,
+                     fs: Any, secret_flags: frozenset[str]) -> int:
     from executor.engine.execute import Execution, NodeState, RunContext
     from executor.engine.provenance import invocation
+    from executor.engine.signals import exit_code_for, reason_for, signum_of
 
     outputs.check_writable(prefix)
     if prefix.startswith("memory://") and options.runner != "inline":
@@ -259,7 +279,7 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     reporter.print_plan(plan, prefix, title=description)
     experiment = Path(main_file).stem if main_file else "experiment"
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
-    info = invocation(main_file)
+    info = invocation(main_file, secret_flags)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
     if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
@@ -274,7 +294,8 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
         if options.runner == "inline":
             from executor.engine.runner.inline import InlineRunner
 
-            started_runner.append(InlineRunner(max_workers=options.max_concurrent))
+            started_runner.append(InlineRunner(isolate=not prefix.startswith("memory://"),
+                                               silence_limit_s=settings.ttl_s / 2))
             return started_runner[0]
         from executor.engine.runner.ray_runner import RayRunner
 
@@ -285,6 +306,7 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
             shared_filesystem=os.environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
             colocate_hosts=os.environ.get("EXECUTOR_COLOCATE_HOSTS") == "1",
             notify=reporter.warning))
+        guard.install()  # ray.init sets its own SIGTERM handler
         return started_runner[0]
 
     # plan-time check against the runner (the cluster's shape; what the in-process runner cannot do),
@@ -293,11 +315,11 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
                 if d.action in (Action.RUN, Action.WAIT)]
     try:
         problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if started_runner:
             started_runner[0].shutdown()
         reporter.info("interrupted while starting Ray; nothing ran")
-        return EXIT_INTERRUPTED
+        return exit_code_for(signum_of(e))
     except BaseException:
         if started_runner:
             started_runner[0].shutdown()
@@ -307,8 +329,10 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
         where = "the in-process runner" if options.runner == "inline" else "the cluster"
         raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
+    keeper = LeaseKeeper(store, settings)
+    guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
     ctx = RunContext(prefix=prefix, store=store, fs=fs, owner=owner,
-                     keeper=LeaseKeeper(store, settings), watch=StalenessWatch(settings.ttl_s),
+                     keeper=keeper, watch=StalenessWatch(settings.ttl_s),
                      runner_factory=make_runner, reporter=reporter, invocation=info, main_file=main_file,
                      max_concurrent=options.max_concurrent)
     run_ref = RunRecordRef(experiment, run_id)
@@ -317,6 +341,8 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
                 "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan, prefix)]}
     run_path = outputs.join(prefix, run_ref.key)
     outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    guard.on_force(lambda signum: outputs.write_json(fs, run_path, to_json_bytes(
+        {**run_file, "finished_at": time.time(), "exit_code": exit_code_for(signum), "forced_exit": True})))
 
     try:
         summary = Execution(graph, plan, ctx).run()
@@ -326,10 +352,15 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
         getattr(reporter, "close", lambda: None)()
 
     failed = summary.failed
-    code = EXIT_INTERRUPTED if summary.interrupted else (EXIT_FAILED if failed else EXIT_OK)
+    code = summary.exit_code
     run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
                     outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors)
-    outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    if summary.runner_error:
+        run_file["runner_error"] = summary.runner_error
+    try:
+        outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    except Exception as e:  # noqa: BLE001 - the steps' statuses are already final; say so and keep the code
+        reporter.warning(f"could not write the run record {run_path}: {e}")
     succeeded = sum(st == NodeState.DONE for st in summary.states.values())
     reporter.info(f"{succeeded}/{len(summary.states)} step(s) succeeded, {len(summary.ran_here)} ran here; "
                   f"run record: {run_path}")

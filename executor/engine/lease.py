@@ -9,15 +9,25 @@ has not changed for a full TTL of *our* time. Clocks are injectable so tests nev
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
-from executor.core.record import Status
+from executor.core.record import State, Status
 from executor.engine.store.base import CoordinationStore, StoreError, Versioned
 
 Clock = Callable[[], float]
+
+
+@contextlib.contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release a lock acquired (with a timeout) just before."""
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -126,12 +136,14 @@ class LeaseKeeper:
             return list(self._held.values())
 
     # -- ending ----------------------------------------------------------------------------
-    def finish(self, lease: Lease, final: Status) -> bool:
+    def finish(self, lease: Lease, final: Status, lock_timeout_s: float = -1) -> bool:
         """The fenced commit: CAS to a terminal status against our last generation.
 
         False (and nothing written) if the lease was lost; the caller must not publish.
         """
-        with lease.lock:
+        if not lease.lock.acquire(timeout=lock_timeout_s):
+            return False  # another thread is stuck writing this status: give up rather than hang
+        with _held(lease.lock):
             try:
                 if not self.is_valid(lease):
                     return False
@@ -144,6 +156,20 @@ class LeaseKeeper:
             finally:
                 with self._held_lock:
                     self._held.pop(lease.key, None)
+
+    def release_all(self, reason: str, lock_timeout_s: float = 2.0) -> list[str]:
+        """End every lease still held as FAILED with `reason` (Ctrl-C, SIGTERM, a runner error, a
+        forced exit). Returns the keys that could not be released (they go stale after the TTL)."""
+        left = []
+        for lease in self.held():
+            final = lease.status.next(state=State.FAILED, error=reason, written_at=self.wall_clock())
+            try:
+                released = self.finish(lease, final, lock_timeout_s)
+            except Exception:  # noqa: BLE001 - storage down: nothing more can be done from here
+                released = False
+            if not released and not lease.lost:
+                left.append(lease.key)
+        return left
 
     # -- heartbeat thread ------------------------------------------------------------------
     def start(self) -> None:

@@ -51,6 +51,12 @@ def plan_json(plan: Plan, prefix: str) -> str:
     return json.dumps({"schema": 1, "prefix": prefix, "steps": plan_rows(plan, prefix)}, indent=1)
 
 
+def _short(value: object, limit: int = 80) -> str:
+    """A result value as echoed on the console: whole in the record, shortened here."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
+
+
 class ConsoleReporter:
     """Readable lines on the terminal; rich degrades to plain text when not on a TTY."""
 
@@ -114,7 +120,8 @@ class ConsoleReporter:
             return
         summary = ""
         if isinstance(result, dict) and result:
-            items = [f"{k}={v}" for k, v in list(result.items())[:6] if isinstance(v, (int, float, str))]
+            items = [f"{str(k)[:40]}={_short(v)}" for k, v in list(result.items())[:6]
+                     if isinstance(v, (int, float, str))]
             summary = "  " + ", ".join(items) if items else ""
         self.console.print(f"[green]✔[/] {escape(node.name)} ({seconds:.1f}s){escape(summary)}")
 

@@ -349,7 +349,7 @@ class Execution:
 
     def _finish(self, t: Tracked, outcome: StepOutcome) -> None:
         t.attempts.extend(outcome.attempts)
-        if not outcome.ok and not self.ctx.keeper.is_valid(t.lease):
+        if not outcome.ok and not self.ctx.keeper.confirm(t.lease):
             # Ended because its lease was lost (an inline step stops itself when its runner was
             # paused past half the TTL): not the step's failure; re-read and follow the new owner.
             self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost")

@@ -73,13 +73,14 @@ class LeaseKeeper:
         Returns None when another runner got there first: a normal outcome, not an error.
         """
         data = status.to_bytes()
+        sent = self.clock()  # the lease's age counts from before the write (see renew)
         if current is None:
             generation = self.store.create_if_absent(key, data)
         else:
             generation = self.store.replace_if_generation(key, data, current.generation)
         if generation is None:
             return None
-        lease = Lease(key, status, generation, self.clock())
+        lease = Lease(key, status, generation, sent)
         with self._held_lock:
             self._held[key] = lease
         return lease
@@ -99,6 +100,10 @@ class LeaseKeeper:
             if lease.lost or lease.key not in self._held:
                 return
             new = lease.status.next(written_at=self.wall_clock())
+            # Counted from before the write: a call that hangs (or a process paused mid-call) and
+            # then succeeds must not make the lease look freshly renewed — an observer may have
+            # judged it stale meanwhile, from the write's own time.
+            sent = self.clock()
             try:
                 generation = self.store.replace_if_generation(lease.key, new.to_bytes(), lease.generation)
             except StoreError:
@@ -107,7 +112,7 @@ class LeaseKeeper:
             if generation is None:
                 lease.lost_reason = "taken over by another runner (status changed under us)"
                 return
-            lease.status, lease.generation, lease.renewed_at = new, generation, self.clock()
+            lease.status, lease.generation, lease.renewed_at = new, generation, sent
             self._expire_if_silent(lease)
 
     def confirm(self, lease: Lease) -> bool:

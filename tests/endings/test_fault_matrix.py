@@ -64,13 +64,21 @@ def test_output_path_clash_mid_run_fails_that_step_only(local, sidefx, tmp_path)
     assert found["second"]["state"] == "SUCCESS" and found["second"]["owner"]["pid"] == other.pid  # untouched
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.slow)], indirect=True)
 @pytest.mark.parametrize("signals, code, reason", [
     ([signal.SIGINT], 130, "interrupted (Ctrl-C)"),
     ([signal.SIGINT, signal.SIGINT], 130, "interrupted (Ctrl-C)"),
     ([signal.SIGTERM], 143, "terminated (SIGTERM)"),
 ], ids=["ctrl-c", "double-ctrl-c", "sigterm"])
-def test_signals(backend, sidefx, tmp_path, signals, code, reason):
+def test_signals(local, sidefx, tmp_path, signals, code, reason):
+    signalled_run(local, sidefx, tmp_path, signals, code, reason)
+
+
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+def test_sigterm_on_s3(backend, sidefx, tmp_path):
+    signalled_run(backend, sidefx, tmp_path, [signal.SIGTERM], 143, "terminated (SIGTERM)")
+
+
+def signalled_run(backend, sidefx, tmp_path, signals, code, reason):
     d = Driver(backend, sidefx, tmp_path / "run.log", long="hang")
     wait_for(lambda: started(sidefx, "long"), 60, "end/long to start", d)
     wait_for(lambda: statuses(backend).get("second", {}).get("state") == "SUCCESS", 60, "end/second", d)

@@ -118,8 +118,12 @@ def secret_flag_names(config: Any) -> frozenset[str]:
         for f in dataclasses.fields(cls):
             if is_secret(f):
                 names.add(prefix + f.name)
-            else:
-                walk(hints.get(f.name, f.type), f"{prefix}{f.name}.", depth + 1)
+                continue
+            kind = hints.get(f.name, f.type)
+            if not isinstance(kind, type):  # an annotation that did not resolve: the default tells
+                default = f.default_factory if f.default_factory is not dataclasses.MISSING else type(f.default)
+                kind = default if isinstance(default, type) else None
+            walk(kind, f"{prefix}{f.name}.", depth + 1)
 
     walk(config if isinstance(config, type) else type(config), "", 0)
     return frozenset(names)

@@ -168,7 +168,14 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
     `steps` may be a callable taking the experiment's own config (a dataclass whose fields
     become flags, given as `config=`) and returning the steps.
     """
-    sys.exit(run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv))
+    code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv)
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # Everything is released and recorded; skip interpreter teardown, where Ray's exit hooks
+        # can hang a driver whose tasks were just cancelled (issue 12): a signal ends the process now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def run(steps: Any, description: str | None = None, *, config: Any = None, argv: Sequence[str] = (),
@@ -341,7 +348,7 @@ def _execute_guarded(guard: Any, graph: Graph, plan: Plan, options: ExecutorOpti
                 "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan, prefix)]}
     run_path = outputs.join(prefix, run_ref.key)
     outputs.write_json(fs, run_path, to_json_bytes(run_file))
-    guard.on_force(lambda signum: outputs.write_json(fs, run_path, to_json_bytes(
+    guard.on_force(lambda signum: "exit_code" in run_file or outputs.write_json(fs, run_path, to_json_bytes(
         {**run_file, "finished_at": time.time(), "exit_code": exit_code_for(signum), "forced_exit": True})))
 
     try:

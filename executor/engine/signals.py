@@ -100,13 +100,14 @@ class SignalGuard:
     def __exit__(self, *exc: object) -> None:
         if not self._active:
             return
-        self._done.set()
+        if self.first is None:  # after a signal the watchdog stays armed until the process exits
+            self._done.set()
         for signum, previous in self._previous.items():
             with contextlib.suppress(Exception):
                 signal.signal(signum, previous)  # type: ignore[arg-type]
         with contextlib.suppress(Exception):
             signal.set_wakeup_fd(self._previous_wakeup if self._previous_wakeup is not None else -1)
-        if self._sockets:
+        if self._sockets and self._done.is_set():
             with contextlib.suppress(OSError):
                 self._sockets[1].send(b"\0")  # wake the watcher so it sees _done
         self._active = False

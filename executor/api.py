@@ -164,10 +164,16 @@ def _output_path(prefix: str, decision: Decision) -> str:
     return outputs.join(prefix, decision.node.output_rel)
 
 
-def _report(prefix: str, decision: Decision, **after: Any) -> StepReport:
+def _report(prefix: str, decision: Decision, output_path: str | None = None, **after: Any) -> StepReport:
     node = decision.node
-    return StepReport(node.name, node.step_id, node.digest, _output_path(prefix, decision),
+    return StepReport(node.name, node.step_id, node.digest, output_path or _output_path(prefix, decision),
                       decision.action.value, decision.reason, **after)
+
+
+def _run_file_entry(report: StepReport) -> dict[str, Any]:
+    return {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
+            "decision": report.decision, "reason": report.reason, "status": report.status,
+            "error": report.error, "ran_here": report.ran_here}
 
 
 # -- plan -------------------------------------------------------------------------------------------
@@ -323,8 +329,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
                      max_concurrent=options.max_concurrent)
     run_ref = RunRecordRef(experiment, run_id)
     run_file = {"schema": RUN_SCHEMA, "run_id": run_id, "experiment": experiment, "description": description,
-                "experiment_file": main_file, "started_at": time.time(), "invocation": info,
-                "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan_, prefix)]}
+                "experiment_file": main_file, "started_at": time.time(), "invocation": info, "prefix": prefix,
+                "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan_, prefix)],
+                "steps": [_run_file_entry(s) for s in planned.steps]}  # where everything is; status at the end
     run_path = outputs.join(prefix, run_ref.key)
     try:
         outputs.write_json(fs, run_path, to_json_bytes(run_file))
@@ -338,13 +345,14 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     code = 130 if summary.interrupted else (1 if failed else 0)
     run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
                     outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors)
-    outputs.write_json(fs, run_path, to_json_bytes(run_file))
     ran_here = set(summary.ran_here)
     result = RunResult(prefix, tuple(
         _report(prefix, d, status=summary.states[d.node.step_id].value, error=summary.errors.get(d.node.step_id),
-                ran_here=d.node.step_id in ran_here)
+                ran_here=d.node.step_id in ran_here, output_path=summary.output_paths.get(d.node.step_id))
         for d in plan_.decisions.values()), graph, run_id=run_id, run_file=run_path,
         interrupted=summary.interrupted)
+    run_file["steps"] = [_run_file_entry(s) for s in result.steps]
+    outputs.write_json(fs, run_path, to_json_bytes(run_file))
     succeeded = sum(s.status == "succeeded" for s in result.steps)
     reporter.info(f"{succeeded}/{len(summary.states)} step(s) succeeded, {len(summary.ran_here)} ran here; "
                   f"run record: {run_path}")

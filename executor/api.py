@@ -154,7 +154,9 @@ def _options(options: Options | None, overrides: dict[str, Any]) -> Options:
 def main_file_path() -> str | None:
     """The running script's absolute path (None in a notebook or a REPL)."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return str(Path(path).resolve()) if path else None
+    if not path or path.startswith("<"):  # `python -` names its script "<stdin>": no file to name
+        return None
+    return str(Path(path).resolve())
 
 
 def _output_path(prefix: str, decision: Decision) -> str:

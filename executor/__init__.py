@@ -6,6 +6,7 @@ Public surface (tested in tests/test_public_api.py):
     execution_only, secret, Resources                 fields outside identity; what a step needs
     executor_main                                     the CLI entry point of an experiment file
     plan, run, materialize, Options                   the Python API executor_main is built on
+    load_result                                       what a succeeded step returned (dataclasses rebuilt)
     PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
 
@@ -19,8 +20,8 @@ Exceptions:
     StepFailed                     from materialize / RunResult.raise_on_failure: a step did not succeed
 """
 
-from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, materialize, plan,
-                          run)
+from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, load_result, materialize,
+                          plan, run)
 from executor.cli import executor_main
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
 from executor.engine.parallel import map_shards
@@ -44,6 +45,7 @@ __all__ = [
     "TransientStoreError",
     "execution_only",
     "executor_main",
+    "load_result",
     "map_shards",
     "materialize",
     "output_path_of",

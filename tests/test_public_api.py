@@ -7,7 +7,7 @@ def test_all_is_the_public_surface():
     assert sorted(executor.__all__) == [
         "ConfigEncodingError", "ExecutorError", "ExecutorStep", "GraphError", "Options", "PlanResult",
         "Resources", "RunResult", "StatusError", "StepFailed", "StepReport", "StoreError",
-        "TransientStoreError", "execution_only", "executor_main", "map_shards", "materialize",
+        "TransientStoreError", "execution_only", "executor_main", "load_result", "map_shards", "materialize",
         "output_path_of", "plan", "run", "secret", "this_output_path"]
     for name in executor.__all__:
         assert getattr(executor, name) is not None

@@ -152,9 +152,9 @@ def _options(options: Options | None, overrides: dict[str, Any]) -> Options:
 
 
 def main_file_path() -> str | None:
-    """The running script's absolute path (None in a notebook or a REPL)."""
+    """The running script's absolute path (None without a script file: a notebook, a REPL, stdin)."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return str(Path(path).resolve()) if path else None
+    return str(Path(path).resolve()) if path and Path(path).is_file() else None
 
 
 def _output_path(prefix: str, decision: Decision) -> str:

@@ -120,6 +120,7 @@ def test_notebook_session_plans_runs_and_materializes(tmp_path):
     assert Path(seen["materialized"], "summary.txt").exists() and seen["materialized"].startswith(str(tmp_path))
     assert all(v == ["skip", "succeeded"] for v in seen["again"].values())
     assert Path(seen["run_file"]).exists() and seen["again_run_file"] is None
+    assert Path(seen["run_file"]).name.startswith("experiment-")  # no script to name it after
     assert seen["threads_left"] == [] and seen["ray_initialized"] is False
     record = json.loads(Path(seen["exclaim_path"], ".executor", "record.json").read_text())
     assert record["provenance"]["function"] == "__main__:exclaim"  # no file to name: the module it ran in

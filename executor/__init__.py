@@ -3,6 +3,7 @@
 Public surface (tested in tests/test_public_api.py):
 
     ExecutorStep, output_path_of, this_output_path   declare steps and their dependencies
+    prefix_path                                       a fixed input under the prefix, not a step's output
     execution_only, secret, Resources                 fields outside identity; what a step needs
     executor_main                                     the CLI entry point of an experiment file
     plan, run, materialize, Options                   the Python API executor_main is built on
@@ -25,8 +26,8 @@ from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport
 from executor.cli import executor_main
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
 from executor.engine.parallel import map_shards
-from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, secret,
-                           this_output_path)
+from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path, secret,
+                                this_output_path)
 from executor.engine.store import StoreError, TransientStoreError
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "materialize",
     "output_path_of",
     "plan",
+    "prefix_path",
     "run",
     "secret",
     "this_output_path",

@@ -8,6 +8,6 @@ def test_all_is_the_public_surface():
         "ConfigEncodingError", "ExecutorError", "ExecutorStep", "GraphError", "Options", "PlanResult",
         "Resources", "RunResult", "StatusError", "StepFailed", "StepReport", "StoreError",
         "TransientStoreError", "execution_only", "executor_main", "load_result", "map_shards", "materialize",
-        "output_path_of", "plan", "run", "secret", "this_output_path"]
+        "output_path_of", "plan", "prefix_path", "run", "secret", "this_output_path"]
     for name in executor.__all__:
         assert getattr(executor, name) is not None

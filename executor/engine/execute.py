@@ -23,7 +23,7 @@ from executor.engine.report import Reporter
 from executor.engine.results import encode_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
-from executor.core.step import OutputPathOf, Resources, ThisOutputPath, is_secret
+from executor.core.step import OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
 from executor.engine.store.base import CoordinationStore, StoreError
 from executor.core.tree import fold, resolve
 
@@ -153,6 +153,8 @@ class Execution:
                 return outputs.join(self._dep_path(self.graph.digest_of(value.step)), value.sub)
             if isinstance(value, ThisOutputPath):
                 return outputs.join(own, value.sub)
+            if isinstance(value, PrefixPath):
+                return outputs.join(self.ctx.prefix, value.path)
             return value
 
         return resolve(node.step.config, substitute)

@@ -87,7 +87,7 @@ def read_tensorboard(out: Path) -> tuple[list[str], dict[int, float]]:
 
 
 def test_one_tracker_run_across_a_kill_and_a_resume(cache, tmp_path, compile_cache):  # noqa: F811
-    out = tmp_path / "train-tiny-0123456789ab"
+    out = tmp_path / "override-dir"  # not the step id: the run id must come from the status
     plant_status(out)
     config = f"tiny_config({cache!r}, {str(out)!r}, trackers=('wandb', 'tensorboard'))"
     crash = f"""
@@ -145,8 +145,8 @@ def test_unknown_tracker_is_a_one_line_error_naming_the_field(tmp_path):
 
 
 def test_run_id_is_the_step_id_or_the_directory_name(tmp_path):
-    out = tmp_path / "train-tiny-0123456789ab"
-    assert tracker_run_id(str(out)) == "train-tiny-0123456789ab"  # outside the executor: the directory
+    out = tmp_path / "override-dir"
+    assert tracker_run_id(str(out)) == "override-dir"  # outside the executor: the directory
     plant_status(out)
     assert tracker_run_id(str(out)) == RUN_ID
     assert len(tracker_run_id(str(tmp_path / ("x" * 100)))) <= 64

@@ -1,10 +1,12 @@
 """stepgraph's executor: a content-addressed step graph, planned, leased and run on Ray.
 
-Public surface (tested in tests/test_public_api.py):
+Public surface (tested in tests/executor/test_public_api.py):
 
     ExecutorStep, output_path_of, this_output_path   declare steps and their dependencies
     execution_only, secret, Resources                 fields outside identity; what a step needs
     executor_main                                     the CLI entry point of an experiment file
+    plan, run, materialize, Options                   the Python API executor_main is built on
+    PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
 
 Exceptions:
@@ -14,8 +16,11 @@ Exceptions:
     ├── GraphError                 cycles, unsafe names, two steps on one output path
     └── StatusError                a corrupt or too-new status file
     StoreError                     storage failed (TransientStoreError: retryable)
+    StepFailed                     from materialize / RunResult.raise_on_failure: a step did not succeed
 """
 
+from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, materialize, plan,
+                          run)
 from executor.cli import executor_main
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
 from executor.engine.parallel import map_shards
@@ -28,14 +33,22 @@ __all__ = [
     "ExecutorError",
     "ExecutorStep",
     "GraphError",
+    "Options",
+    "PlanResult",
     "Resources",
+    "RunResult",
     "StatusError",
+    "StepFailed",
+    "StepReport",
     "StoreError",
     "TransientStoreError",
     "execution_only",
     "executor_main",
     "map_shards",
+    "materialize",
     "output_path_of",
+    "plan",
+    "run",
     "secret",
     "this_output_path",
 ]

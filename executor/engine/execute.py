@@ -80,6 +80,7 @@ class RunSummary:
     states: dict[str, NodeState] = field(default_factory=dict)  # by step_id
     errors: dict[str, str] = field(default_factory=dict)
     ran_here: list[str] = field(default_factory=list)
+    output_paths: dict[str, str] = field(default_factory=dict)  # by step_id, where known (adopted: the alias's)
     interrupted: bool = False
 
     @property
@@ -177,6 +178,8 @@ class Execution:
                 summary.errors[t.node.step_id] = t.error
             if t.ran_here:
                 summary.ran_here.append(t.node.step_id)
+            if t.output_path:
+                summary.output_paths[t.node.step_id] = t.output_path
         return summary
 
     def _active(self) -> bool:

@@ -2,7 +2,7 @@
 
 Resume is exact: the state is restored bit for bit from the newest complete checkpoint and
 batches are a pure function of (seed, step), so an interrupted run that restarts ends with the
-same parameters as one that never stopped. metrics.jsonl is rewritten (whole, atomically) at
+same parameters as one that never stopped. metrics.jsonl is rewritten whole (one upload on object stores; not atomic on a local disk) at
 every checkpoint and, so a long run can be watched, every `metrics_flush_s` between them; on
 resume the rows past the restored checkpoint are dropped, so it describes one history.
 """

@@ -6,6 +6,7 @@ Public surface (tested in tests/test_public_api.py):
     execution_only, secret, Resources                 fields outside identity; what a step needs
     executor_main                                     the CLI entry point of an experiment file
     map_shards                                        shard-level parallelism inside a step
+    open_file                                         open a path or gs:// / s3:// URL with the run's storage options
 
 Exceptions:
 
@@ -18,6 +19,7 @@ Exceptions:
 
 from executor.cli import executor_main
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
+from executor.engine.location import open_file
 from executor.engine.parallel import map_shards
 from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, secret,
                            this_output_path)
@@ -35,6 +37,7 @@ __all__ = [
     "execution_only",
     "executor_main",
     "map_shards",
+    "open_file",
     "output_path_of",
     "secret",
     "this_output_path",

@@ -26,7 +26,7 @@ from executor.core.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
 from executor.engine.report import ConsoleReporter, plan_json, plan_rows
 from executor.engine.snapshot import read_snapshot
 from executor.core.step import ExecutorStep, Resources
-from executor.engine.store import StoreError, open_store
+from executor.engine.store import StoreError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_PREFIX = "cache"
@@ -92,53 +92,11 @@ def resolve_prefix(options: ExecutorOptions, environ: dict[str, str]) -> str:
     return outputs.normalize_prefix(options.prefix or environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
 
 
-def storage_options_from_env(prefix: str, environ: dict[str, str]) -> dict[str, Any]:
-    """The fsspec options for an object-store prefix, from EXECUTOR_STORAGE_OPTIONS (JSON)."""
-    import json
-
-    raw = environ.get("EXECUTOR_STORAGE_OPTIONS", "").strip()
-    if not raw:
-        return {}
-    try:  # checked whatever the prefix: a malformed value is a mistake worth hearing about
-        options = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object: {e}") from None
-    if not isinstance(options, dict):
-        raise ExecutorError(f"EXECUTOR_STORAGE_OPTIONS must be a JSON object, not {type(options).__name__}")
-    if outputs.is_local(prefix) or prefix.startswith("memory://"):
-        return {}  # a local or memory:// prefix takes no options
-    return options
-
-
-def open_prefix(prefix: str, environ: dict[str, str], options: dict[str, Any]) -> tuple[Any, Any]:
-    """The coordination store and the fsspec filesystem for a prefix, with storage options.
-
-    Options for object stores (see storage_options_from_env) come from EXECUTOR_STORAGE_OPTIONS (a
-    JSON object passed to gcsfs/s3fs, e.g. {"endpoint_url": "http://127.0.0.1:PORT", "token":
-    "anon"}), never from a flag: argv is recorded in run files and options may hold secrets.
-    Object stores are wrapped in RetryingStore (transient errors, lost answers of conditional
-    writes).
-
-    Test-only: EXECUTOR_FAULTY_STORE="RATE,SEED" wraps the store in FaultyStore (retryable
-    errors at that seeded fraction of calls, half of them after the call took effect) under
-    RetryingStore, for any prefix. Never set it outside tests.
-    """
-    from executor.engine.store.faulty import FaultyStore
-    from executor.engine.store.retry import RetryingStore
-
-    object_store = not (outputs.is_local(prefix) or prefix.startswith("memory://"))
-    store = open_store(prefix, options)
-    faulty = environ.get("EXECUTOR_FAULTY_STORE", "").strip()
-    if faulty:
-        try:
-            rate, seed = faulty.split(",")
-            store = FaultyStore(store, failure_rate=float(rate), seed=int(seed))
-        except ValueError as e:
-            raise ExecutorError(f"EXECUTOR_FAULTY_STORE (test-only) must be 'RATE,SEED': {e}") from None
-    if object_store or faulty:
-        store = RetryingStore(store)
-    location.use_storage_options(prefix, options)
-    return store, outputs.filesystem(prefix, options)
+def storage_options_for_prefix(prefix: str, flag_value: str | None, environ: dict[str, str]) -> dict[str, Any]:
+    """The fsspec options for an object-store prefix: `--storage-options JSON`, else the variable
+    EXECUTOR_STORAGE_OPTIONS. Malformed is an error whatever the prefix; local and memory:// take none."""
+    options = location.storage_options_from(flag_value, environ)
+    return {} if outputs.is_local(prefix) or prefix.startswith("memory://") else options
 
 
 def _help(user_config: Any) -> None:
@@ -148,6 +106,8 @@ def _help(user_config: Any) -> None:
     for f in dataclasses.fields(ExecutorOptions):
         default = "" if f.default is None else f" [default: {f.default}]"
         print(f"  --{f.name.replace('_', '-'):<20} {f.metadata['help']}{default}")
+    print(f"  {location.FLAG:<22} JSON fsspec options for a gs:// or s3:// prefix (endpoint_url, key, secret, "
+          f"token, ...; default: env {location.ENV_VAR}); never recorded")
     if user_config is not None:
         print("\nExperiment flags:")
         cls = user_config if isinstance(user_config, type) else type(user_config)
@@ -178,13 +138,15 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         _help(config)
         return EXIT_OK
     try:
+        storage_flag, argv = location.pop_storage_options_flag(list(argv))
         options, user_config = parse_flags(argv, config)
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
         prefix = resolve_prefix(options, environ)
-        return _run_graph(graph, options, prefix, description, main_file, environ, reporter)
+        storage_options = storage_options_for_prefix(prefix, storage_flag, environ)
+        return _run_graph(graph, options, prefix, description, main_file, environ, reporter, storage_options)
     except ExecutorError as e:
         return _usage(str(e))
     except StoreError as e:
@@ -196,19 +158,19 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, prefix: str, description: str | None,
-               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter) -> int:
+               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter,
+               storage_options: dict[str, Any]) -> int:
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
         return run_check(graph, main_file, update=options.update_plan, reporter=reporter)
-    storage_options = storage_options_from_env(prefix, environ)
     if options.explain:
         from executor.tools.explain import run_explain
 
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
                            storage_options=storage_options)
 
-    store, fs = open_prefix(prefix, environ, storage_options)  # once per invocation; _execute reuses both
+    store, fs = location.open_location(prefix, storage_options, environ=environ)  # once; _execute reuses both
     started = time.time()
     snapshot = read_snapshot(store, graph.nodes.values())
     plan = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only, now=time.time()))

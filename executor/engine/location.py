@@ -22,10 +22,11 @@ from executor.engine.store import CoordinationStore, StoreError, TransientStoreE
 
 ENV_VAR = "EXECUTOR_STORAGE_OPTIONS"
 FLAG = "--storage-options"
-PROBE_KEY = ".executor-reachability-probe"  # read (never written) to check a bucket answers
+PROBE_KEY = ".executor-reachability-probe"  # listed (never written) to check a bucket answers
 _FLAG_NAMES = ("--storage-options", "--storage_options")
 
 _options_by_protocol: dict[str, dict[str, Any]] = {}
+_answered: set[tuple[str, str]] = set()  # (prefix, options) that answered a probe in this process
 
 
 class StorageOptions:
@@ -186,8 +187,10 @@ def open_store(prefix: str, options: Mapping[str, Any] | None = None, *,
     except TypeError as e:
         raise ExecutorError(f"storage options for {prefix}: {e}. Fix the keys in {FLAG} / {ENV_VAR} "
                             f"(see the gcsfs / s3fs documentation)") from None
-    if remote and check:
+    probe = (prefix.rstrip("/"), json.dumps(dict(options or {}), sort_keys=True, default=str))
+    if remote and check and probe not in _answered:
         check_reachable(store, prefix)
+        _answered.add(probe)
     faulty = (environ or {}).get("EXECUTOR_FAULTY_STORE", "").strip()
     if faulty:
         try:
@@ -207,16 +210,20 @@ def open_location(prefix: str, options: Mapping[str, Any] | None = None, *,
 
 
 def open_filesystem(prefix: str, options: Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:
-    """Register `options` for this process, then the filesystem for `prefix` (no store, no probe)."""
+    """Register `options` for this process, then the filesystem for `prefix`; an object-store
+    prefix is probed first (once per process), like `open_store` does."""
     use_storage_options(prefix, options)
+    if protocol_of(prefix) not in ("file", "memory"):
+        open_store(prefix, options)
     return url_to_fs(prefix)[0]
 
 
 # -- a clear error for a bucket that does not answer ----------------------------------------------
 
 def check_reachable(store: CoordinationStore, prefix: str, timeout_s: float = 10.0) -> None:
-    """Read one absent key with a short retry budget; any failure is one ExecutorError line naming
-    the prefix and what to set. Nothing is written."""
+    """List one absent key (a listing, unlike a read, tells a missing bucket from a missing object)
+    with a short retry budget; any failure is one ExecutorError line naming the prefix and what to
+    set. Nothing is written."""
     from executor.engine.store.retry import RetryingStore, RetryPolicy
 
     quick = RetryingStore(store, RetryPolicy(max_attempts=3, first_delay_s=0.2, total_budget_s=4.0))
@@ -224,7 +231,7 @@ def check_reachable(store: CoordinationStore, prefix: str, timeout_s: float = 10
 
     def probe() -> None:
         try:
-            quick.read(PROBE_KEY)
+            quick.list_generations(PROBE_KEY + "/", "")
         except BaseException as e:  # noqa: BLE001 - reported below, on the caller's thread
             failure.append(e)
 

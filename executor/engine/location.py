@@ -250,7 +250,7 @@ def check_reachable(store: CoordinationStore, prefix: str, timeout_s: float = 10
         raise ExecutorError(f"storage: cannot reach {prefix} ({detail}); check endpoint_url in {settings} "
                             f"and the network. Nothing was written.") from None
     if isinstance(error, StoreError):
-        raise ExecutorError(f"storage: {prefix}: {detail}. Set {settings}. Nothing was written.") from None
+        raise ExecutorError(f"storage: {prefix}: {detail.rstrip('.')} ({settings}). Nothing was written.") from None
     if isinstance(error, TypeError):
         raise ExecutorError(f"storage options for {prefix}: {detail}. Fix the keys in {settings}.") from None
     raise ExecutorError(f"storage: {prefix} did not answer a first read ({type(error).__name__}: {detail}); "

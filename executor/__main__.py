@@ -8,6 +8,7 @@
     status  STEP_OUTPUT_PATH                     a step's status and record, readable
     ps      --prefix P                           RUNNING leases under a prefix
     repair  --delete-status STEP_OUTPUT_PATH     remove a corrupt (or abandoned) status so the step re-runs
+    doctor  [--prefix P] [--ray-address A]       versions, the prefix's conditional writes, Ray, shadowing packages
 
 Experiment flags (e.g. `--greeting Howdy`) go after `--`. Object-store prefixes take fsspec
 storage options as JSON with `--storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'`
@@ -24,7 +25,8 @@ import os
 import sys
 from typing import Sequence
 
-from executor.tools import commands
+from executor.tools import commands, doctor
+
 def _storage_options(text: str, source: str = "--storage-options") -> dict:
     try:
         value = json.loads(text)
@@ -92,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delete this step's status.json (corrupt or abandoned); the step re-runs")
     p.add_argument("--force", action="store_true", help="delete even a RUNNING status (only if its runner is gone)")
     p.set_defaults(handler=commands.cmd_repair)
+
+    p = command("doctor", "check versions, the prefix's conditional writes, the Ray address and shadowing packages")
+    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p.add_argument("--ray-address", help="a cluster to probe (default: RAY_ADDRESS)")
+    p.set_defaults(handler=doctor.cmd_doctor)
     return parser
 
 

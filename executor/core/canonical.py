@@ -6,7 +6,8 @@ result is canonical JSON (sorted keys, no spaces): `null`/`true`/ints/strings as
 {"tuple": [...]}, {"dict": {...}}, {"set": [sorted]}, {"path": posix}, {"enum": T, "name": N},
 {"dataclass": T, "fields": {...}}, {"fields": {...}, "namedtuple": T}, {"type": T, "value": V}
 (a registered encoding, see encodings.py), {"dependency": digest, "sub": S} (a Merkle tree over
-digests, never paths, so ids do not depend on the prefix) and {"this_output": S}. T is the type's
+digests, never paths, so ids do not depend on the prefix), {"this_output": S} and
+{"prefix_path": P}. T is the type's
 qualified name (naming.py). Execution-only fields are left out.
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
@@ -27,7 +28,7 @@ from typing import Any, Callable
 from executor.core import encodings
 from executor.core.errors import ConfigEncodingError
 from executor.core.naming import qualified_name
-from executor.core.step import ExecutorStep, OutputPathOf, ThisOutputPath, is_execution_only
+from executor.core.step import ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath, is_execution_only
 from executor.core.tree import format_path, kept_field_names
 
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
@@ -49,7 +50,7 @@ class _Unencodable(Exception):
 
 # What a value of a given type is, decided once per type.
 (_DATACLASS, _NAMEDTUPLE, _LIST, _TUPLE, _DICT, _SET, _ENUM, _BYTES, _PATH, _DEPENDENCY, _THIS_OUTPUT,
- _REGISTERED, _OTHER) = range(13)
+ _PREFIX_PATH, _REGISTERED, _OTHER) = range(14)
 _kinds: dict[type, int] = {}
 _type_names: dict[type, str] = {}
 encodings.on_change(_kinds.clear)
@@ -65,13 +66,13 @@ def _kind(t: type) -> int:
 def _classify(t: type) -> int:
     if t in encodings._exact:
         return _REGISTERED
-    if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, ExecutorStep)):
+    if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, PrefixPath, ExecutorStep)):
         return _DATACLASS
     if issubclass(t, tuple) and hasattr(t, "_fields"):
         return _NAMEDTUPLE
     for base, kind in ((list, _LIST), (tuple, _TUPLE), (dict, _DICT), ((set, frozenset), _SET),
                        (enum.Enum, _ENUM), ((bytes, bytearray), _BYTES), (pathlib.PurePath, _PATH),
-                       (OutputPathOf, _DEPENDENCY), (ThisOutputPath, _THIS_OUTPUT)):
+                       (OutputPathOf, _DEPENDENCY), (ThisOutputPath, _THIS_OUTPUT), (PrefixPath, _PREFIX_PATH)):
         if issubclass(t, base):
             return kind
     return _REGISTERED if encodings.lookup(t) is not None else _OTHER
@@ -141,6 +142,10 @@ class CanonicalEncoder:
             return f'{{"bytes":"{bytes(v).hex()}"}}'
         if kind == _PATH:
             return '{"path":' + _string(v.as_posix()) + "}"
+        if kind == _PREFIX_PATH:  # the relative path only: ids never depend on the prefix
+            if v.problem:
+                raise _Unencodable(v, v.problem)
+            return '{"prefix_path":' + _string(v.path) + "}"
         if kind == _REGISTERED:
             return self._registered(v, t)
         return self._other(v, t)

@@ -23,7 +23,7 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CHANGED = 0, 1, 2, 3
 
 
 def default_prefix(prefix: str | None) -> str:
-    from executor.cli import DEFAULT_PREFIX
+    from executor.engine.prefixes import DEFAULT_PREFIX
 
     return outputs.normalize_prefix(prefix or os.environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
 

@@ -154,9 +154,9 @@ def _options(options: Options | None, overrides: dict[str, Any]) -> Options:
 
 
 def main_file_path() -> str | None:
-    """The running script's absolute path (None in a notebook or a REPL)."""
+    """The running script's absolute path (None without a script file: a notebook, a REPL, stdin)."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return str(Path(path).resolve()) if path else None
+    return str(Path(path).resolve()) if path and Path(path).is_file() else None
 
 
 def _output_path(prefix: str, decision: Decision) -> str:
@@ -186,12 +186,18 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     return plan_graph(build_graph(_step_list(steps)), _options(options, overrides), environ=environ)
 
 
-def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
+def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dict, Any, Any]:
+    """The prefix, its storage options, coordination store and filesystem (once per call)."""
     environ = os.environ if environ is None else environ
     prefix = resolve_prefix(options.prefix, environ)
     storage_options = (dict(options.storage_options) if options.storage_options is not None
                        else storage_options_from_env(prefix, environ))
-    store, fs = open_prefix(prefix, environ, storage_options)  # once per invocation; a run reuses both
+    store, fs = open_prefix(prefix, environ, storage_options)
+    return prefix, storage_options, store, fs
+
+
+def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
+    prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     snapshot = read_snapshot(store, graph.nodes.values())
     decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
                                                       now=time.time()))
@@ -371,3 +377,53 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         reporter.info("[bold red]failed or blocked:[/] " + ", ".join(
             f"{sid} ({summary.errors.get(sid, '')})" for sid in failed))
     return result
+
+
+# -- results ----------------------------------------------------------------------------------------
+
+def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: type | None = None,
+                environ: Mapping[str, str] | None = None, **overrides: Any) -> Any:
+    """What `step` returned when it succeeded, read back from its record (nothing runs).
+
+    A returned dataclass comes back as an instance of `as_type`, or of the step function's return
+    annotation when that is a dataclass; otherwise as the stored JSON data (a dataclass's fields).
+    ExecutorError when the step has not succeeded under this prefix.
+    """
+    import json
+
+    from executor.core.record import State, record_key
+    from executor.engine import location
+    from executor.engine.results import decode_result
+
+    options = _options(options, overrides)
+    graph = build_graph([step])
+    node = graph.nodes[graph.digest_of(step)]
+    prefix, _, store, _ = _open(options, environ)
+    status = read_snapshot(store, [node])[node.digest].status
+    if status is None or status.state != State.SUCCESS or status.digest != node.digest:
+        found = "no status" if status is None else f"status {status.state.value}"
+        raise ExecutorError(f"step {step.name!r} has not succeeded at {outputs.join(prefix, node.output_rel)} "
+                            f"({found}); run it first, e.g. executor.materialize(step)")
+    output_rel = status.alias_of["output_rel"] if status.alias_of else node.output_rel
+    with location.open_file(outputs.join(prefix, record_key(output_rel)), "rb") as f:
+        record = json.loads(f.read())
+    data = record.get("result")
+    cls = as_type or _returned_dataclass(step)
+    if cls is None or cls is dict or not isinstance(data, dict):
+        return data
+    try:
+        return decode_result(data, cls)
+    except Exception as e:  # noqa: BLE001 - draccus raises several kinds; one clear message
+        raise ExecutorError(f"step {step.name!r}: its stored result does not fit {cls.__qualname__} "
+                            f"({type(e).__name__}: {e}); pass as_type=... or read the JSON data with "
+                            f"as_type=dict") from None
+
+
+def _returned_dataclass(step: ExecutorStep) -> type | None:
+    import typing
+
+    try:
+        returned = typing.get_type_hints(step.fn).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve is no annotation
+        return None
+    return returned if isinstance(returned, type) and dataclasses.is_dataclass(returned) else None

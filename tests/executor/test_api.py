@@ -120,6 +120,22 @@ def test_notebook_session_plans_runs_and_materializes(tmp_path):
     assert Path(seen["materialized"], "summary.txt").exists() and seen["materialized"].startswith(str(tmp_path))
     assert all(v == ["skip", "succeeded"] for v in seen["again"].values())
     assert Path(seen["run_file"]).exists() and seen["again_run_file"] is None
+    assert Path(seen["run_file"]).name.startswith("experiment-")  # no script to name it after
     assert seen["threads_left"] == [] and seen["ray_initialized"] is False
     record = json.loads(Path(seen["exclaim_path"], ".executor", "record.json").read_text())
     assert record["provenance"]["function"] == "__main__:exclaim"  # no file to name: the module it ran in
+
+
+def test_the_readme_python_api_example_runs(tmp_path):
+    """The code block under "## The Python API" in README.md, run as written (prefix moved to tmp)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## The Python API"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    assert 'prefix="/tmp/p"' in code
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code.replace('"/tmp/p"', repr(str(tmp_path)))
+                           + "\nprint('LOADED', executor.load_result(summary, options))"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "LOADED {'summary': \"HELLO! The most common word is 'the' (3x).\"}" in done.stdout
+    assert len(list(tmp_path.glob("runs/experiment-*.json"))) == 1

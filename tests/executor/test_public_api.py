@@ -10,6 +10,8 @@ PUBLIC = {
     "output_path_of", "secret", "this_output_path",
     # the Python API (executor/api.py) that executor_main is built on
     "Options", "PlanResult", "RunResult", "StepFailed", "StepReport", "materialize", "plan", "run",
+    "load_result",  # a succeeded step's returned value, dataclasses rebuilt
+    "prefix_path",  # a fixed input under the prefix (Marin's InputName.hardcoded)
 }
 
 

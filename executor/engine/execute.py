@@ -24,10 +24,10 @@ from executor.engine.provenance import function_fingerprint, function_reference
 from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
 from executor.engine.report import Reporter
 from executor.engine import signals
-from executor.engine.results import portable_float, storable_result
+from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
-from executor.core.step import OutputPathOf, Resources, ThisOutputPath, is_secret
+from executor.core.step import OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
 from executor.engine.store.base import CoordinationStore
 from executor.core.tree import fold, resolve
 
@@ -84,6 +84,7 @@ class RunSummary:
     states: dict[str, NodeState] = field(default_factory=dict)  # by step_id
     errors: dict[str, str] = field(default_factory=dict)
     ran_here: list[str] = field(default_factory=list)
+    output_paths: dict[str, str] = field(default_factory=dict)  # by step_id, where known (adopted: the alias's)
     interrupted: bool = False
     signum: int | None = None  # the signal that interrupted the run (SIGINT or SIGTERM)
     runner_error: str | None = None  # the run loop itself failed: every running step was failed
@@ -167,6 +168,8 @@ class Execution:
                 return outputs.join(self._dep_path(self.graph.digest_of(value.step)), value.sub)
             if isinstance(value, ThisOutputPath):
                 return outputs.join(own, value.sub)
+            if isinstance(value, PrefixPath):
+                return outputs.join(self.ctx.prefix, value.path)
             return value
 
         return resolve(node.step.config, substitute)
@@ -196,6 +199,8 @@ class Execution:
                 summary.errors[t.node.step_id] = t.error
             if t.ran_here:
                 summary.ran_here.append(t.node.step_id)
+            if t.output_path:
+                summary.output_paths[t.node.step_id] = t.output_path
         return summary
 
     def _active(self) -> bool:
@@ -363,7 +368,8 @@ class Execution:
                 return
             self._fail(t, outcome)
             return
-        result, problem = storable_result(outcome.result)
+        result, result_type = encode_result(outcome.result)  # a dataclass: its fields as JSON data
+        result, problem = storable_result(result)
         if problem:
             self._fail(t, StepOutcome(ok=False, error=problem))
             return
@@ -375,7 +381,7 @@ class Execution:
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
             return
         try:
-            self._write_record(t, result)
+            self._write_record(t, result, result_type)
         except Exception as e:  # noqa: BLE001
             self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
             return
@@ -388,7 +394,7 @@ class Execution:
             self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
 
-    def _write_record(self, t: Tracked, result: Any) -> None:
+    def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> None:
         node = t.node
         deps = [{"name": self.graph.nodes[d].name, "step_id": self.graph.nodes[d].step_id,
                  "digest": d, "path": self._dep_path(d), "blocking": d in node.deps}
@@ -404,7 +410,7 @@ class Execution:
             timings={"started_at": t.lease.status.started_at or 0.0,
                      "finished_at": self.ctx.wall_clock(), "seconds": self.ctx.clock() - t.started},
             attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id,
-            extra={"attempts": t.attempts} if t.attempts else {})
+            extra={"attempts": t.attempts} if t.attempts else {}, result_type=result_type)
         outputs.write_json(self.ctx.fs, outputs.join(self.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
 
     def _fail(self, t: Tracked, outcome: StepOutcome) -> None:

@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from executor.engine import location
+
 KEY_PACKAGES = ("stepgraph", "ray", "jax", "jaxlib", "optax", "numpy", "fsspec", "gcsfs", "s3fs",
                 "tokenizers", "draccus", "pyarrow")
 
@@ -163,7 +165,8 @@ def invocation(main_file: str | None, secret_names: Iterable[str] = ()) -> dict[
     directory = str(Path(main_file).resolve().parent) if main_file else os.getcwd()
     return {
         **user_and_host(),
-        "argv": redact_argv(sys.argv, secret_names),
+        # secret flags, and --storage-options (which may hold credentials)
+        "argv": redact_argv(location.redact_argv(list(sys.argv)), secret_names),
         "cwd": os.getcwd(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -50,6 +50,15 @@ def signum_of(error: BaseException) -> int:
 
 
 LastBreath = Callable[[int], None]
+_owns_process = False
+
+
+def own_process() -> None:
+    """This process is an experiment's command line (executor_main): runs may install signal
+    handlers and end the process on a second signal. A program or notebook using the Python API
+    keeps its own handlers (Ctrl-C is then a plain KeyboardInterrupt, still releasing leases)."""
+    global _owns_process
+    _owns_process = True
 
 
 class SignalGuard:
@@ -76,7 +85,7 @@ class SignalGuard:
 
     # -- installing ------------------------------------------------------------------------
     def __enter__(self) -> "SignalGuard":
-        if threading.current_thread() is not threading.main_thread():
+        if not _owns_process or threading.current_thread() is not threading.main_thread():
             return self
         self._active = True
         reader, writer = socket.socketpair()

@@ -13,7 +13,9 @@ import pytest
 
 SCRIPT = textwrap.dedent("""
     import pathlib, sys, threading
-    from executor.engine.signals import SignalGuard
+    from executor.engine.signals import SignalGuard, own_process
+
+    own_process()
 
     out, grace = pathlib.Path(sys.argv[1]), float(sys.argv[2])
     with SignalGuard(grace_s=grace) as guard:

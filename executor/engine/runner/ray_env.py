@@ -132,7 +132,9 @@ def start_embedded(num_cpus: int | None, object_store_memory: int | None,
         if patch:
             parameter.RayParams.__init__ = init_with_free_agent_port
         try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+            # address="local": always a new cluster, never one another `ray start` on this machine left
+            # in /tmp/ray/ray_current_cluster (ray.init() alone would join it)
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                      object_store_memory=object_store_memory, _node_ip_address="127.0.0.1",
                      dashboard_port=dashboard_port, _metrics_export_port=metrics_port, resources=resources)
             return

@@ -9,6 +9,7 @@
     ps      --prefix P                           RUNNING leases under a prefix
     repair  --delete-status STEP_OUTPUT_PATH     remove a corrupt (or abandoned) status so the step re-runs
     doctor  [--prefix P] [--ray-address A]       versions, the prefix's conditional writes, Ray, shadowing packages
+    report  --prefix P [RUN]                     rebuild a run's HTML report (runs/<run>.html) from storage
 
 Experiment flags (e.g. `--greeting Howdy`) go after `--`. Object-store prefixes take fsspec
 storage options as JSON with `--storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'`
@@ -91,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
     p.add_argument("--ray-address", help="a cluster to probe (default: RAY_ADDRESS)")
     p.set_defaults(handler=doctor.cmd_doctor)
+
+    p = command("report", "rebuild a run's HTML report (runs/<run>.html) from storage")
+    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p.add_argument("run", nargs="?", help="a run file name or run id under <prefix>/runs (default: the latest)")
+    p.set_defaults(handler=commands.cmd_report)
     return parser
 
 

@@ -264,6 +264,15 @@ def cmd_repair(args: Any) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: Any) -> int:
+    from executor.tools.run_report import run_file_path, write_report
+
+    prefix = default_prefix(args.prefix)
+    fs = outputs.filesystem(prefix, args.storage_options)
+    print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
+    return EXIT_OK
+
+
 def guarded(handler: Any, args: Any) -> int:
     """Run a handler, turning the executor's own errors into exit code 2 with a message."""
     try:
@@ -276,5 +285,5 @@ def guarded(handler: Any, args: Any) -> int:
         return EXIT_USAGE
 
 
-__all__ = ["cmd_adopt", "cmd_check", "cmd_gc", "cmd_plan", "cmd_ps", "cmd_repair", "cmd_status", "cmd_verify",
+__all__ = ["cmd_adopt", "cmd_check", "cmd_gc", "cmd_plan", "cmd_ps", "cmd_repair", "cmd_report", "cmd_status", "cmd_verify",
            "guarded"]

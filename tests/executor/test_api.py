@@ -74,8 +74,13 @@ def test_usage_errors_raise_instead_of_exiting(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_run_from_a_non_main_thread_on_ray_leaves_nothing_behind(tmp_path):
-    """In a subprocess: its own embedded Ray cluster, started and stopped from a worker thread."""
+def test_a_run_from_a_non_main_thread_on_ray_leaves_nothing_behind(tmp_path, ray_local):
+    """In a subprocess driver: from a worker thread, join the session's Ray cluster, run, disconnect.
+
+    Joining (not starting) keeps the test fast on a loaded machine; a driver that connected must
+    be disconnected on return, and no lease-heartbeat or step thread may survive the call.
+    """
+    address = ray_local.get_runtime_context().gcs_address
     script = f"""
 import json, threading, ray, executor
 from experiments import hello
@@ -83,9 +88,8 @@ out = {{}}
 def work():
     try:
         [summary] = hello.build(hello.HelloOptions())
-        result = executor.run([summary], prefix={str(tmp_path)!r}, runner="ray")
+        result = executor.run([summary], prefix={str(tmp_path)!r}, runner="ray", ray_address={address!r})
         out["statuses"] = sorted({{s.status for s in result.steps}})
-        out["ray_during"] = None
     except BaseException as e:
         out["error"] = repr(e)
 t = threading.Thread(target=work, name="not-main"); t.start(); t.join()
@@ -93,7 +97,8 @@ out["ray_initialized"] = ray.is_initialized()
 out["threads"] = sorted(x.name for x in threading.enumerate() if x is not threading.main_thread())
 print(json.dumps(out))
 """
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "EXECUTOR_SHIP_CODE": "0",
+           "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

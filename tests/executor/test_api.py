@@ -14,6 +14,7 @@ import pytest
 import executor
 from executor import ExecutorError, ExecutorStep, Options, StepFailed, output_path_of, this_output_path
 from executor.core.record import State, parse_status
+from executor.engine.report import ConsoleReporter
 from experiments import hello
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,3 +145,25 @@ def test_the_readme_python_api_example_runs(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "LOADED {'summary': \"HELLO! The most common word is 'the' (3x).\"}" in done.stdout
     assert len(list(tmp_path.glob("runs/experiment-*.json"))) == 1
+
+
+class _ExplodingReporter(ConsoleReporter):
+    """Raises as soon as `hello/shout` has been leased and submitted: an error in the middle of a run."""
+
+    def step_started(self, node, attempt, takeover, output_path):
+        super().step_started(node, attempt, takeover, output_path)
+        if node.name == "hello/shout":
+            raise RuntimeError("reporter exploded")
+
+
+def test_an_error_mid_run_propagates_and_releases_the_leases_it_held(tmp_path):
+    [summary] = hello.build(hello.HelloOptions(pause_s=0.5))
+    before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="reporter exploded"):
+        executor.run([summary], inline(tmp_path), reporter=_ExplodingReporter())
+    shout = [parse_status(p.read_bytes(), str(p)) for p in tmp_path.glob("hello/shout-*/.executor/status.json")]
+    assert len(shout) == 1 and shout[0].state == State.FAILED  # not RUNNING until its lease goes stale
+    assert "the run stopped: RuntimeError: reporter exploded" in shout[0].error
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("lease-heartbeat")]
+    # the next run retries it at once (a failure of this invocation's first snapshot), no TTL wait
+    assert executor.run([summary], inline(tmp_path)).ok

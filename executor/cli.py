@@ -127,9 +127,13 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
 
 
 def api_options(flags_: ExecutorOptions) -> api.Options:
-    """The API's options from the flags of the same names (storage options: from the environment)."""
+    """The API's options from the flags of the same names.
+
+    Storage options are not copied by name: the API takes a dict (None: EXECUTOR_STORAGE_OPTIONS),
+    so a flag carrying them as text is parsed here first.
+    """
     names = {f.name for f in dataclasses.fields(api.Options)} & {f.name for f in dataclasses.fields(flags_)}
-    return api.Options(**{n: getattr(flags_, n) for n in names})
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options"}})
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,

@@ -167,3 +167,16 @@ def test_an_error_mid_run_propagates_and_releases_the_leases_it_held(tmp_path):
     assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("lease-heartbeat")]
     # the next run retries it at once (a failure of this invocation's first snapshot), no TTL wait
     assert executor.run([summary], inline(tmp_path)).ok
+
+
+def test_every_option_is_a_flag_of_the_same_name_and_the_cli_passes_it_on():
+    import dataclasses
+
+    from executor.cli import ExecutorOptions, api_options
+
+    flags_ = {f.name for f in dataclasses.fields(ExecutorOptions)}
+    assert {f.name for f in dataclasses.fields(Options)} - {"storage_options"} <= flags_
+    given = ExecutorOptions(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
+                            ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
+    assert api_options(given) == Options(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
+                                         ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)

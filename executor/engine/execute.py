@@ -189,6 +189,9 @@ class Execution:
             summary.runner_error = f"{type(e).__name__}: {e}"
             self.ctx.reporter.warning(f"the run stopped on an error of the runner itself: {summary.runner_error}")
             self._interrupt(f"runner error: {summary.runner_error}"[:500])
+        except BaseException as e:  # SystemExit and the like propagate; our leases must not stay RUNNING
+            self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
+            raise
         finally:
             self.ctx.keeper.stop()
             if self.runner is not None:
@@ -427,7 +430,7 @@ class Execution:
         t.state, t.error = NodeState.FAILED, outcome.error
         self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
 
-    def _interrupt(self, reason: str) -> None:
+    def _interrupt(self, reason: str = "interrupted (Ctrl-C)") -> None:
         running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
         # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
         # its task manager, seen once in CI), and a crash there must not leave leases unreleased.

@@ -20,8 +20,8 @@ SCRIPT = textwrap.dedent("""
     out, grace = pathlib.Path(sys.argv[1]), float(sys.argv[2])
     with SignalGuard(grace_s=grace) as guard:
         guard.on_force(lambda signum: out.write_text(f"last breath {signum}"))
-        print("ready", flush=True)
         try:
+            print("ready", flush=True)  # inside the try: the test signals as soon as it reads this
             threading.Event().wait()
         except KeyboardInterrupt as e:
             print(f"interrupted: {e}", flush=True)

@@ -72,6 +72,7 @@ class SignalGuard:
     def __init__(self, grace_s: float = 10.0, force_budget_s: float = 1.5, watchdog_budget_s: float = 5.0):
         self.grace_s, self.force_budget_s, self.watchdog_budget_s = grace_s, force_budget_s, watchdog_budget_s
         self.first: int | None = None
+        self._raised = False
         self._callbacks: list[LastBreath] = []
         self._previous: dict[int, object] = {}
         self._previous_wakeup: int | None = None
@@ -124,8 +125,10 @@ class SignalGuard:
     # -- reacting --------------------------------------------------------------------------
     def _handle(self, signum: int, frame: object) -> None:
         """Main thread: the first signal interrupts the run; later ones are the watcher's."""
-        if self.first is None:
-            self.first = signum
+        if not self._raised:  # its own flag: the watcher thread may have seen this signal first
+            self._raised = True
+            if self.first is None:
+                self.first = signum
             raise Interrupted(signum)
 
     def _watch(self) -> None:

@@ -44,9 +44,14 @@ class Interrupted(KeyboardInterrupt):
         return reason_for(self.signum)
 
 
+_received: int | None = None  # the first signal an active guard saw (Ray re-raises a bare KeyboardInterrupt)
+
+
 def signum_of(error: BaseException) -> int:
-    """The signal behind a KeyboardInterrupt (a plain one is Ctrl-C)."""
-    return getattr(error, "signum", signal.SIGINT)
+    """The signal behind a KeyboardInterrupt: ours carries it; one re-raised by Ray (its C++ wait
+    turns any exception from a signal handler into a fresh KeyboardInterrupt) does not, so the
+    active guard's record decides; a plain one is Ctrl-C."""
+    return getattr(error, "signum", None) or _received or signal.SIGINT
 
 
 LastBreath = Callable[[int], None]
@@ -88,7 +93,9 @@ class SignalGuard:
     def __enter__(self) -> "SignalGuard":
         if not _owns_process or threading.current_thread() is not threading.main_thread():
             return self
+        global _received
         self._active = True
+        _received = None
         reader, writer = socket.socketpair()
         reader.setblocking(True)
         writer.setblocking(False)
@@ -125,10 +132,12 @@ class SignalGuard:
     # -- reacting --------------------------------------------------------------------------
     def _handle(self, signum: int, frame: object) -> None:
         """Main thread: the first signal interrupts the run; later ones are the watcher's."""
+        global _received
         if not self._raised:  # its own flag: the watcher thread may have seen this signal first
             self._raised = True
             if self.first is None:
                 self.first = signum
+            _received = _received or signum
             raise Interrupted(signum)
 
     def _watch(self) -> None:
@@ -153,6 +162,8 @@ class SignalGuard:
                 deadline = time.monotonic() + self.grace_s
                 if self.first is None:
                     self.first = signals[0]
+                global _received
+                _received = _received or signals[0]
             if seen >= 2:
                 self.force(self.force_budget_s, "second signal")
             elif deadline is not None and time.monotonic() >= deadline:

@@ -32,6 +32,8 @@ def probe(config: Probe) -> dict:
     if config.mode == "kill-once" and not (out / "killed-once").exists():
         (out / "killed-once").write_text("x")
         os.kill(os.getpid(), signal.SIGKILL)
+    if config.mode == "keyboard-interrupt":  # the step's own, not a Ctrl-C: its error (issue 12, item 10)
+        raise KeyboardInterrupt(f"{config.tag} raised KeyboardInterrupt itself")
     if config.mode == "raise" or (config.mode == "raise-once" and len(calls.read_text().split()) == 1):
         raise ValueError(f"user error in {config.tag}")
     if config.mode == "sleep":

@@ -6,11 +6,14 @@ be honoured and must be an error (exit 2) naming the step, the field and the fix
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from executor import ExecutorStep, this_output_path
 from executor.cli import run
+from executor.engine.runner.base import StepCall
 from executor.engine.runner.inline import InlineRunner
 from executor.core.step import Resources
 
@@ -55,5 +58,64 @@ def test_check_steps_names_only_multi_host_steps():
         assert runner.check_steps([("a", Resources()), ("b", Resources(hosts=1))], prefix_is_local=True) == []
         [problem] = runner.check_steps([("a", Resources()), ("b", Resources(hosts=4))], prefix_is_local=False)
         assert problem.startswith("step 'b' asks for Resources(hosts=4)") and "--runner ray" in problem
+    finally:
+        runner.shutdown()
+
+
+# -- steps in child processes: cancel kills, a silent runner makes the child stop itself --------
+@dataclass(frozen=True)
+class Forever:
+    output_path: str
+
+
+def run_forever(config: Forever) -> dict:
+    (Path(config.output_path) / "pid").write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
+
+
+def _pid_gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _started(out: Path) -> int:
+    deadline = time.monotonic() + 60
+    while not (out / "pid").exists() or not (out / "pid").read_text():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    return int((out / "pid").read_text())
+
+
+def test_cancel_kills_the_steps_process(tmp_path):
+    runner = InlineRunner(silence_limit_s=30)
+    try:
+        handle = runner.submit(StepCall("forever", run_forever, Forever(str(tmp_path)), str(tmp_path)))
+        pid = _started(tmp_path)
+        assert pid != os.getpid()
+        handle.cancel()
+        assert handle.outcome().error == "cancelled"
+        assert _pid_gone(pid)
+    finally:
+        runner.shutdown()
+
+
+def test_a_step_stops_itself_when_its_runner_goes_silent(tmp_path):
+    """What a SIGSTOPped runner looks like from the child: no pings. The child exits on its own
+    (before any other runner could take the lease over), so it cannot write late."""
+    runner = InlineRunner(silence_limit_s=1.0)
+    try:
+        handle = runner.submit(StepCall("forever", run_forever, Forever(str(tmp_path)), str(tmp_path)))
+        pid = _started(tmp_path)
+        runner._stop.set()  # the pinger stops, as if this process were paused
+        outcome = handle.outcome()
+        assert not outcome.ok and "stopped itself: it heard nothing from its runner for 1s" in outcome.error
+        assert _pid_gone(pid)
     finally:
         runner.shutdown()

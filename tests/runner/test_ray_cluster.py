@@ -114,6 +114,15 @@ def test_user_exception_is_not_retried(driver, tmp_path):
     assert len(calls) == 1, "an exception in the step's own code must not be retried"
 
 
+def test_a_steps_own_keyboard_interrupt_is_its_error_not_a_cancel(driver, tmp_path):
+    steps = [probe_step("ki", Resources(max_infra_retries=3), mode="keyboard-interrupt"), probe_step("sibling")]
+    assert execute(steps, tmp_path) == 1  # not 130: nobody pressed Ctrl-C
+    status = status_of(tmp_path, "ki")
+    assert status.state == State.FAILED and status.error.startswith("KeyboardInterrupt: ki raised")
+    assert len((step_dir(tmp_path, "ki") / "calls.txt").read_text().split()) == 1  # a user error: not retried
+    assert status_of(tmp_path, "sibling").state == State.SUCCESS
+
+
 def test_user_errors_retried_when_asked(driver, tmp_path):
     step = probe_step("flaky", Resources(retry_user_errors=1), mode="raise-once")
     assert execute([step], tmp_path) == 0

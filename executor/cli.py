@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from executor import flags
 
@@ -44,13 +44,13 @@ class ExecutorOptions:
                                         "(default: env EXECUTOR_PREFIX, else cache/)")
     dry_run: bool = _flag(False, "print the plan with a reason per step; write nothing")
     json: bool = _flag(False, "with --dry-run: the plan as JSON")
-    only: Optional[str] = _flag(None, "regex over step names: run these plus what they need")
+    only: Optional[str] = _flag(None, "a step name, or a regex over names: run these plus what they need")
     force_failed: bool = _flag(True, "retry steps whose previous attempt failed (false: leave them failed)")
-    force_run: Optional[str] = _flag(None, "regex: re-run matching steps even when they succeeded")
+    force_run: Optional[str] = _flag(None, "a step name, or a regex over names: re-run these even when they succeeded (and what consumed their changed outputs)")
     max_concurrent: int = _flag(8, "steps running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
-    runner: str = _flag("ray", "ray | inline (in-process, for debugging)")
+    runner: Literal["ray", "inline"] = _flag("ray", "ray | inline (in-process, for debugging)")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
     check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
@@ -78,18 +78,36 @@ def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions,
                             f"same name; rename them in the experiment's config class")
     normalized = flags.normalize(list(argv), flags.bool_fields(ExecutorOptions) | flags.bool_fields(user_class))
     mine, rest = flags.split(normalized, flags.top_level_fields(ExecutorOptions))
-    if rest and user_class is None:
-        unknown = [a for a in rest if a.startswith("--")] or rest
-        raise ExecutorError(f"unknown argument(s) {' '.join(unknown)}; run with --help for the flags")
-    options = flags.parse(ExecutorOptions, mine)
+    known = {**flags.field_types(ExecutorOptions), **flags.field_types(user_class)}
+    for arg in rest[::2]:  # an unknown flag is named with its nearest spelling among all flags
+        if not arg.startswith("--") or arg[2:] not in known:
+            raise flags.unknown_flag(arg, known)
+    options = check_options(flags.parse(ExecutorOptions, mine))
     user = None
     if user_class is not None:
         user = flags.parse(user_class, rest, None if isinstance(user_config, type) else user_config)
     return options, user
 
 
-def resolve_prefix(options: ExecutorOptions, environ: dict[str, str]) -> str:
-    return outputs.normalize_prefix(options.prefix or environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
+def check_options(options: ExecutorOptions) -> ExecutorOptions:
+    """Values draccus used to coerce silently are refused, naming the flag and the fix (issue 12.9)."""
+    if options.prefix is not None and not options.prefix.strip():
+        raise ExecutorError("--prefix '': an empty prefix; give a directory, gs://…, s3://… or memory://…")
+    if options.max_concurrent < 1:
+        raise ExecutorError(f"--max-concurrent {options.max_concurrent}: must be at least 1")
+    if options.lease_ttl <= 0 or options.heartbeat_interval <= 0:
+        raise ExecutorError("--lease-ttl and --heartbeat-interval must be positive (seconds)")
+    lonely = [f for f, on in (("--json", options.json), ("--graph", options.graph)) if on]
+    if lonely and not (options.dry_run or (options.json and (options.check or options.explain))):
+        raise ExecutorError(f"{' and '.join(lonely)} only apply to a dry run; add --dry-run")
+    return options
+
+
+def resolve_prefix(options: ExecutorOptions, environ: dict[str, str], main_file: str | None = None) -> str:
+    """--prefix, else EXECUTOR_PREFIX, else cache/ in the experiment's project (issue 19.4)."""
+    from executor.engine.project import default_prefix
+
+    return outputs.normalize_prefix(options.prefix or environ.get("EXECUTOR_PREFIX") or default_prefix(main_file))
 
 
 def storage_options_from_env(prefix: str, environ: dict[str, str]) -> dict[str, Any]:
@@ -142,19 +160,13 @@ def open_prefix(prefix: str, environ: dict[str, str], options: dict[str, Any]) -
 
 
 def _help(user_config: Any) -> None:
-    import draccus
-
-    print("Executor flags (both `--dry-run` and `--dry_run true` spellings work):")
-    for f in dataclasses.fields(ExecutorOptions):
-        default = "" if f.default is None else f" [default: {f.default}]"
-        print(f"  --{f.name.replace('_', '-'):<20} {f.metadata['help']}{default}")
+    print("Executor flags (`--dry-run`, `--no-dry-run`, `--dry-run=false` and `--dry_run true` all work):")
+    for flag, kind, text in flags.field_help(ExecutorOptions):
+        print(f"  {flag} {kind:<10} {text}")
     if user_config is not None:
         print("\nExperiment flags:")
-        cls = user_config if isinstance(user_config, type) else type(user_config)
-        try:
-            draccus.parse(config_class=cls, args=["--help"])
-        except SystemExit:
-            pass
+        for flag, kind, text in flags.field_help(user_config):
+            print(f"  {flag} {kind:<10} {text}")
 
 
 def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[ExecutorStep]] | None = None,
@@ -183,7 +195,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
-        prefix = resolve_prefix(options, environ)
+        prefix = resolve_prefix(options, environ, main_file)
         return _run_graph(graph, options, prefix, description, main_file, environ, reporter)
     except ExecutorError as e:
         return _usage(str(e))

@@ -58,19 +58,28 @@ class Plan:
         return any(d.action in (Action.RUN, Action.WAIT) for d in self.decisions.values())
 
 
-def select(graph: Graph, only: str | None) -> list[str]:
-    """Digests to consider: the targets' closure, or the --only matches' closure."""
-    if only is None:
-        wanted = graph.closure(graph.targets)
-        return [d for d in graph.nodes if d in wanted]
+def match_steps(graph: Graph, pattern: str, flag: str) -> list[str]:
+    """Digests of the steps `pattern` names: an exact name or step id selects exactly those steps
+    (`isoflop/eval-3e+10-d32` is a name, though `+` is a regex quantifier); otherwise it is a regex
+    searched in each name. Matching nothing, or a bad regex, is a GraphError listing the names."""
+    exact = [d for d, n in graph.nodes.items() if pattern in (n.name, n.step_id)]
+    if exact:
+        return exact
     try:
-        pattern = re.compile(only)
+        compiled = re.compile(pattern)
     except re.error as e:
-        raise GraphError(f"--only {only!r} is not a valid regular expression: {e}") from None
-    matched = [d for d, n in graph.nodes.items() if pattern.search(n.name)]
+        raise GraphError(f"{flag} {pattern!r} is neither a step name nor a valid regular expression ({e}); "
+                         f"quote a name exactly, or escape regex characters") from None
+    matched = [d for d, n in graph.nodes.items() if compiled.search(n.name)]
     if not matched:
         names = ", ".join(sorted(n.name for n in graph.nodes.values()))
-        raise GraphError(f"--only {only!r} matches no step; steps are: {names}")
+        raise GraphError(f"{flag} {pattern!r} matches no step; steps are: {names}")
+    return matched
+
+
+def select(graph: Graph, only: str | None) -> list[str]:
+    """Digests to consider: the targets' closure, or the --only matches' closure."""
+    matched = graph.targets if only is None else match_steps(graph, only, "--only")
     wanted = graph.closure(matched)
     return [d for d in graph.nodes if d in wanted]
 
@@ -88,9 +97,12 @@ def plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions
 
 
 def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions) -> Plan:
-    force_run = re.compile(options.force_run) if options.force_run else None
+    selected = select(graph, options.only)
+    forced = set(match_steps(graph, options.force_run, "--force-run")) if options.force_run else set()
+    if options.force_run and not forced & set(selected):
+        raise GraphError(f"--force-run {options.force_run!r} matches no step selected by --only {options.only!r}")
     decisions: dict[str, Decision] = {}
-    for digest in select(graph, options.only):
+    for digest in selected:
         node = graph.nodes[digest]
         observed = snapshot.get(digest, Observed(None))
         status = observed.status
@@ -108,7 +120,7 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
         elif status is None:
             decision = Decision(node, Action.RUN, "new: no previous attempt", observed)
         elif status.state == State.SUCCESS:
-            if force_run and force_run.search(node.name):
+            if digest in forced:
                 decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
             else:
                 alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""

@@ -17,7 +17,7 @@ def _ids(toy) -> dict[str, str]:
 
 
 def _listed(out: str) -> set[str]:
-    return {line.split()[-1] for line in out.splitlines() if line.startswith("    ")}
+    return {line.split()[-1] for line in out.splitlines() if line.startswith("    ") and "written by:" not in line}
 
 
 def _fixture_prefix(toy):

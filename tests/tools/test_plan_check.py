@@ -107,7 +107,7 @@ def test_check_directory_catches_ids_that_depend_on_the_hash_seed(tmp_path):
     assert made.returncode == 0, made.stdout + made.stderr
     code, out = run_main("check", str(tmp_path))
     assert code == 3, out
-    assert "PYTHONHASHSEED=4242 differs" in out and "seeded/step-" in out
+    assert "differs between PYTHONHASHSEED=0 and PYTHONHASHSEED=4242" in out and "seeded/step-" in out
 
 
 def test_plan_command_prints_the_plan_document(toy):

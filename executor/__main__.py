@@ -65,7 +65,9 @@ class _Parser(argparse.ArgumentParser):
 
         match = re.search(r"unrecognized arguments: (\S+)", message)
         if match:
-            options = [s for a in self._actions for s in a.option_strings]
+            parsers = [self, *(p for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                               for p in a.choices.values())]
+            options = sorted({s for parser in parsers for a in parser._actions for s in a.option_strings})
             close = difflib.get_close_matches(match.group(1).split("=")[0], options, n=1)
             if close:
                 message += f"; did you mean {close[0]}?"

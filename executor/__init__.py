@@ -1,6 +1,6 @@
 """stepgraph's executor: a content-addressed step graph, planned, leased and run on Ray.
 
-Public surface (tested in tests/test_public_api.py):
+Public surface (tested in tests/executor/test_public_api.py):
 
     ExecutorStep, output_path_of, this_output_path   declare steps and their dependencies
     execution_only, secret, Resources                 fields outside identity; what a step needs

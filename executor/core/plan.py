@@ -68,7 +68,7 @@ def match_steps(graph: Graph, pattern: str, flag: str) -> list[str]:
     try:
         compiled = re.compile(pattern)
     except re.error as e:
-        raise GraphError(f"{flag} {pattern!r} is neither a step name nor a valid regular expression ({e}); "
+        raise GraphError(f"{flag} {pattern!r} names no step and is not a valid regular expression ({e}); "
                          f"quote a name exactly, or escape regex characters") from None
     matched = [d for d, n in graph.nodes.items() if compiled.search(n.name)]
     if not matched:

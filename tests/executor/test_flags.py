@@ -80,9 +80,9 @@ def test_did_you_mean_for_executor_and_experiment_flags(tmp_path, capsys):
     (["--json"], "--json only apply to a dry run; add --dry-run"),
     (["--graph", "g.html"], "--graph only apply to a dry run"),
     (["--max-concurrent", "0"], "--max-concurrent 0: must be at least 1"),
-    (["--force-run", "(x"], "--force-run '(x' is neither a step name nor a valid regular expression"),
-    (["--only", "*a"], "--only '*a' is neither a step name nor a valid regular expression"),
-    (["--force-run", "[a"], "--force-run '[a' is neither a step name nor a valid regular expression"),
+    (["--force-run", "(x"], "--force-run '(x' names no step and is not a valid regular expression"),
+    (["--only", "*a"], "--only '*a' names no step and is not a valid regular expression"),
+    (["--force-run", "[a"], "--force-run '[a' names no step and is not a valid regular expression"),
     (["--force-run", "nothing-like-this"], "--force-run 'nothing-like-this' matches no step"),
 ])
 def test_silent_coercions_are_usage_errors(tmp_path, capsys, args, message):

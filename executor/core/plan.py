@@ -44,6 +44,9 @@ class Decision:
     action: Action
     reason: str
     observed: Observed = field(default_factory=lambda: Observed(None))
+    recheck: tuple[str, ...] = ()  # SKIP for now; dependencies (digests) that re-run in this plan:
+    #                                if the output one of them commits differs from what this step
+    #                                consumed, the step re-runs once they finish (staleness by content)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,31 @@ def select(graph: Graph, only: str | None) -> list[str]:
     matched = graph.targets if only is None else match_steps(graph, only, "--only")
     wanted = graph.closure(matched)
     return [d for d in graph.nodes if d in wanted]
+
+
+def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str, Decision],
+               snapshot: dict[str, Observed], observed: Observed) -> Decision:
+    """SKIP, unless a dependency's committed output is no longer the one this output consumed."""
+    consumed = status.inputs or {}  # statuses written before content tracking have none: trusted
+    rerunning = []
+    for dep in node.deps:
+        if dep not in consumed:
+            continue
+        dep_decision = decisions.get(dep)
+        if dep_decision is not None and (dep_decision.action == Action.RUN or dep_decision.recheck):
+            rerunning.append(dep)
+            continue
+        dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep, Observed(None))).status
+        now_there = dep_status.content_sha256 if dep_status is not None else None
+        if now_there is not None and now_there != consumed[dep]:
+            return Decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
+                                              f"output was made, and its output changed", observed)
+    alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
+    if rerunning:
+        names = ", ".join(graph.nodes[d].name for d in rerunning)
+        return Decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
+                        observed, recheck=tuple(rerunning))
+    return Decision(node, Action.SKIP, f"succeeded{alias}", observed)
 
 
 def describe_owner(status: Status, now: float | None) -> str:
@@ -123,8 +151,7 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
             if digest in forced:
                 decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
             else:
-                alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
-                decision = Decision(node, Action.SKIP, f"succeeded{alias}", observed)
+                decision = _succeeded(graph, node, status, decisions, snapshot, observed)
         elif status.state == State.RUNNING:
             decision = Decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now), observed)
         elif options.force_failed:

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("completion", "print a shell completion script", commands.cmd_completion, storage=False, prefix=False)
     p.add_argument("shell", choices=["bash", "zsh"])
+    p.set_defaults(build_parser=build_parser)  # completion is generated from this very parser
     return parser
 
 

@@ -286,7 +286,7 @@ def cmd_runs(args: Any) -> int:
 def cmd_completion(args: Any) -> int:
     from executor.tools.completion import script
 
-    print(script(args.shell))
+    print(script(args.shell, args.build_parser()))
     return EXIT_OK
 
 

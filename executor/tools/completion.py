@@ -33,10 +33,8 @@ def commands_and_options(parser: argparse.ArgumentParser) -> dict[str, list[str]
             for name, p in sub.choices.items()}
 
 
-def script(shell: str) -> str:
-    from executor.__main__ import build_parser
-
-    table = commands_and_options(build_parser())
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    table = commands_and_options(parser)
     cases = "\n".join(f'    {name}) opts="{" ".join(options)}";;' for name, options in table.items())
     bash = BASH % {"commands": " ".join(table), "cases": cases}
     if shell == "zsh":

@@ -145,23 +145,43 @@ def cmd_check(args: Any) -> int:
 # -- adopt --------------------------------------------------------------------------------------
 
 def cmd_adopt(args: Any) -> int:
-    from executor.tools.adopt import adopt
-    from executor.tools.loading import load_experiment
     from executor.engine.provenance import git_state, user_and_host
+    from executor.tools.adopt import adopt_chain
 
-    loaded = load_experiment(args.experiment, args.experiment_args)
+    loaded = _load(args)
     prefix = default_prefix(args.prefix, loaded.path)
     declared_by = {**user_and_host(), "git": git_state(os.path.dirname(loaded.path)), "command": "adopt"}
-    result = adopt(loaded.graph, args.name, args.from_, prefix, reason=args.reason, declared_by=declared_by,
-                   storage_options=args.storage_options)
-    print(f"adopted: {result.node.step_id} is now an alias of {result.alias_of['step_id']} "
-          f"({prefix}/{result.alias_of['output_rel']})")
-    if result.differences:
-        print("identity differences the adoption declares irrelevant:")
-        for line in result.differences:
-            print(f"    {line}")
-    print(f"record: {result.record_path}; dependents now resolve to the adopted output and a re-run skips")
+    adoptions, notes = adopt_chain(loaded.graph, args.name, args.from_, prefix, reason=args.reason,
+                                   declared_by=declared_by, storage_options=args.storage_options, force=args.force,
+                                   dry_run=args.dry_run) if args.with_dependents else (
+        [_adopt_one(loaded.graph, args, prefix, declared_by)], [])
+    verb = "would adopt" if args.dry_run else "adopted"
+    for result in adoptions:
+        print(f"{verb}: {result.node.step_id} is now an alias of {result.alias_of['step_id']} "
+              f"({prefix}/{result.alias_of['output_rel']})")
+        if result.differences:
+            print("  identity differences the adoption declares irrelevant:")
+            for line in result.differences:
+                print(f"    {line}")
+    for note in notes:
+        print(f"  {note}")
+    if args.dry_run:
+        print("dry run: nothing written")
+        return EXIT_OK
+    waiting = [n.name for n in loaded.graph.nodes.values()
+               if any(d in {a.node.digest for a in adoptions} for d in n.deps)
+               and n.digest not in {a.node.digest for a in adoptions}]
+    print(f"record: {adoptions[0].record_path}. A re-run skips the adopted step(s)"
+          + (f"; {', '.join(waiting)} get new ids and will run (add --with-dependents to adopt their earlier "
+             f"outputs too)" if waiting and not args.with_dependents else ""))
     return EXIT_OK
+
+
+def _adopt_one(graph: Any, args: Any, prefix: str, declared_by: dict) -> Any:
+    from executor.tools.adopt import adopt
+
+    return adopt(graph, args.name, args.from_, prefix, reason=args.reason, declared_by=declared_by,
+                 storage_options=args.storage_options, force=args.force, dry_run=args.dry_run)
 
 
 # -- verify ---------------------------------------------------------------------------------------

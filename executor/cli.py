@@ -269,15 +269,19 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     if prefix.startswith("memory://") and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     reporter.print_plan(plan, prefix, title=description)
+    from executor.tools.explain import print_dry_run_notes  # what changed, as a dry run says (issue 19.8)
+
+    print_dry_run_notes(graph, plan, prefix, main_file, reporter, location.storage_options_for(prefix))
     experiment = Path(main_file).stem if main_file else "experiment"
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(main_file)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
-    if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
+    if type(reporter) is ConsoleReporter:  # a live view on a terminal; "still running" lines elsewhere
         from executor.engine.live import LiveReporter
 
-        reporter = LiveReporter(console=reporter.console, plan=plan)
+        every = float(os.environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30)
+        reporter = LiveReporter(console=reporter.console, plan=plan, still_running_every_s=every)
     started_runner: list[Any] = []
 
     def make_runner():
@@ -342,6 +346,11 @@ def _execute(graph: Graph, plan: Plan, options: ExecutorOptions, prefix: str, de
     run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
                     outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors)
     outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    getattr(reporter, "print_run_end", lambda *a: None)(plan, summary.states, summary.errors)
+    if not sys.stdout.isatty():  # Ray's forwarding of worker output can miss a pipe: the targets' own words
+        from executor.engine.report import echo_step_logs
+
+        echo_step_logs(reporter, graph, summary.ran_here, fs, prefix)
     succeeded = sum(st == NodeState.DONE for st in summary.states.values())
     reporter.info(f"{succeeded}/{len(summary.states)} step(s) succeeded, {len(summary.ran_here)} ran here; "
                   f"run record: {run_path}")

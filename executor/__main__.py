@@ -17,6 +17,7 @@ everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Ex
     verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
     gc       EXPERIMENT... [--pin ID] [--delete --grace-hours H]   outputs no experiment reaches
     repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
+    doctor   [--ray-address A]                     versions, the prefix's conditional writes, Ray, shadowing packages
     completion bash|zsh                            a shell completion script (eval "$(stepgraph completion bash)")
 
 Object-store prefixes take fsspec storage options from the EXECUTOR_STORAGE_OPTIONS variable
@@ -32,7 +33,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from executor.tools import commands
+from executor.tools import commands, doctor
 
 PROG = "stepgraph"
 
@@ -153,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delete-status", required=True, metavar="STEP",
                    help="delete this step's status.json (corrupt or abandoned); the step re-runs")
     p.add_argument("--force", action="store_true", help="delete even a RUNNING status (only if its runner is gone)")
+
+    p = command("doctor", "check versions, the prefix's conditional writes, the Ray address and shadowing packages",
+                doctor.cmd_doctor)
+    p.add_argument("--ray-address", help="a cluster to probe (default: RAY_ADDRESS)")
 
     p = command("completion", "print a shell completion script", commands.cmd_completion, storage=False, prefix=False)
     p.add_argument("shell", choices=["bash", "zsh"])

@@ -15,7 +15,7 @@ import pathlib
 from typing import Any, Callable
 
 from executor.core.errors import ConfigEncodingError
-from executor.core.step import ExecutorStep, OutputPathOf, ThisOutputPath, is_execution_only
+from executor.core.step import ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath, is_execution_only
 from executor.core.tree import Path, fold, format_path
 
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
@@ -46,6 +46,10 @@ def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None)
             return {"dependency": digest_of(v), "sub": v.sub}
         if isinstance(v, ThisOutputPath):
             return {"this_output": v.sub}
+        if isinstance(v, PrefixPath):  # the relative path only: ids never depend on the prefix
+            if v.problem:
+                raise ConfigEncodingError(step_name, format_path(path), v, v.problem)
+            return {"prefix_path": v.path}
         if isinstance(v, ExecutorStep):
             raise ConfigEncodingError(step_name, format_path(path), v,
                                       f"Refer to another step's output with output_path_of({v.name!r} step).")

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator
 
 from executor.core.errors import GraphError
 from executor.core.identity import identity_and_digest, step_id
-from executor.core.step import ExecutorStep, OutputPathOf
+from executor.core.step import ExecutorStep, OutputPathOf, validate_name
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
         on_path.discard(id(step))
         digests[id(step)] = digest
         if digest not in nodes:
+            _check_override(step)
             sid = step_id(step.name, digest)
             nodes[digest] = StepNode(step, digest, sid, step.override_output_path or sid, document,
                                      tuple(deps), tuple(d for d in weak if d not in deps))
@@ -132,6 +133,21 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     targets = tuple(dict.fromkeys(visit(s) for s in steps))
     _check_output_paths(nodes.values())
     return Graph(nodes, targets, digests)
+
+
+def _check_override(step: ExecutorStep) -> None:
+    override = step.override_output_path
+    if override is None:
+        return
+    if isinstance(override, str) and (override.startswith("/") or "://" in override):
+        raise GraphError(
+            f"step {step.name!r}: override_output_path {override!r} is absolute; it must be relative to the "
+            f"prefix (e.g. 'checkpoints/my-run'), since leases and records live under --prefix. To read an "
+            f"existing output elsewhere, give its full path as a plain string to the step that reads it.")
+    try:
+        validate_name(override, f"step {step.name!r}: override_output_path")
+    except ValueError as e:
+        raise GraphError(str(e)) from None
 
 
 def _check_output_paths(nodes: Iterable[StepNode]) -> None:

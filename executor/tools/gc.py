@@ -170,8 +170,10 @@ def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: 
         if versioned is not None:
             try:
                 state = parse_status(versioned.data, key).state
-            except StatusError:
-                state = None
+            except StatusError as e:  # corrupt, or written by a newer stepgraph: not ours to judge
+                report.spared[output.rel] = (f"status not understood, left alone ({str(e).splitlines()[0]}); "
+                                             f"inspect it, then `repair --delete-status` if it is garbage")
+                continue
         if state == State.RUNNING:
             report.spared[output.rel] = "RUNNING: a live lease (never deleted)"
             continue

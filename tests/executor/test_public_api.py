@@ -8,6 +8,10 @@ PUBLIC = {
     "ConfigEncodingError", "ExecutorError", "ExecutorStep", "GraphError", "Resources", "StatusError",
     "StoreError", "TransientStoreError", "execution_only", "executor_main", "map_shards",
     "output_path_of", "secret", "this_output_path",
+    # the Python API (executor/api.py) that executor_main is built on
+    "Options", "PlanResult", "RunResult", "StepFailed", "StepReport", "materialize", "plan", "run",
+    "load_result",  # a succeeded step's returned value, dataclasses rebuilt
+    "prefix_path",  # a fixed input under the prefix (Marin's InputName.hardcoded)
 }
 
 

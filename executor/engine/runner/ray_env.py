@@ -1,7 +1,7 @@
 """This process and Ray: loopback-only settings, whether Ray is up, the embedded local cluster.
 
 Everything here runs on the driver before or while Ray starts: the environment that keeps an
-embedded cluster on 127.0.0.1 (shared/ENVIRONMENT.md), free ports so several embedded clusters can
+embedded cluster on 127.0.0.1 (no cloud-metadata probes, no usage stats), free ports so several embedded clusters can
 share a machine, starting one (retried once on a loaded machine), and which local code a remote
 cluster has to be sent. Ray is imported inside functions only: some settings must precede it.
 """
@@ -45,7 +45,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def prepare_loopback_environment() -> None:
-    """Settings that keep an embedded Ray cluster on 127.0.0.1 (see shared/ENVIRONMENT.md).
+    """Settings that keep an embedded Ray cluster on 127.0.0.1 and off every other address.
 
     Must run before ray.init. Ray probes cloud metadata addresses unless a bootstrap config
     exists in $HOME, so one is created when missing.

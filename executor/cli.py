@@ -106,7 +106,13 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
     `steps` may be a callable taking the experiment's own config (a dataclass whose fields
     become flags, given as `config=`) and returning the steps.
     """
-    sys.exit(run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv))
+    try:
+        code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `python foo.py --dry-run | head`: the reader left; no traceback (issue 19.10)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141
+    sys.exit(code)
 
 
 def run(steps: Any, description: str | None = None, *, config: Any = None, argv: Sequence[str] = (),

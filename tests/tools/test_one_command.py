@@ -158,3 +158,13 @@ def test_default_prefix_is_the_experiments_project_not_the_working_directory(tmp
                           cwd=elsewhere, capture_output=True, text=True, env=env, timeout=120)
     assert tool.returncode == 0, tool.stderr
     assert all(r["path"].startswith(str(project / "cache")) for r in json.loads(tool.stdout))
+
+
+def test_a_dry_run_into_a_closed_pipe_ends_quietly(tmp_path):
+    for extra in ([], ["--json"]):  # rich's table, and print()
+        dry = subprocess.Popen([sys.executable, str(HELLO), "--prefix", str(tmp_path), "--dry-run", *extra],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_bare_env(tmp_path))
+        dry.stdout.close()
+        err = dry.stderr.read().decode()
+        code = dry.wait(timeout=120)
+        assert code != 0 and "Traceback" not in err and "Exception ignored" not in err, (extra, code, err)

@@ -261,6 +261,21 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     return _execute(graph, planned, options, description, main_file, reporter)
 
 
+NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs
+
+
+def _what_changed(graph: Graph, plan_: Any, prefix: str, main_file: str | None, reporter: Any,
+                  storage_options: dict | None) -> None:
+    """A real run says what changed since the nearest earlier version, as a dry run does (issue 19.8)."""
+    from executor.tools.explain import print_dry_run_notes
+
+    new = sum(d.action == Action.RUN and d.observed.status is None for d in plan_.decisions.values())
+    if new > NOTES_UP_TO:
+        reporter.info(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
+    elif new:
+        print_dry_run_notes(graph, plan_, prefix, main_file, reporter, storage_options)
+
+
 def _make_runner_factory(options: Options, reporter: Any) -> tuple[Any, list[Any]]:
     started_runner: list[Any] = []
 
@@ -296,9 +311,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     if prefix.startswith("memory://") and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     reporter.print_plan(plan_, prefix, title=description)
-    from executor.tools.explain import print_dry_run_notes  # what changed, as a dry run says (issue 19.8)
-
-    print_dry_run_notes(graph, plan_, prefix, main_file, reporter, planned.storage_options)
+    _what_changed(graph, plan_, prefix, main_file, reporter, planned.storage_options)
     experiment = Path(main_file).stem if main_file else "experiment"
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(main_file)

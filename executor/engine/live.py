@@ -102,7 +102,7 @@ class LiveReporter(ConsoleReporter):
         self.running_since.pop(node.digest, None)
         if self._live is not None:
             self._live.refresh()
-        elif not self.console.is_terminal:
+        elif not self.console.is_terminal and not self.compact:  # compact runs get ConsoleReporter's tally
             self.console.print(f"  [dim]progress: {self.tally()}[/]")
 
     def close(self) -> None:

@@ -157,14 +157,17 @@ class ConsoleReporter:
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {escape(message)}")
 
-    def print_run_end(self, plan: Plan, states: dict[str, Any], errors: dict[str, str]) -> None:
+    def print_run_end(self, plan: Plan, states: dict[str, Any], errors: dict[str, str], max_rows: int = 60) -> None:
         """The per-step table a real run ends with: what happened to each step, how long, its result.
-        Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results."""
+        Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results.
+        Past `max_rows` steps, the ones that ran or failed come first and the rest are counted."""
         table = Table(title="this run", show_lines=False, header_style="bold")
         for column in ("step", "outcome", "took"):
             table.add_column(column, no_wrap=True)
         table.add_column("result", overflow="fold")
-        for digest, d in plan.decisions.items():
+        shown = sorted(plan.decisions.items(), key=lambda kv: kv[0] not in self.outcomes and
+                       getattr(states.get(kv[1].node.step_id), "value", None) == "succeeded")
+        for digest, d in shown[:max_rows]:
             state = states.get(d.node.step_id)
             state = getattr(state, "value", state)
             seen = self.outcomes.get(digest, {})
@@ -178,6 +181,8 @@ class ConsoleReporter:
                       "succeeded earlier" if outcome == "skipped" else escape(errors.get(d.node.step_id, "")))
             table.add_row(escape(d.node.name), outcome, took, result)
         self.console.print(table)
+        if len(shown) > max_rows:
+            self.console.print(f"… and {len(shown) - max_rows} more skipped steps (all: stepgraph status --prefix P)")
 
 
 def result_text(result: Any, limit: int = 300) -> str:

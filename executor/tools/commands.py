@@ -328,6 +328,8 @@ def _step_status(args: Any, path: str) -> int:
     if status.alias_of:
         print(f"  alias of    {status.alias_of.get('step_id')} ({status.alias_of.get('output_rel')}), declared by "
               f"{status.alias_of.get('declared_by', '?')}: {status.alias_of.get('reason') or '(no reason given)'}")
+    if status.content_sha256:
+        print(f"  content     sha256 {status.content_sha256[:16]}… (of its manifest; dependents compare it)")
     if status.error:
         print(f"  error       {status.error}")
     if status.traceback_tail:
@@ -350,7 +352,8 @@ def _step_status(args: Any, path: str) -> int:
     print(f"  finished    {_when(timings.get('finished_at'))}, took {float(timings.get('seconds') or 0):.1f}s")
     print(f"  outputs     {len(manifest)} file(s), {human_bytes(sum(int(e.get('size') or 0) for e in manifest))}")
     for dep in record.get("dependencies") or []:
-        print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}")
+        consumed = f" (consumed content {dep['content_sha256'][:16]}…)" if dep.get("content_sha256") else ""
+        print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}{consumed}")
     if record.get("result") is not None:
         print(f"  result      {json.dumps(record['result'], default=str)[:300]}")
     return EXIT_OK

@@ -17,6 +17,7 @@ everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Ex
     verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
     gc       EXPERIMENT... [--pin ID] [--delete --grace-hours H]   outputs no experiment reaches
     repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
+    report   [RUN]                                 rebuild a run's HTML report (runs/<run>.html) from storage
     doctor   [--ray-address A]                     versions, the prefix's conditional writes, Ray, shadowing packages
     completion bash|zsh                            a shell completion script (eval "$(stepgraph completion bash)")
 
@@ -28,24 +29,15 @@ Exit codes: 0 ok, 1 problems found (or steps failed), 2 usage or config error, 3
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Callable, Sequence
 
+from executor.core.errors import ExecutorError
+from executor.engine import location
 from executor.tools import commands, doctor
 
 PROG = "stepgraph"
-
-
-def _storage_options(text: str, source: str = "--storage-options") -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object")
-    return value
 
 
 def version() -> str:
@@ -89,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--prefix", help="where outputs live (default: env EXECUTOR_PREFIX, else cache/ in the "
                                             "experiment's project)")
         if storage:
-            p.add_argument("--storage-options", type=_storage_options, default=None,
+            p.add_argument("--storage-options", default=None, metavar="JSON",
                            help="fsspec storage options for an object-store prefix, as JSON")
         p.set_defaults(handler=handler)
         return p
@@ -159,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
                 doctor.cmd_doctor)
     p.add_argument("--ray-address", help="a cluster to probe (default: RAY_ADDRESS)")
 
+    p = command("report", "rebuild a run's HTML report (runs/<run>.html) from storage", commands.cmd_report)
+    p.add_argument("run", nargs="?", help="a run file name or run id under <prefix>/runs (default: the latest)")
+
     p = command("completion", "print a shell completion script", commands.cmd_completion, storage=False, prefix=False)
     p.add_argument("shell", choices=["bash", "zsh"])
     p.set_defaults(build_parser=build_parser)  # completion is generated from this very parser
@@ -180,11 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {PROG} {args.command} loads no experiment; flags after -- ({' '.join(experiment_args)}) "
               f"would be ignored", file=sys.stderr)
         return commands.EXIT_USAGE
-    if getattr(args, "storage_options", False) is None:  # no flag: the same variable the runs read
+    if hasattr(args, "storage_options"):  # the flag, else the same variable the runs read
         try:
-            args.storage_options = _storage_options(os.environ.get("EXECUTOR_STORAGE_OPTIONS") or "{}",
-                                                    "EXECUTOR_STORAGE_OPTIONS")
-        except argparse.ArgumentTypeError as e:
+            args.storage_options = location.storage_options_from(args.storage_options, os.environ)
+        except ExecutorError as e:
             print(f"error: {e}", file=sys.stderr)
             return commands.EXIT_USAGE
     return commands.guarded(args.handler, args)

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import diff_documents
 from executor.core.record import Owner, State, Status, StepRecord, parse_status, record_key, status_key
-from executor.engine.store import open_store
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ def adopt(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | 
 
 def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | None, declared_by: dict[str, Any],
                 storage_options: dict | None, now: float, force: bool, dry_run: bool) -> Adoption:
-    store = open_store(prefix, storage_options)
-    fs = outputs.filesystem(prefix, storage_options)
+    store = location.open_location(prefix, storage_options)[0]
+    fs = location.open_filesystem(prefix, storage_options)
     old_rel = _relative(prefix, from_ref)
 
     old_key = status_key(old_rel)
@@ -153,8 +153,7 @@ def adopt_chain(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: 
                   storage_options=storage_options, now=now, force=force, dry_run=dry_run)
     adoptions, notes = [first], []
     old_digest = {first.node.digest: first.alias_of["digest"]}  # new digest -> the digest it now stands for
-    store = open_store(prefix, storage_options)
-    fs = outputs.filesystem(prefix, storage_options)
+    store, fs = location.open_location(prefix, storage_options)
     rels = step_rels(prefix, storage_options)
     for node in graph.nodes.values():  # topological order: a dependent after what it depends on
         if node.digest in old_digest or not any(d in old_digest for d in node.deps):

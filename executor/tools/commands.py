@@ -13,11 +13,12 @@ import sys
 import time
 from typing import Any
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.progress import human_bytes
 from executor.core.record import EXECUTOR_DIR, State, parse_status
-from executor.engine.store import StoreError, open_store
+from executor.engine.store import StoreError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CHANGED = 0, 1, 2, 3
 
@@ -45,7 +46,7 @@ def require_outputs(prefix: str, storage_options: dict | None) -> None:
     """A prefix with no step output and no run file is most likely mistyped: say so (exit 2)."""
     from executor.tools.overview import step_rels
 
-    fs = outputs.filesystem(prefix, storage_options)
+    fs = location.open_filesystem(prefix, storage_options)
     if step_rels(prefix, storage_options) or fs.exists(outputs.join(prefix, "runs")):
         return
     raise ExecutorError(f"no stepgraph outputs under {prefix}; is the prefix right? (--prefix, or env "
@@ -120,7 +121,7 @@ def cmd_graph(args: Any) -> int:
 
     loaded = _load(args)
     prefix = default_prefix(args.prefix, loaded.path)
-    store = open_store(prefix, args.storage_options)
+    store = location.open_location(prefix, args.storage_options)[0]
     plan = plan_steps(loaded.graph, read_snapshot(store, loaded.graph.nodes.values()), PlanOptions(now=time.time()))
     print(f"graph of {len(plan.decisions)} step(s) against {prefix} written to {draw_plan(plan, args.file)}")
     return EXIT_OK
@@ -260,7 +261,7 @@ def _run_commands(prefix: str, storage_options: dict | None) -> dict[str, str]:
 # -- status, ps, repair ---------------------------------------------------------------------------
 
 def _read_status(step_path: str, storage_options: dict | None):
-    store = open_store(step_path, storage_options)
+    store = location.open_location(step_path, storage_options)[0]
     versioned = store.read(f"{EXECUTOR_DIR}/status.json")
     return store, versioned
 
@@ -334,7 +335,7 @@ def _step_status(args: Any, path: str) -> int:
         print(f"  error       {status.error}")
     if status.traceback_tail:
         print("  traceback (tail):\n    " + status.traceback_tail.rstrip()[-1500:].replace("\n", "\n    "))
-    fs = outputs.filesystem(path, args.storage_options)
+    fs = location.open_filesystem(path, args.storage_options)
     record = outputs.read_json(fs, f"{path}/{EXECUTOR_DIR}/record.json")
     if not isinstance(record, dict):
         print("  record      none")
@@ -362,7 +363,7 @@ def _step_status(args: Any, path: str) -> int:
 def cmd_ps(args: Any) -> int:
     prefix = default_prefix(args.prefix)
     require_outputs(prefix, args.storage_options)
-    store = open_store(prefix, args.storage_options)
+    store = location.open_location(prefix, args.storage_options)[0]
     keys = store.list_generations("", f"{EXECUTOR_DIR}/status.json")
     now = time.time()
     rows = []
@@ -417,6 +418,15 @@ def cmd_repair(args: Any) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: Any) -> int:
+    from executor.tools.run_report import run_file_path, write_report
+
+    prefix = default_prefix(args.prefix)
+    fs = outputs.filesystem(prefix, args.storage_options)
+    print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
+    return EXIT_OK
+
+
 def guarded(handler: Any, args: Any) -> int:
     """Run a handler, turning the executor's own errors into exit code 2 with a message."""
     try:
@@ -430,4 +440,5 @@ def guarded(handler: Any, args: Any) -> int:
 
 
 __all__ = ["cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_plan", "cmd_ps",
-           "cmd_repair", "cmd_run", "cmd_runs", "cmd_status", "cmd_verify", "guarded", "loads_experiment"]
+           "cmd_repair", "cmd_report", "cmd_run", "cmd_runs", "cmd_status", "cmd_verify", "guarded",
+           "loads_experiment"]

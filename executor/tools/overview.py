@@ -14,14 +14,13 @@ from typing import Any, Iterable
 from executor.core.errors import StatusError
 from executor.core.graph import Graph
 from executor.core.record import EXECUTOR_DIR, parse_status, record_key, status_key
-from executor.engine import outputs
+from executor.engine import location, outputs
 from executor.engine.snapshot import read_many
-from executor.engine.store import open_store
 
 
 def step_rels(prefix: str, storage_options: dict | None) -> list[str]:
     """Output dirs (relative to the prefix) holding a status file; runs/ excluded."""
-    store = open_store(prefix, storage_options)
+    store = location.open_location(prefix, storage_options)[0]
     suffix = f"/{EXECUTOR_DIR}/status.json"
     return sorted(k[: -len(suffix)] for k in store.list_generations("", suffix)
                   if not k.startswith("runs/") and k.endswith(suffix))
@@ -32,8 +31,7 @@ def step_rows(prefix: str, rels: Iterable[str], storage_options: dict | None = N
     """One row per output rel: state, finished when, duration, attempts, last error, writing run.
     `names` (rel -> step name) comes from an experiment; a rel without a status is 'not started'."""
     rels = list(rels)
-    store = open_store(prefix, storage_options)
-    fs = outputs.filesystem(prefix, storage_options)
+    store, fs = location.open_location(prefix, storage_options)
     rows = []
     for rel, versioned in zip(rels, read_many(store, [status_key(r) for r in rels])):
         row: dict[str, Any] = {"step_id": rel, "name": (names or {}).get(rel) or rel.rsplit("-", 1)[0],
@@ -73,7 +71,7 @@ def experiment_rows(graph: Graph, prefix: str, storage_options: dict | None = No
 
 def run_rows(prefix: str, storage_options: dict | None = None, limit: int = 0) -> list[dict[str, Any]]:
     """The run files under runs/, newest first: who ran what, when, how it ended, what ran."""
-    fs = outputs.filesystem(prefix, storage_options)
+    fs = location.open_filesystem(prefix, storage_options)
     try:
         paths = sorted(fs.glob(outputs.join(prefix, "runs", "*.json")))
     except FileNotFoundError:

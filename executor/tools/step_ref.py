@@ -12,8 +12,7 @@ from pathlib import Path
 
 from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR, status_key
-from executor.engine import outputs
-from executor.engine.store import open_store
+from executor.engine import location, outputs
 
 
 def strip_status_suffix(ref: str) -> str:
@@ -33,7 +32,7 @@ def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str
         return ref
     if looks_like_path(ref):
         return outputs.normalize_prefix(ref)
-    store = open_store(prefix, storage_options)
+    store = location.open_location(prefix, storage_options)[0]
     rel = ref.strip("/")
     if store.read(status_key(rel)) is not None:
         return outputs.join(prefix, rel)

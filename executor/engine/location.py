@@ -9,9 +9,10 @@ options given for an `s3://` prefix apply to every `s3://` path the run reads or
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fsspec
+if TYPE_CHECKING:  # imported where used: importing fsspec costs a tenth of a second a no-op run never needs
+    import fsspec
 
 _options_by_protocol: dict[str, dict[str, Any]] = {}
 
@@ -50,6 +51,8 @@ def url_to_fs(url: str, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, st
     Local paths get a filesystem that creates parent directories on write, like object stores do.
     `overrides` (e.g. a download source's own options) take precedence over the registered ones.
     """
+    import fsspec
+
     if protocol_of(url) == "file":
         path = url[len("file://"):] if url.startswith("file://") else url
         return fsspec.filesystem("file", auto_mkdir=True), path
@@ -58,5 +61,7 @@ def url_to_fs(url: str, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, st
 
 def open_file(url: str, mode: str = "rb", **kwargs: Any) -> fsspec.core.OpenFile:
     """`fsspec.open` with this process's options for `url` (kwargs: encoding, compression, ...)."""
+    import fsspec
+
     fs, path = url_to_fs(url)
     return fsspec.core.OpenFile(fs, path, mode=mode, **kwargs)

@@ -4,7 +4,8 @@
 nothing exits the process: a usage or config mistake raises ExecutorError, a step that did not
 succeed is a status in the returned result (or StepFailed, from `materialize` and
 `RunResult.raise_on_failure`). Every call works from any thread and leaves no Ray cluster it
-started, and no lease or heartbeat thread, behind when it returns.
+started, and no lease or heartbeat thread, behind when it returns; signal handlers, where the
+run installs any, belong on the main thread only (signal.signal raises elsewhere).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.report import ConsoleReporter, plan_rows
 from executor.engine.snapshot import read_snapshot
+from executor.engine.timeline import TimelineRecorder
+from executor.tools.run_report import write_report
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         from executor.engine.live import LiveReporter
 
         reporter = LiveReporter(console=reporter.console, plan=plan_)
+    reporter = timeline = TimelineRecorder(reporter)  # lease waits, starts and ends for the run report
     make_runner, started_runner = _make_runner_factory(options, reporter)
 
     def shutdown_runner() -> None:
@@ -337,7 +341,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     run_file = {"schema": RUN_SCHEMA, "run_id": run_id, "experiment": experiment, "description": description,
                 "experiment_file": main_file, "started_at": time.time(), "invocation": info, "prefix": prefix,
                 "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan_, prefix)],
-                "steps": [_run_file_entry(s) for s in planned.steps]}  # where everything is; status at the end
+                "steps": [_run_file_entry(s) for s in planned.steps],  # where everything is; status at the end
+                "graph": {d.node.step_id: [plan_.decisions[x].node.step_id for x in d.node.deps if x in plan_.decisions]
+                          for d in plan_.decisions.values()}}
     run_path = outputs.join(prefix, run_ref.key)
     try:
         outputs.write_json(fs, run_path, to_json_bytes(run_file))
@@ -350,7 +356,8 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     failed = summary.failed
     code = 130 if summary.interrupted else (1 if failed else 0)
     run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
-                    outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors)
+                    outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors,
+                    timeline=timeline.events())
     ran_here = set(summary.ran_here)
     result = RunResult(prefix, tuple(
         _report(prefix, d, status=summary.states[d.node.step_id].value, error=summary.errors.get(d.node.step_id),
@@ -359,9 +366,14 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         interrupted=summary.interrupted)
     run_file["steps"] = [_run_file_entry(s) for s in result.steps]
     outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    try:
+        report_path = write_report(prefix, run_path, fs=fs)
+    except Exception as e:  # the report is a convenience; the run file holds the facts
+        report_path = None
+        reporter.warning(f"could not write the run report: {type(e).__name__}: {e}")
     succeeded = sum(s.status == "succeeded" for s in result.steps)
     reporter.info(f"{succeeded}/{len(summary.states)} step(s) succeeded, {len(summary.ran_here)} ran here; "
-                  f"run record: {run_path}")
+                  f"run record: {run_path}" + (f"; report: {report_path}" if report_path else ""))
     if failed:
         reporter.info("[bold red]failed or blocked:[/] " + ", ".join(
             f"{sid} ({summary.errors.get(sid, '')})" for sid in failed))

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-import functools
 from typing import TYPE_CHECKING, Any
 
 from executor.core.errors import ExecutorError
@@ -38,29 +37,7 @@ def join(prefix: str, *parts: str | None) -> str:
 def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> "fsspec.AbstractFileSystem":
     """The prefix's filesystem, opened (and fsspec imported) on first use: a no-op re-run, whose
     statuses are read through the coordination store, never touches it."""
-    return DeferredFilesystem(prefix, dict(storage_options or {}))  # type: ignore[return-value]
-
-
-class DeferredFilesystem:
-    """Stands in for the fsspec filesystem of a prefix until an attribute of it is first used."""
-
-    def __init__(self, prefix: str, storage_options: dict[str, Any]):
-        self.prefix, self.storage_options = prefix, storage_options
-
-    @functools.cached_property
-    def opened(self) -> "fsspec.AbstractFileSystem":
-        fs, _ = location.url_to_fs(self.prefix, **self.storage_options)
-        return fs
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("prefix", "storage_options", "opened"):  # (un)pickling, copying
-            raise AttributeError(name)
-        return getattr(self.opened, name)
-
-
-def opened(fs: Any) -> "fsspec.AbstractFileSystem":
-    """The real filesystem behind a DeferredFilesystem (any other filesystem as it is)."""
-    return fs.opened if isinstance(fs, DeferredFilesystem) else fs
+    return location.DeferredFilesystem(prefix, dict(storage_options or {}))  # type: ignore[return-value]
 
 
 def check_writable(prefix: str) -> None:
@@ -82,7 +59,7 @@ def write_json(fs: "fsspec.AbstractFileSystem", path: str, data: bytes) -> None:
     """Write a small file whole: to a temporary name, then moved into place where possible."""
     from fsspec.implementations.local import LocalFileSystem
 
-    fs = opened(fs)
+    fs = location.opened(fs)
     if isinstance(fs, LocalFileSystem):
         tmp = f"{path}.tmp-{os.getpid()}"
         fs.pipe_file(tmp, data)
@@ -121,9 +98,9 @@ def manifest(fs: "fsspec.AbstractFileSystem", output_path: str) -> list[dict[str
     except FileNotFoundError:
         return []
     entries = []
-    bare_root = fs._strip_protocol(root).rstrip("/")
+    bare_root = location.bare_path(root)
     for full, info in sorted(found.items()):
-        rel = fs._strip_protocol(full)[len(bare_root) + 1:]
+        rel = location.bare_path(full)[len(bare_root) + 1:]
         if rel.split("/", 1)[0] == EXECUTOR_DIR or info.get("type") == "directory":
             continue
         entries.append({"path": rel, "size": int(info.get("size") or 0),

@@ -18,7 +18,7 @@ from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefixes import DEFAULT_PREFIX, resolve_prefix, storage_options_from_env  # noqa: F401
-from executor.engine.report import ConsoleReporter, plan_json
+from executor.engine.report import ConsoleReporter, write_plan_json
 from executor.engine.store import StoreError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
@@ -188,15 +188,13 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
              environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
-    from rich.console import Console
-
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
     planned = api.plan_graph(graph, api_options(options, storage_flag), environ=environ)
     plan, prefix = planned.plan, planned.prefix
-    warn_drift(plan, prefix, planned.fs, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
+    warn_drift(plan, prefix, planned.fs, ConsoleReporter(stderr=True) if options.json else reporter)
     if options.json:
-        print(plan_json(plan, prefix))
+        write_plan_json(plan, prefix, sys.stdout)
     else:
         from executor.tools.explain import print_dry_run_notes
 

@@ -37,7 +37,7 @@ from executor.tools.run_report import write_report
 class Options:
     """How to plan and run; the same meaning as the executor flags of the same names."""
 
-    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ (made absolute)
+    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ in the script's project (absolute)
     only: Optional[str] = None  # regex over step names: these plus what they need
     force_failed: bool = True  # retry steps whose previous attempt failed
     force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
@@ -195,7 +195,7 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
 def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dict, Any, Any]:
     """The prefix, its storage options, coordination store and filesystem (once per call)."""
     environ = os.environ if environ is None else environ
-    prefix = resolve_prefix(options.prefix, environ)
+    prefix = resolve_prefix(options.prefix, environ, main_file_path())
     storage_options = (dict(options.storage_options) if options.storage_options is not None
                        else storage_options_from_env(prefix, environ))
     store, fs = open_prefix(prefix, environ, storage_options)
@@ -276,6 +276,21 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
         return _execute(graph, planned, options, description, main_file, reporter, guard, frozenset(secret_flags))
 
 
+NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs
+
+
+def _what_changed(graph: Graph, plan_: Any, prefix: str, main_file: str | None, reporter: Any,
+                  storage_options: dict | None) -> None:
+    """A real run says what changed since the nearest earlier version, as a dry run does (issue 19.8)."""
+    from executor.tools.explain import print_dry_run_notes
+
+    new = sum(d.action == Action.RUN and d.observed.status is None for d in plan_.decisions.values())
+    if new > NOTES_UP_TO:
+        reporter.info(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
+    elif new:
+        print_dry_run_notes(graph, plan_, prefix, main_file, reporter, storage_options)
+
+
 def _make_runner_factory(options: Options, reporter: Any, guard: Any = None,
                          prefix: str = "") -> tuple[Any, list[Any]]:
     started_runner: list[Any] = []
@@ -317,15 +332,17 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     if prefix.startswith("memory://") and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     reporter.print_plan(plan_, prefix, title=description)
+    _what_changed(graph, plan_, prefix, main_file, reporter, planned.storage_options)
     experiment = Path(main_file).stem if main_file else "experiment"
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(main_file, secret_flags)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
-    if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
+    if type(reporter) is ConsoleReporter:  # a live view on a terminal; "still running" lines elsewhere
         from executor.engine.live import LiveReporter
 
-        reporter = LiveReporter(console=reporter.console, plan=plan_)
+        every = float(os.environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30)
+        reporter = LiveReporter(console=reporter.console, plan=plan_, still_running_every_s=every)
     reporter = timeline = TimelineRecorder(reporter)  # lease waits, starts and ends for the run report
     make_runner, started_runner = _make_runner_factory(options, reporter, guard, prefix)
 
@@ -393,6 +410,11 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         outputs.write_json(fs, run_path, to_json_bytes(run_file))
     except Exception as e:  # noqa: BLE001 - the steps' statuses are final already; say so, keep the code
         reporter.warning(f"could not write the run record {run_path}: {type(e).__name__}: {e}")
+    getattr(reporter, "print_run_end", lambda *a: None)(plan_, summary.states, summary.errors)
+    if not sys.stdout.isatty():  # Ray's forwarding of worker output can miss a pipe: the targets' own words
+        from executor.engine.report import echo_step_logs
+
+        echo_step_logs(reporter, graph, summary.ran_here, fs, prefix)
     try:
         report_path = write_report(prefix, run_path, fs=fs)
     except Exception as e:  # the report is a convenience; the run file holds the facts

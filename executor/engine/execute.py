@@ -21,7 +21,7 @@ from executor.core.graph import Graph, StepNode
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.core.plan import Action, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
-from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
+from executor.core.record import Owner, State, Status, StepRecord, output_digest, record_key, status_key
 from executor.engine.report import Reporter
 from executor.engine import signals
 from executor.engine.results import encode_result, portable_float, storable_result
@@ -57,6 +57,9 @@ class Tracked:
     ran_here: bool = False
     announced_wait: bool = False
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the runner's tries, with causes
+    content: str | None = None  # content_sha256 of its committed output, when known
+    consumed: dict[str, str] = field(default_factory=dict)  # dependency digest -> content it was started on
+    recheck: tuple[str, ...] = ()  # planned SKIP, unless these re-running dependencies change their output
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,9 @@ class Execution:
                            and observed.status.state == State.SUCCESS)
             if state == NodeState.DONE:
                 t.output_path = self._output_path_from(decision.node, observed.status)
+                t.content = observed.status.content_sha256 if observed.status else None
+                if decision.recheck:  # decided once the re-running dependencies committed
+                    t.state, t.recheck = NodeState.PENDING, decision.recheck
             if state == NodeState.FAILED:
                 t.error = decision.reason
             self.tracked[digest] = t
@@ -258,12 +264,17 @@ class Execution:
             lease = self.ctx.keeper.acquire(key, self._new_status(t, 1), None)
             takeover = False
         elif status.state == State.SUCCESS:
+            if t.recheck and versioned.generation == t.first_generation:
+                t.force_run = self._stale_input(t, status) is not None
+                if not t.force_run:
+                    self._note(f"{t.node.name}: still current (its inputs' content is unchanged)")
             if t.force_run and versioned.generation == t.first_generation:
                 self._ensure_runner()
                 lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
                 takeover = False
             else:
                 t.state, t.output_path = NodeState.DONE, self._output_path_from(t.node, status)
+                t.content = status.content_sha256
                 if t.first_generation != versioned.generation:
                     self.ctx.reporter.step_done_elsewhere(t.node, status)
                 return
@@ -296,6 +307,23 @@ class Execution:
         self.ctx.watch.forget(key)
         self._submit(t, lease, takeover)
 
+    def _note(self, message: str) -> None:
+        from rich.markup import escape
+
+        info = getattr(self.ctx.reporter, "info", None)
+        (info or self.ctx.reporter.warning)(escape(message) if info else message)
+
+    def _stale_input(self, t: Tracked, status: Status) -> str | None:
+        """The name of a dependency whose committed output differs from what `status` consumed."""
+        for dep in t.recheck:
+            now_there = self.tracked[dep].content if dep in self.tracked else None
+            if now_there is not None and now_there != (status.inputs or {}).get(dep, now_there):
+                name = self.graph.nodes[dep].name
+                self._note(f"{t.node.name}: stale: dependency {name} was re-run and its output changed; "
+                           f"re-running")
+                return name
+        return None
+
     def _ensure_runner(self) -> None:
         """Start the runner (Ray can take a while) and the heartbeat before taking any lease."""
         if self.runner is None:
@@ -312,6 +340,8 @@ class Execution:
         t.output_path = self._own_path(node)
         resources = node.step.resources or Resources()
         t.user_retries_left = resources.retry_user_errors
+        t.consumed = {d: self.tracked[d].content for d in node.deps
+                      if d in self.tracked and self.tracked[d].content}
         try:
             config = self.resolve_config(node)
             if outputs.is_local(self.ctx.prefix):
@@ -384,24 +414,28 @@ class Execution:
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
             return
         try:
-            self._write_record(t, result, result_type)
+            content = self._write_record(t, result, result_type)
         except Exception as e:  # noqa: BLE001
             self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
             return
         final = t.lease.status.next(state=State.SUCCESS, written_at=self.ctx.wall_clock(),
-                                    function_sha256=function_fingerprint(t.node.step.fn))
+                                    function_sha256=function_fingerprint(t.node.step.fn),
+                                    content_sha256=content, inputs=t.consumed or None)
         if self.ctx.keeper.finish(t.lease, final):
-            t.state = NodeState.DONE
+            t.state, t.content = NodeState.DONE, content
             self.ctx.reporter.step_succeeded(t.node, self.ctx.clock() - t.started, result)
         else:
             self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
 
-    def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> None:
+    def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> str:
+        """Write record.json; returns the output's content digest (for the status)."""
         node = t.node
         deps = [{"name": self.graph.nodes[d].name, "step_id": self.graph.nodes[d].step_id,
-                 "digest": d, "path": self._dep_path(d), "blocking": d in node.deps}
+                 "digest": d, "path": self._dep_path(d), "blocking": d in node.deps,
+                 "content_sha256": t.consumed.get(d)}
                 for d in (*node.deps, *node.weak_deps)]
+        manifest = outputs.manifest(self.ctx.fs, t.output_path)
         record = StepRecord(
             step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity,
             config=config_to_json(t.handle.call.config), dependencies=deps,
@@ -409,12 +443,13 @@ class Execution:
                         "function": function_reference(node.step.fn, self.ctx.main_file),
                         "function_sha256": function_fingerprint(node.step.fn),
                         "description": node.step.description},
-            result=result, manifest=outputs.manifest(self.ctx.fs, t.output_path),
+            result=result, manifest=manifest,
             timings={"started_at": t.lease.status.started_at or 0.0,
                      "finished_at": self.ctx.wall_clock(), "seconds": self.ctx.clock() - t.started},
             attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id,
             extra={"attempts": t.attempts} if t.attempts else {}, result_type=result_type)
         outputs.write_json(self.ctx.fs, outputs.join(self.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
+        return output_digest(manifest)
 
     def _fail(self, t: Tracked, outcome: StepOutcome) -> None:
         tail = (outcome.traceback or "")[-2000:] or None

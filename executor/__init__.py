@@ -10,6 +10,7 @@ Public surface (tested in tests/executor/test_public_api.py):
     load_result                                       what a succeeded step returned (dataclasses rebuilt)
     PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
+    open_file                                         open a path or gs:// / s3:// URL with the run's storage options
 
 Exceptions:
 
@@ -25,6 +26,7 @@ from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport
                           plan, run)
 from executor.cli import executor_main
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
+from executor.engine.location import open_file
 from executor.engine.parallel import map_shards
 from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path, secret,
                                 this_output_path)
@@ -49,6 +51,7 @@ __all__ = [
     "load_result",
     "map_shards",
     "materialize",
+    "open_file",
     "output_path_of",
     "plan",
     "prefix_path",

@@ -21,21 +21,13 @@ of gcsfs/s3fs). Exit codes: 0 ok, 1 problems found,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Sequence
 
+from executor.core.errors import ExecutorError
+from executor.engine import location
 from executor.tools import commands, doctor
-
-def _storage_options(text: str, source: str = "--storage-options") -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, storage: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if storage:
-            p.add_argument("--storage-options", type=_storage_options, default=None,
+            p.add_argument("--storage-options", default=None, metavar="JSON",
                            help="fsspec storage options for an object-store prefix, as JSON")
         return p
 
@@ -119,11 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0) and commands.EXIT_USAGE
     args.experiment_args = experiment_args
-    if getattr(args, "storage_options", False) is None:  # no flag: the same variable the runs read
+    if hasattr(args, "storage_options"):  # the flag, else the same variable the runs read
         try:
-            args.storage_options = _storage_options(os.environ.get("EXECUTOR_STORAGE_OPTIONS") or "{}",
-                                                    "EXECUTOR_STORAGE_OPTIONS")
-        except argparse.ArgumentTypeError as e:
+            args.storage_options = location.storage_options_from(args.storage_options, os.environ)
+        except ExecutorError as e:
             print(f"error: {e}", file=sys.stderr)
             return commands.EXIT_USAGE
     return commands.guarded(args.handler, args)

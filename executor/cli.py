@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from executor import api, flags
+from executor.engine import location
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
@@ -80,6 +81,8 @@ def _help(user_config: Any) -> None:
     for f in dataclasses.fields(ExecutorOptions):
         default = "" if f.default is None else f" [default: {f.default}]"
         print(f"  --{f.name.replace('_', '-'):<20} {f.metadata['help']}{default}")
+    print(f"  {location.FLAG:<22} JSON fsspec options for a gs:// or s3:// prefix (endpoint_url, key, secret, "
+          f"token, ...; default: env {location.ENV_VAR}); never recorded")
     if user_config is not None:
         print("\nExperiment flags:")
         cls = user_config if isinstance(user_config, type) else type(user_config)
@@ -110,12 +113,13 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         _help(config)
         return EXIT_OK
     try:
+        storage_flag, argv = location.pop_storage_options_flag(list(argv))  # JSON: kept from draccus
         options, user_config = parse_flags(argv, config)
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
-        return _run_graph(graph, options, description, main_file, environ, reporter)
+        return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag)
     except ExecutorError as e:
         return _usage(str(e))
     except StoreError as e:
@@ -126,14 +130,17 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         return _usage(str(e))
 
 
-def api_options(flags_: ExecutorOptions) -> api.Options:
-    """The API's options from the flags of the same names (storage options: from the environment)."""
+def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api.Options:
+    """The API's options from the flags of the same names (storage options: `--storage-options`,
+    else from the environment)."""
     names = {f.name for f in dataclasses.fields(api.Options)} & {f.name for f in dataclasses.fields(flags_)}
-    return api.Options(**{n: getattr(flags_, n) for n in names})
+    storage = location.storage_options_from(storage_flag, {}) if storage_flag is not None else None
+    return api.Options(**{n: getattr(flags_, n) for n in names}, storage_options=storage)
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
-               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter) -> int:
+               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter,
+               storage_flag: str | None = None) -> int:
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
@@ -143,20 +150,20 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
 
         prefix = resolve_prefix(options.prefix, environ)
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
-                           storage_options=storage_options_from_env(prefix, environ))
+                           storage_options=storage_options_from_env(prefix, environ, storage_flag))
     if options.dry_run:
-        return _dry_run(graph, options, description, main_file, environ, reporter)
-    return api.run_graph(graph, api_options(options), description=description, environ=environ,
+        return _dry_run(graph, options, description, main_file, environ, reporter, storage_flag)
+    return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,
                          reporter=reporter, main_file=main_file).exit_code
 
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
-             environ: dict[str, str], reporter: ConsoleReporter) -> int:
+             environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
     from rich.console import Console
 
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
-    planned = api.plan_graph(graph, api_options(options), environ=environ)
+    planned = api.plan_graph(graph, api_options(options, storage_flag), environ=environ)
     plan, prefix = planned.plan, planned.prefix
     warn_drift(plan, prefix, planned.fs, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
     if options.json:

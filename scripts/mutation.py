@@ -89,7 +89,11 @@ def sample(session: Path, keep: int, seed: int) -> None:
     from cosmic_ray.work_item import WorkResult, WorkerOutcome
 
     with use_db(str(session), WorkDB.Mode.open) as db:
-        pending = sorted(item.job_id for item in db.pending_work_items)
+        # job ids are random: sample by what the mutant *is*, so two runs (say, before and after a
+        # change to the tests) draw the same mutants of the same code
+        items = sorted(db.pending_work_items, key=lambda i: [(str(m.module_path), m.operator_name, m.occurrence)
+                                                             for m in i.mutations])
+        pending = [item.job_id for item in items]
         chosen = set(random.Random(seed).sample(pending, min(keep, len(pending))))
         for job_id in pending:
             if job_id not in chosen:
@@ -115,7 +119,12 @@ def score(session: Path) -> tuple[int, int, list[str]]:
     return killed, total, survivors
 
 
-def copy_tree(dest: Path) -> None:
+def copy_tree(dest: Path, rev: str | None) -> None:
+    """The working tree's files (tracked and untracked-not-ignored), or a commit's with `rev`."""
+    if rev is not None:
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        return
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.splitlines()
     for rel in files:
@@ -130,9 +139,9 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int) -> tuple
     config, session = work / f"mutation-{target.name}.toml", work / f"mutation-{target.name}.sqlite"
     config.write_text(config_text(target, python))
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
-    cr = [python, "-m", "cosmic_ray.cli"]
+    cr = [sys.executable, "-m", "cosmic_ray.cli"]  # cosmic-ray runs here; the tests in the copy's own env
     subprocess.run([*cr, "init", str(config), str(session), "--force"], cwd=work, check=True, env=env)
-    subprocess.run([str(work / ".venv" / "bin" / "cr-filter-operators"), str(session), str(config)],
+    subprocess.run([str(Path(sys.executable).parent / "cr-filter-operators"), str(session), str(config)],
                    cwd=work, check=True, env=env)
     if keep is not None:
         sample(session, keep, seed)
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the working copy (its path is printed)")
+    parser.add_argument("--rev", default=None, help="score a commit's code and tests instead of the working tree")
     args = parser.parse_args(argv)
     by_name = {t.name: t for t in TARGETS}
     if args.list:
@@ -159,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [by_name[n] for n in args.targets] or TARGETS
     work = Path(tempfile.mkdtemp(prefix="stepgraph-mutation-"))
     print(f"working copy: {work}", flush=True)
-    copy_tree(work)
-    subprocess.run(["uv", "sync", "--quiet"], cwd=work, check=True, env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
+    copy_tree(work, args.rev)
+    subprocess.run(["uv", "sync", "--quiet", "--frozen"], cwd=work, check=True, env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
     rows = []
     try:
         for target in chosen:

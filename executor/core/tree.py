@@ -26,7 +26,7 @@ def keep_all_fields(f: dataclasses.Field) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _kept_field_names(cls: type, keep_field: Callable[[dataclasses.Field], bool]) -> tuple[str, ...]:
+def kept_field_names(cls: type, keep_field: Callable[[dataclasses.Field], bool]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if keep_field(f))
 
 
@@ -55,7 +55,7 @@ def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
             return leaf(v, p)
         if is_config_dataclass(v):
             children = []
-            for name in _kept_field_names(kind, keep_field):
+            for name in kept_field_names(kind, keep_field):
                 x = getattr(v, name)
                 children.append((name, x if type(x) in _PLAIN else go(x, p + (name,))))
             return node(v, children, p)

@@ -13,11 +13,12 @@ import sys
 import time
 from typing import Any
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.progress import human_bytes
 from executor.core.record import EXECUTOR_DIR, State, parse_status
-from executor.engine.store import StoreError, open_store
+from executor.engine.store import StoreError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CHANGED = 0, 1, 2, 3
 
@@ -154,7 +155,7 @@ def cmd_gc(args: Any) -> int:
 # -- status, ps, repair ---------------------------------------------------------------------------
 
 def _read_status(step_path: str, storage_options: dict | None):
-    store = open_store(step_path, storage_options)
+    store = location.open_location(step_path, storage_options)[0]
     versioned = store.read(f"{EXECUTOR_DIR}/status.json")
     return store, versioned
 
@@ -182,7 +183,7 @@ def cmd_status(args: Any) -> int:
         print(f"  error       {status.error}")
     if status.traceback_tail:
         print("  traceback (tail):\n    " + status.traceback_tail.rstrip()[-1500:].replace("\n", "\n    "))
-    fs = outputs.filesystem(path, args.storage_options)
+    fs = location.open_filesystem(path, args.storage_options)
     record = outputs.read_json(fs, f"{path}/{EXECUTOR_DIR}/record.json")
     if not isinstance(record, dict):
         print("  record      none")
@@ -208,7 +209,7 @@ def cmd_status(args: Any) -> int:
 
 def cmd_ps(args: Any) -> int:
     prefix = default_prefix(args.prefix)
-    store = open_store(prefix, args.storage_options)
+    store = location.open_location(prefix, args.storage_options)[0]
     keys = store.list_generations("", f"{EXECUTOR_DIR}/status.json")
     now = time.time()
     rows = []

@@ -107,7 +107,8 @@ def local_code_paths() -> list[str]:
 
 def start_embedded(num_cpus: int | None, object_store_memory: int | None,
                    resources: dict[str, float] | None, tries: int = 2) -> None:
-    """ray.init of a local cluster on 127.0.0.1, with every fixed-by-default port made free.
+    """ray.init of a NEW local cluster on 127.0.0.1 (never one `ray start` left running on this machine,
+    which a bare ray.init would join), with every fixed-by-default port made free.
 
     Ray's dashboard agent listens on 52365 by default and ray.init offers no way to change it,
     so a second cluster on the same machine (another experiment, a test run) fails to start.
@@ -132,7 +133,7 @@ def start_embedded(num_cpus: int | None, object_store_memory: int | None,
         if patch:
             parameter.RayParams.__init__ = init_with_free_agent_port
         try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                      object_store_memory=object_store_memory, _node_ip_address="127.0.0.1",
                      dashboard_port=dashboard_port, _metrics_export_port=metrics_port, resources=resources)
             return

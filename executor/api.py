@@ -4,7 +4,8 @@
 nothing exits the process: a usage or config mistake raises ExecutorError, a step that did not
 succeed is a status in the returned result (or StepFailed, from `materialize` and
 `RunResult.raise_on_failure`). Every call works from any thread and leaves no Ray cluster it
-started, and no lease or heartbeat thread, behind when it returns.
+started, and no lease or heartbeat thread, behind when it returns; signal handlers, where the
+run installs any, belong on the main thread only (signal.signal raises elsewhere).
 """
 
 from __future__ import annotations

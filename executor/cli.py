@@ -134,10 +134,10 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
 
 def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api.Options:
     """The API's options from the flags of the same names (storage options: `--storage-options`,
-    else from the environment)."""
+    else from the environment; never copied by name, since the API takes a dict)."""
     names = {f.name for f in dataclasses.fields(api.Options)} & {f.name for f in dataclasses.fields(flags_)}
     storage = location.storage_options_from(storage_flag, {}) if storage_flag is not None else None
-    return api.Options(**{n: getattr(flags_, n) for n in names}, storage_options=storage)
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options"}}, storage_options=storage)
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,

@@ -170,6 +170,9 @@ class Execution:
         except KeyboardInterrupt:
             summary.interrupted = True
             self._interrupt()
+        except BaseException as e:  # the error propagates; our leases must not stay RUNNING for a TTL
+            self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
+            raise
         finally:
             self.ctx.keeper.stop()
             if self.runner is not None:
@@ -390,19 +393,19 @@ class Execution:
         t.state, t.error = NodeState.FAILED, outcome.error
         self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, reason: str = "interrupted (Ctrl-C)") -> None:
         running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
         # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
         # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
         for t in running:
             if t.lease is not None:
-                final = t.lease.status.next(state=State.FAILED, error="interrupted (Ctrl-C)",
+                final = t.lease.status.next(state=State.FAILED, error=reason,
                                             written_at=self.ctx.wall_clock())
                 try:
                     self.ctx.keeper.finish(t.lease, final)
                 except StoreError:
                     pass
-            t.state, t.error = NodeState.FAILED, "interrupted (Ctrl-C)"
+            t.state, t.error = NodeState.FAILED, reason
         for t in running:
             if t.handle is not None:
                 t.handle.cancel()

@@ -150,8 +150,11 @@ def url_to_fs(url: str, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, st
     if protocol_of(url) == "file":
         path = url.split("://", 1)[1] if "://" in url else url
         return fsspec.filesystem("file", auto_mkdir=True), path
+    # Listings are not cached: other processes (workers, other runners) write under the same
+    # prefix, and a cached listing hides their files (s3fs even reports them missing).
+    fresh = {"use_listings_cache": False} if protocol_of(url) in ("s3", "gs") else {}
     try:
-        return fsspec.core.url_to_fs(url, **{**storage_options_for(url), **overrides})
+        return fsspec.core.url_to_fs(url, **{**fresh, **storage_options_for(url), **overrides})
     except TypeError as e:  # an option the backend does not take, reported from deep inside it
         raise ExecutorError(f"storage options for {url.split('://', 1)[0]}:// paths: {e}. Fix the keys "
                             f"in {FLAG} / {ENV_VAR} (see the gcsfs / s3fs documentation)") from None

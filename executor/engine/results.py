@@ -14,7 +14,10 @@ from typing import Any
 
 
 def type_name(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """`module:qualname`, the module named as identities name it (by file; see core/naming.py)."""
+    from executor.core.naming import canonical_module_name
+
+    return f"{canonical_module_name(cls.__module__)}:{cls.__qualname__}"
 
 
 def encode_result(value: Any) -> tuple[Any, str | None]:

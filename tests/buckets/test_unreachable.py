@@ -82,3 +82,19 @@ def test_the_tools_refuse_an_unreachable_bucket_the_same_way(s3_bucket, capsys):
         assert tools_main([command[0], "--storage-options", options, *command[1:]]) == 2
         err = capsys.readouterr().err
         assert "cannot reach" in err and "endpoint_url" in err, (command, err)
+
+
+def test_an_endpoint_that_never_answers_is_given_up_on(s3_bucket):
+    """A listener that accepts and stays silent (a firewall, a hung proxy): the probe's deadline,
+    not botocore's minute-long read timeout, decides. Shortened here from the 10 s default."""
+    from executor.core.errors import ExecutorError
+    from executor.engine import location
+    from executor.engine.store import open_store
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        store = open_store(s3_bucket.prefix, {**s3_bucket.options, "endpoint_url": endpoint})
+        with pytest.raises(ExecutorError, match=r"no answer from s3://\S+ within 1s; check endpoint_url"):
+            location.check_reachable(store, s3_bucket.prefix, timeout_s=1)

@@ -14,6 +14,7 @@ import pytest
 import executor
 from executor import ExecutorError, ExecutorStep, Options, StepFailed, output_path_of, this_output_path
 from executor.core.record import State, parse_status
+from executor.engine.report import ConsoleReporter
 from experiments import hello
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,8 +75,13 @@ def test_usage_errors_raise_instead_of_exiting(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_run_from_a_non_main_thread_on_ray_leaves_nothing_behind(tmp_path):
-    """In a subprocess: its own embedded Ray cluster, started and stopped from a worker thread."""
+def test_a_run_from_a_non_main_thread_on_ray_leaves_nothing_behind(tmp_path, ray_local):
+    """In a subprocess driver: from a worker thread, join the session's Ray cluster, run, disconnect.
+
+    Joining (not starting) keeps the test fast on a loaded machine; a driver that connected must
+    be disconnected on return, and no lease-heartbeat or step thread may survive the call.
+    """
+    address = ray_local.get_runtime_context().gcs_address
     script = f"""
 import json, threading, ray, executor
 from experiments import hello
@@ -83,9 +89,8 @@ out = {{}}
 def work():
     try:
         [summary] = hello.build(hello.HelloOptions())
-        result = executor.run([summary], prefix={str(tmp_path)!r}, runner="ray")
+        result = executor.run([summary], prefix={str(tmp_path)!r}, runner="ray", ray_address={address!r})
         out["statuses"] = sorted({{s.status for s in result.steps}})
-        out["ray_during"] = None
     except BaseException as e:
         out["error"] = repr(e)
 t = threading.Thread(target=work, name="not-main"); t.start(); t.join()
@@ -93,7 +98,8 @@ out["ray_initialized"] = ray.is_initialized()
 out["threads"] = sorted(x.name for x in threading.enumerate() if x is not threading.main_thread())
 print(json.dumps(out))
 """
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "EXECUTOR_SHIP_CODE": "0",
+           "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -139,3 +145,38 @@ def test_the_readme_python_api_example_runs(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "LOADED {'summary': \"HELLO! The most common word is 'the' (3x).\"}" in done.stdout
     assert len(list(tmp_path.glob("runs/experiment-*.json"))) == 1
+
+
+class _ExplodingReporter(ConsoleReporter):
+    """Raises as soon as `hello/shout` has been leased and submitted: an error in the middle of a run."""
+
+    def step_started(self, node, attempt, takeover, output_path):
+        super().step_started(node, attempt, takeover, output_path)
+        if node.name == "hello/shout":
+            raise RuntimeError("reporter exploded")
+
+
+def test_an_error_mid_run_propagates_and_releases_the_leases_it_held(tmp_path):
+    [summary] = hello.build(hello.HelloOptions(pause_s=0.5))
+    before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="reporter exploded"):
+        executor.run([summary], inline(tmp_path), reporter=_ExplodingReporter())
+    shout = [parse_status(p.read_bytes(), str(p)) for p in tmp_path.glob("hello/shout-*/.executor/status.json")]
+    assert len(shout) == 1 and shout[0].state == State.FAILED  # not RUNNING until its lease goes stale
+    assert "the run stopped: RuntimeError: reporter exploded" in shout[0].error
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("lease-heartbeat")]
+    # the next run retries it at once (a failure of this invocation's first snapshot), no TTL wait
+    assert executor.run([summary], inline(tmp_path)).ok
+
+
+def test_every_option_is_a_flag_of_the_same_name_and_the_cli_passes_it_on():
+    import dataclasses
+
+    from executor.cli import ExecutorOptions, api_options
+
+    flags_ = {f.name for f in dataclasses.fields(ExecutorOptions)}
+    assert {f.name for f in dataclasses.fields(Options)} - {"storage_options"} <= flags_
+    given = ExecutorOptions(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
+                            ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
+    assert api_options(given) == Options(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
+                                         ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)

@@ -213,24 +213,25 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     part_keys = [f"{p:05d}" for p in parts]
     cpus = config.num_cpus_per_shard
 
+    stages = []
     hashed = run_stage(work, "hash", _hash_documents, [(plan, k) for k in range(len(shards))], keys,
                        "exact-dedup: hash", cpus)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
-    shuffled = sum(h["bytes_shuffled"] for h in hashed)
+    stages.append(hashed)
     if config.documents:
-        reduced = run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
-                            "exact-dedup: reduce", cpus)
-        shuffled += sum(r["bytes_shuffled"] for r in reduced)
+        stages.append(run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
+                                "exact-dedup: reduce", cpus))
     if config.paragraphs:
-        hashed_lines = run_stage(work, "paragraph-hash", _hash_paragraphs, [(plan, k) for k in range(len(shards))],
-                                 keys, "exact-dedup: hash lines", cpus)
-        reduced = run_stage(work, "paragraph-reduce", _reduce, [(plan, "paragraphs", p) for p in parts], part_keys,
-                            "exact-dedup: reduce lines", cpus)
-        shuffled += sum(h["bytes_shuffled"] for h in hashed_lines) + sum(r["bytes_shuffled"] for r in reduced)
+        stages.append(run_stage(work, "paragraph-hash", _hash_paragraphs, [(plan, k) for k in range(len(shards))],
+                                keys, "exact-dedup: hash lines", cpus))
+        stages.append(run_stage(work, "paragraph-reduce", _reduce, [(plan, "paragraphs", p) for p in parts],
+                                part_keys, "exact-dedup: reduce lines", cpus))
     written = run_stage(work, "write", _write_shard, [(plan, k, names[k]) for k in range(len(shards))], keys,
                         "exact-dedup: write", cpus)
+    shuffled = sum(x.get("bytes_shuffled", 0) for stage in stages for x in stage)
     remove_tree(f"{config.output_path.rstrip('/')}/.work")
     return {**written_counts(stats, written, shards),
             "duplicate_documents": sum(w["duplicate_documents"] for w in written),
             "duplicate_paragraphs": sum(w["duplicate_paragraphs"] for w in written),
-            "partitions": plan.num_partitions, "bytes_shuffled": int(shuffled)}
+            "partitions": plan.num_partitions, "bytes_shuffled": int(shuffled),
+            "tasks_resumed": sum(bool(x["resumed"]) for stage in stages + [written] for x in stage)}

@@ -374,4 +374,5 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
         "partitions": plan.num_partitions,
         "component_rounds": rounds + 1,
         "bytes_shuffled": int(sum(x["bytes_shuffled"] for stage in stages for x in stage)),
+        "tasks_resumed": sum(bool(x["resumed"]) for stage in stages + [written] for x in stage),
     }

@@ -41,10 +41,11 @@ def test_a_big_file_is_read_as_several_line_aligned_shards(dedup_corpus, one_big
 
 
 def test_a_shard_boundary_on_a_line_start_loses_no_line(tmp_path):
-    docs = [{"id": f"{i:03d}", "text": "x" * 20} for i in range(100)]   # 40-byte lines
+    docs = [{"id": f"{i:03d}", "text": "x" * 20} for i in range(100)]   # lines of equal length
     write_documents(str(tmp_path / "even.jsonl"), docs)
-    shards = plan_document_shards([str(tmp_path / "even.jsonl")], shard_bytes=400)
-    assert len(shards) == 10 and all(s.start % 40 == 0 for s in shards)
+    line = len((tmp_path / "even.jsonl").read_bytes()) // 100
+    shards = plan_document_shards([str(tmp_path / "even.jsonl")], shard_bytes=10 * line)
+    assert len(shards) == 10 and all(s.start % line == 0 for s in shards)
     assert [d for s in shards for d in read_shard(s)] == docs
 
 

@@ -12,7 +12,7 @@ driver holds one small dict per shard, per partition and per round, never per do
 4. components: min-label propagation over the edge files, one round per stage, until no label
    changes; a component's label is its first document in the global order (its canonical copy).
 5. check (shingles + verify again): a member is removed only if its own Jaccard with the canonical
-   document reaches `threshold`; precision first (pages sharing boilerplate stay, DESIGN §7).
+   document reaches `threshold`; precision first: pages sharing boilerplate stay (a document wrongly removed is data lost).
 6. write (per shard): sparse attributes and the kept documents (output.py).
 The result does not depend on shard, partition or worker counts.
 """

@@ -3,8 +3,7 @@
 A shard task whose worker keeps dying (killed for memory, node lost) is retried `max_retries`
 times by Ray; after that the step fails with `ShardTaskDied`, naming the shard, the attempts and
 the likely cause. When no node of the cluster can run a shard task any more, the step fails after
-`unschedulable_timeout_s` instead of waiting forever. Each task registers the storage options of
-the calling process (executor.engine.location) before it runs, so shards on object stores open.
+`unschedulable_timeout_s` instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -17,15 +16,6 @@ MAX_RETRIES = 3
 
 class ShardTaskDied(RuntimeError):
     """A shard task could not finish: its worker died on every attempt, or no node can run it."""
-
-
-def _call_with_options(fn: Callable, options: dict[str, dict], item: Any) -> Any:
-    """Run one shard in a worker with the storage options the step's process was given."""
-    from executor.engine import location
-
-    for protocol, value in options.items():
-        location.use_storage_options(f"{protocol}://", value)
-    return fn(item)
 
 
 def _describe(item: Any) -> str:
@@ -52,10 +42,14 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     import ray.exceptions as rex
 
     from executor.engine import location
+    from executor.engine.runner.ray_tasks import run_shard
 
+    # Shards open paths like their step does: the step's storage options go with each task (one
+    # object in Ray's store, hidden from reprs), registered in the worker before fn runs.
+    storage, fn_ref = ray.put(location.registered_storage_options()), ray.put(fn)
     name = getattr(fn, "__name__", "shard task")
-    options = location.registered_storage_options()
-    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(_call_with_options).options(name=name)
+    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(run_shard).options(
+        name=getattr(fn, "__qualname__", "shard"))
     limit = max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-3)) * 2)
     results: list[Any] = [None] * len(items)
     pending: dict[Any, int] = {}
@@ -66,7 +60,7 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     try:
         while next_index < len(items) or pending:
             while next_index < len(items) and len(pending) < limit:
-                pending[remote.remote(fn, options, items[next_index])] = next_index
+                pending[remote.remote(storage, fn_ref, items[next_index])] = next_index
                 next_index += 1
             done, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
             if not done:

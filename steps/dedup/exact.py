@@ -26,10 +26,9 @@ import xxhash
 
 from executor.core.step import execution_only
 from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
-from steps.dedup.shuffle import read_partition, remove_tree, run_stage, write_partitioned
+from steps.dedup.shuffle import choose_partitions, read_partition, remove_tree, run_stage, write_partitioned
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
-                             plan_document_shards, read_json, read_shard, remove_stale_temporaries, shard_names,
-                             write_json_atomically)
+                             plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
 
 
 @dataclass(frozen=True)
@@ -185,29 +184,13 @@ def _write_shard(job: tuple[_Plan, int, str]) -> dict:
             "duplicate_paragraphs": removed_paragraphs}
 
 
-def _num_partitions(work: str, shards: list[DocumentShard], partition_bytes: int) -> int:
-    """Chosen once from the input size and kept in `.work/plan.json`, so a resumed run agrees."""
-    plan = read_json(f"{work}/plan.json")
-    if plan is not None:
-        return int(plan["num_partitions"])
-    from executor.engine import location
-
-    total = 0
-    for path in sorted({s.path for s in shards}):
-        fs, target = location.url_to_fs(path)
-        total += fs.size(target)
-    count = int(min(4096, max(1, -(-total // max(1, partition_bytes)))))
-    write_json_atomically(f"{work}/plan.json", {"num_partitions": count})
-    return count
-
-
 def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     files = list_document_files(config.input_path)
     remove_stale_temporaries(config.output_path)
     shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
     names = shard_names(shards)
     work = f"{config.output_path.rstrip('/')}/.work/exact"
-    plan = _Plan(work, shards, _num_partitions(work, shards, config.partition_bytes), config)
+    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
     keys = [f"{k:06d}" for k in range(len(shards))]
     parts = list(range(plan.num_partitions))
     part_keys = [f"{p:05d}" for p in parts]

@@ -28,10 +28,9 @@ import numpy as np
 import pyarrow as pa
 
 from executor.core.step import execution_only
-from steps.dedup.exact import _num_partitions
 from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
 from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
-from steps.dedup.shuffle import read_partition, remove_tree, run_stage, write_partitioned
+from steps.dedup.shuffle import choose_partitions, read_partition, remove_tree, run_stage, write_partitioned
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
                              plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
 
@@ -329,7 +328,7 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
     names = shard_names(shards)
     work = f"{config.output_path.rstrip('/')}/.work/fuzzy"
-    plan = _Plan(work, shards, _num_partitions(work, shards, config.partition_bytes), config)
+    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
     shard_keys = [f"{k:06d}" for k in range(len(shards))]
     parts = list(range(plan.num_partitions))
     part_keys = [f"{p:05d}" for p in parts]

@@ -102,6 +102,20 @@ def run_stage(work: str, name: str, fn: Callable[[Any], dict], jobs: Sequence[An
     return map_shards(_run_resumable, tasks, desc=desc, num_cpus=num_cpus)
 
 
+def choose_partitions(work: str, shards: list, partition_bytes: int) -> int:
+    """Chosen once from the input size and kept in `.work/plan.json`, so a resumed run agrees."""
+    plan = read_json(f"{work}/plan.json")
+    if plan is not None:
+        return int(plan["num_partitions"])
+    total = 0
+    for path in sorted({s.path for s in shards}):
+        fs, target = location.url_to_fs(path)
+        total += fs.size(target)
+    count = int(min(4096, max(1, -(-total // max(1, partition_bytes)))))
+    write_json_atomically(f"{work}/plan.json", {"num_partitions": count})
+    return count
+
+
 def remove_tree(path: str) -> None:
     """Delete a work directory once the step no longer needs it."""
     fs, target = location.url_to_fs(path)

@@ -30,8 +30,25 @@ def start_cluster(nodes: int, tries: int = 3):
     """A head and nodes-1 more one-CPU nodes (resources nodeK); retried when a node times out
     while starting, which happens on a heavily loaded machine."""
     import ray
+    import ray._private.services as services
     from ray.cluster_utils import Cluster
 
+    # Ray waits a fixed 30 s for a new raylet to register with the GCS (node.py); on this shared
+    # 2-core machine under load a node often needs longer. Let each registration check wait up to
+    # 3 minutes for the node to appear instead of failing the whole start.
+    get_node = services.get_node
+    if not getattr(get_node, "patient", False):
+        def patient_get_node(*args, **kwargs):
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    return get_node(*args, **kwargs)
+                except RuntimeError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+        patient_get_node.patient = True
+        services.get_node = patient_get_node
     for attempt in range(1, tries + 1):
         cluster = None
         try:

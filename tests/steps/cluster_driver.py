@@ -83,9 +83,9 @@ def main(work: str) -> None:
     from steps.data.synthetic import generate_corpus
     from steps.dedup import ExactDedupConfig, FuzzyDedupConfig, exact_dedup, fuzzy_dedup
 
-    corpus = generate_corpus(seed=11, num_originals=400, mean_words=120, exact_fraction=0.06,
-                             near_fraction=0.06, boilerplate_sites=4, pages_per_site=6)
-    corpus.write(f"{work}/in", num_shards=6)
+    corpus = generate_corpus(seed=11, num_originals=200, mean_words=120, exact_fraction=0.08,
+                             near_fraction=0.08, boilerplate_sites=3, pages_per_site=5)
+    corpus.write(f"{work}/in", num_shards=4)
     found: dict = {}
     found["reference_exact"] = (exact_dedup(ExactDedupConfig(f"{work}/in", f"{work}/ref-exact")), kept(f"{work}/ref-exact"))[1]
     found["reference_fuzzy"] = (fuzzy_dedup(FuzzyDedupConfig(f"{work}/in", f"{work}/ref-fuzzy")), kept(f"{work}/ref-fuzzy"))[1]
@@ -95,9 +95,9 @@ def main(work: str) -> None:
     cluster, workers = start_cluster(3)
     try:
         found["nodes"] = sum(n["Alive"] for n in ray.nodes())
-        exact_dedup(ExactDedupConfig(f"{work}/in", f"{work}/cluster-exact", partition_bytes=40_000))
+        exact_dedup(ExactDedupConfig(f"{work}/in", f"{work}/cluster-exact", partition_bytes=60_000))
         found["cluster_exact"] = kept(f"{work}/cluster-exact")
-        result = fuzzy_dedup(FuzzyDedupConfig(f"{work}/in", f"{work}/cluster-fuzzy", partition_bytes=40_000))
+        result = fuzzy_dedup(FuzzyDedupConfig(f"{work}/in", f"{work}/cluster-fuzzy", partition_bytes=60_000))
         found["cluster_fuzzy"] = kept(f"{work}/cluster-fuzzy")
         found["cluster_fuzzy_partitions"] = result["partitions"]
 
@@ -107,7 +107,7 @@ def main(work: str) -> None:
         def run() -> None:
             try:
                 outcome["result"] = fuzzy_dedup(FuzzyDedupConfig(f"{work}/in", f"{work}/node-lost",
-                                                                 partition_bytes=20_000))
+                                                                 partition_bytes=60_000))
             except BaseException as e:  # noqa: BLE001 - reported to the test
                 outcome["error"] = repr(e)
 

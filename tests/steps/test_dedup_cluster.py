@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 DRIVER = Path(__file__).with_name("cluster_driver.py")
+# One three-node cluster serves the module: ~2 min on a quiet 2-core machine, more under load.
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")

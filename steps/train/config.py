@@ -15,6 +15,8 @@ from executor.core.step import execution_only
 ROUTER_AFFINITIES = ("sigmoid", "softmax")
 BALANCE_MODES = ("aux_free", "aux_loss", "none")
 EXPERT_IMPLS = ("ragged", "dense")
+CROSS_ENTROPY_IMPLS = ("blockwise", "naive")
+REMAT_POLICIES = ("none", "full", "dots_saveable")
 SCHEDULES = ("cosine", "wsd")
 OPTIMIZERS = ("adamw", "muon")
 
@@ -54,10 +56,16 @@ class ModelConfig:
     rope_theta: float = 10000.0
     init_std: float = 0.02
     expert_impl: str = "ragged"     # ragged: sorted tokens + ragged_dot; dense: every expert
+    # Memory levers: they change what is kept in memory, not what is computed (equal within
+    # float32 rounding, tested), so they stay out of the step's identity.
+    cross_entropy: str = execution_only("blockwise")  # blockwise: never holds [tokens, vocab] logits
+    ce_block_size: int = execution_only(8192)          # vocabulary columns per block
+    remat: str = execution_only("none")  # per layer: none | full (keep inputs only) | dots_saveable
 
     def __post_init__(self) -> None:
         c = "ModelConfig"
-        for name in ("seq_len", "d_model", "n_heads", "n_layers", "d_ff", "n_experts", "top_k", "d_expert"):
+        for name in ("seq_len", "d_model", "n_heads", "n_layers", "d_ff", "n_experts", "top_k", "d_expert",
+                     "ce_block_size"):
             _require(getattr(self, name) >= 1, c, f"{name}={getattr(self, name)!r} must be >= 1")
         _require(self.vocab_size is None or self.vocab_size >= 2, c,
                  f"vocab_size={self.vocab_size!r} must be >= 2 (or None to read it from the cache)")
@@ -73,6 +81,8 @@ class ModelConfig:
         _one_of(c, "router_affinity", self.router_affinity, ROUTER_AFFINITIES)
         _one_of(c, "balance", self.balance, BALANCE_MODES)
         _one_of(c, "expert_impl", self.expert_impl, EXPERT_IMPLS)
+        _one_of(c, "cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
+        _one_of(c, "remat", self.remat, REMAT_POLICIES)
 
     @property
     def n_moe(self) -> int:

@@ -150,6 +150,10 @@ class TrainConfig:
     metrics_flush_s: float = execution_only(10.0)  # metrics.jsonl rewritten at most this often between checkpoints
     num_devices: int = execution_only(1)           # data-parallel devices (output-invariant)
     expert_parallel: bool = execution_only(False)  # shard experts over the device axis too
+    expert_dispatch: str = execution_only("all_gather")  # how tokens reach experts: all_gather | all_to_all
+    # all_to_all buffer rows per destination = ceil(factor * local assignments / devices);
+    # None never drops (results equal the single-device layer). Dropping changes results: hashed.
+    expert_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         c = "TrainConfig"
@@ -158,6 +162,12 @@ class TrainConfig:
         _require(self.metrics_flush_s >= 0, c, f"metrics_flush_s={self.metrics_flush_s!r} must be >= 0")
         _require(self.batch_size % self.num_devices == 0, c,
                  f"batch_size={self.batch_size} is not divisible by num_devices={self.num_devices}")
+        _one_of(c, "expert_dispatch", self.expert_dispatch, ("all_gather", "all_to_all"))
+        _require(self.expert_capacity_factor is None or self.expert_capacity_factor > 0, c,
+                 f"expert_capacity_factor={self.expert_capacity_factor!r} must be > 0 (or None: never drop)")
+        _require(self.expert_capacity_factor is None or (self.expert_parallel and self.expert_dispatch == "all_to_all"),
+                 c, f"expert_capacity_factor={self.expert_capacity_factor!r} only applies with expert_parallel=True "
+                    f"and expert_dispatch='all_to_all'; set those or leave it None")
         _require(not self.expert_parallel or self.model.n_experts % self.num_devices == 0, c,
                  f"expert_parallel needs model.n_experts={self.model.n_experts} divisible by "
                  f"num_devices={self.num_devices}")

@@ -26,7 +26,8 @@ from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
 from steps.train.data import BatchSource
 from steps.train.model import default_expert_fn
 from steps.train.optim import learning_rate_schedule, make_optimizer
-from steps.train.sharding import batch_sharding, expert_parallel_fn, make_mesh, state_shardings
+from steps.train.sharding import (batch_sharding, expert_parallel_all_to_all_fn, expert_parallel_fn, make_mesh,
+                                  state_shardings)
 from steps.train.state import init_state, make_train_step
 
 MODEL_FILE_SCHEMA = 1
@@ -65,10 +66,16 @@ def _to_host(metrics: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=8)
-def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool):
+def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool,
+                        dispatch: str = "all_gather", capacity_factor: float | None = None):
     """The jitted train step, cached so repeated runs in one process compile once."""
     optimizer = make_optimizer(opt_cfg, num_steps)
-    expert_fn = expert_parallel_fn(mesh) if expert_parallel else default_expert_fn(model_cfg)
+    if not expert_parallel:
+        expert_fn = default_expert_fn(model_cfg)
+    elif dispatch == "all_to_all":
+        expert_fn = expert_parallel_all_to_all_fn(mesh, capacity_factor)
+    else:
+        expert_fn = expert_parallel_fn(mesh)
     template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, 0))
     shardings = state_shardings(template, mesh, expert_parallel)
     return jax.jit(make_train_step(model_cfg, optimizer, expert_fn),
@@ -93,7 +100,8 @@ def train(config: TrainConfig) -> dict:
     start = start or 0
     shardings = state_shardings(state, mesh, config.expert_parallel)
     state = jax.device_put(state, shardings)
-    step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel)
+    step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel,
+                                  config.expert_dispatch, config.expert_capacity_factor)
 
     _write_text(f"{out}/model.json", json.dumps(
         {"schema": MODEL_FILE_SCHEMA, "model": dataclasses.asdict(model_cfg), "num_steps": config.num_steps}))

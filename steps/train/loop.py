@@ -21,7 +21,7 @@ import numpy as np
 
 from executor.engine.progress import Progress
 from steps.token_cache import TokenSplit
-from steps.train import checkpoint
+from steps.train import batch_documents, checkpoint
 from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
 from steps.train.data import BatchSource
 from steps.train.model import default_expert_fn
@@ -105,6 +105,8 @@ def train(config: TrainConfig) -> dict:
 
     _write_text(f"{out}/model.json", json.dumps(
         {"schema": MODEL_FILE_SCHEMA, "model": dataclasses.asdict(model_cfg), "num_steps": config.num_steps}))
+    _write_text(f"{out}/{batch_documents.DATA_FILE}", json.dumps(batch_documents.data_description(
+        config.cache_path, model_cfg.seq_len, config.batch_size, config.seed, config.num_steps)))
     history = _read_metrics(out, start)
     tokens_per_step = config.batch_size * model_cfg.seq_len
     progress = Progress("train", total=(config.num_steps - start) * tokens_per_step, unit="tok", interval=2.0)

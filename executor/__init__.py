@@ -1,11 +1,16 @@
 """stepgraph's executor: a content-addressed step graph, planned, leased and run on Ray.
 
-Public surface (tested in tests/test_public_api.py):
+Public surface (tested in tests/executor/test_public_api.py):
 
     ExecutorStep, output_path_of, this_output_path   declare steps and their dependencies
+    prefix_path                                       a fixed input under the prefix, not a step's output
     execution_only, secret, Resources                 fields outside identity; what a step needs
     executor_main                                     the CLI entry point of an experiment file
+    plan, run, materialize, Options                   the Python API executor_main is built on
+    load_result                                       what a succeeded step returned (dataclasses rebuilt)
+    PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
+    open_file                                         open a path or gs:// / s3:// URL with the run's storage options
 
 Exceptions:
 
@@ -14,13 +19,17 @@ Exceptions:
     ├── GraphError                 cycles, unsafe names, two steps on one output path
     └── StatusError                a corrupt or too-new status file
     StoreError                     storage failed (TransientStoreError: retryable)
+    StepFailed                     from materialize / RunResult.raise_on_failure: a step did not succeed
 """
 
+from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, load_result, materialize,
+                          plan, run)
 from executor.cli import executor_main
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
+from executor.engine.location import open_file
 from executor.engine.parallel import map_shards
-from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, secret,
-                           this_output_path)
+from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path, secret,
+                                this_output_path)
 from executor.engine.store import StoreError, TransientStoreError
 
 __all__ = [
@@ -28,14 +37,25 @@ __all__ = [
     "ExecutorError",
     "ExecutorStep",
     "GraphError",
+    "Options",
+    "PlanResult",
     "Resources",
+    "RunResult",
     "StatusError",
+    "StepFailed",
+    "StepReport",
     "StoreError",
     "TransientStoreError",
     "execution_only",
     "executor_main",
+    "load_result",
     "map_shards",
+    "materialize",
+    "open_file",
     "output_path_of",
+    "plan",
+    "prefix_path",
+    "run",
     "secret",
     "this_output_path",
 ]

@@ -8,6 +8,8 @@
     status  STEP_OUTPUT_PATH                     a step's status and record, readable
     ps      --prefix P                           RUNNING leases under a prefix
     repair  --delete-status STEP_OUTPUT_PATH     remove a corrupt (or abandoned) status so the step re-runs
+    doctor  [--prefix P] [--ray-address A]       versions, the prefix's conditional writes, Ray, shadowing packages
+    report  --prefix P [RUN]                     rebuild a run's HTML report (runs/<run>.html) from storage
 
 Experiment flags (e.g. `--greeting Howdy`) go after `--`. Object-store prefixes take fsspec
 storage options as JSON with `--storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'`
@@ -19,20 +21,13 @@ of gcsfs/s3fs). Exit codes: 0 ok, 1 problems found,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Sequence
 
-from executor.tools import commands
-def _storage_options(text: str, source: str = "--storage-options") -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object")
-    return value
+from executor.core.errors import ExecutorError
+from executor.engine import location
+from executor.tools import commands, doctor
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, storage: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if storage:
-            p.add_argument("--storage-options", type=_storage_options, default=None,
+            p.add_argument("--storage-options", default=None, metavar="JSON",
                            help="fsspec storage options for an object-store prefix, as JSON")
         return p
 
@@ -92,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delete this step's status.json (corrupt or abandoned); the step re-runs")
     p.add_argument("--force", action="store_true", help="delete even a RUNNING status (only if its runner is gone)")
     p.set_defaults(handler=commands.cmd_repair)
+
+    p = command("doctor", "check versions, the prefix's conditional writes, the Ray address and shadowing packages")
+    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p.add_argument("--ray-address", help="a cluster to probe (default: RAY_ADDRESS)")
+    p.set_defaults(handler=doctor.cmd_doctor)
+
+    p = command("report", "rebuild a run's HTML report (runs/<run>.html) from storage")
+    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p.add_argument("run", nargs="?", help="a run file name or run id under <prefix>/runs (default: the latest)")
+    p.set_defaults(handler=commands.cmd_report)
     return parser
 
 
@@ -106,11 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0) and commands.EXIT_USAGE
     args.experiment_args = experiment_args
-    if getattr(args, "storage_options", False) is None:  # no flag: the same variable the runs read
+    if hasattr(args, "storage_options"):  # the flag, else the same variable the runs read
         try:
-            args.storage_options = _storage_options(os.environ.get("EXECUTOR_STORAGE_OPTIONS") or "{}",
-                                                    "EXECUTOR_STORAGE_OPTIONS")
-        except argparse.ArgumentTypeError as e:
+            args.storage_options = location.storage_options_from(args.storage_options, os.environ)
+        except ExecutorError as e:
             print(f"error: {e}", file=sys.stderr)
             return commands.EXIT_USAGE
     return commands.guarded(args.handler, args)

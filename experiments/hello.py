@@ -12,9 +12,19 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
-from executor import ExecutorStep, execution_only, executor_main, output_path_of, this_output_path
+from executor import ExecutorStep, execution_only, executor_main, open_file, output_path_of, this_output_path
+
+
+# Steps read and write through open_file, so the same code works on a local disk, gs:// and s3://.
+def read_text(path: str) -> str:
+    with open_file(path, "r") as f:
+        return f.read()
+
+
+def write_text(path: str, text: str) -> None:
+    with open_file(path, "w") as f:
+        f.write(text)
 
 
 # -- the step functions: a frozen config in, files in the step's own output directory out --------
@@ -26,7 +36,7 @@ class WordsConfig:
 
 def split_words(config: WordsConfig) -> dict:
     words = config.text.lower().split()
-    Path(config.output_path, "words.json").write_text(json.dumps(words))
+    write_text(f"{config.output_path}/words.json", json.dumps(words))
     return {"words": len(words)}
 
 
@@ -37,9 +47,9 @@ class CountConfig:
 
 
 def count_words(config: CountConfig) -> dict:
-    words = json.loads(Path(config.words_path).read_text())
+    words = json.loads(read_text(config.words_path))
     counts = Counter(words).most_common()
-    Path(config.output_path, "counts.json").write_text(json.dumps(counts))
+    write_text(f"{config.output_path}/counts.json", json.dumps(counts))
     return {"distinct": len(counts)}
 
 
@@ -50,7 +60,7 @@ class GreetingConfig:
 
 
 def write_greeting(config: GreetingConfig) -> dict:
-    Path(config.output_path, "greeting.txt").write_text(config.greeting)
+    write_text(f"{config.output_path}/greeting.txt", config.greeting)
     return {"chars": len(config.greeting)}
 
 
@@ -66,8 +76,8 @@ def shout(config: ShoutConfig) -> dict:
     time.sleep(config.pause_s)
     if config.fail_for_demo:
         raise RuntimeError("failing on purpose (--fail-shout): the words branch still finishes")
-    loud = Path(config.greeting_path).read_text().upper() + "!"
-    Path(config.output_path, "shout.txt").write_text(loud)
+    loud = read_text(config.greeting_path).upper() + "!"
+    write_text(f"{config.output_path}/shout.txt", loud)
     return {"shout": loud}
 
 
@@ -79,9 +89,9 @@ class SummaryConfig:
 
 
 def summarize(config: SummaryConfig) -> dict:
-    top_word, top_count = json.loads(Path(config.counts_path).read_text())[0]
-    line = f"{Path(config.shout_path).read_text()} The most common word is {top_word!r} ({top_count}x)."
-    Path(config.output_path, "summary.txt").write_text(line + "\n")
+    top_word, top_count = json.loads(read_text(config.counts_path))[0]
+    line = f"{read_text(config.shout_path)} The most common word is {top_word!r} ({top_count}x)."
+    write_text(f"{config.output_path}/summary.txt", line + "\n")
     print(line)
     return {"summary": line}
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from executor import ExecutorStep, Resources, executor_main, output_path_of, this_output_path
+from executor import ExecutorStep, Resources, executor_main, open_file, output_path_of, this_output_path
 from experiments.tiny_moe import TINY_MODEL, data_steps
 from steps.eval import EvalConfig, evaluate
 from steps.train import OptimizerConfig, TrainConfig, train
@@ -46,7 +45,8 @@ def plot_isoflop(config: PlotConfig) -> dict:
 
     points = []
     for path, budget, width in zip(config.eval_paths, config.budgets, config.widths, strict=True):
-        results = json.loads(Path(path, "results.json").read_text())
+        with open_file(f"{path}/results.json", "r") as f:
+            results = json.load(f)
         points.append({"budget": budget, "width": width, "bpb": results["model"]["bits_per_byte"]})
     fig, ax = plt.subplots(figsize=(5, 3.5))
     best = {}
@@ -59,9 +59,11 @@ def plot_isoflop(config: PlotConfig) -> dict:
     ax.set_title("MoE isoFLOP sweep (Shakespeare)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(Path(config.output_path, "isoflop.png"), dpi=120)
+    with open_file(f"{config.output_path}/isoflop.png", "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
-    Path(config.output_path, "isoflop.json").write_text(json.dumps(points, indent=1))
+    with open_file(f"{config.output_path}/isoflop.json", "w") as f:
+        f.write(json.dumps(points, indent=1))
     return {"points": len(points), "best_width_per_budget": best, "plot": f"{config.output_path}/isoflop.png"}
 
 

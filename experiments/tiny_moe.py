@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor import ExecutorStep, Resources, executor_main, output_path_of, this_output_path
+from executor import ExecutorStep, Resources, executor_main, open_file, output_path_of, this_output_path
 from steps.dedup import ExactDedupConfig, exact_dedup
 from steps.download import DownloadConfig, download
 from steps.eval import EvalConfig, evaluate
@@ -46,7 +46,8 @@ class SummaryConfig:
 
 def summarize(config: SummaryConfig) -> dict:
     """Print bpb next to the baselines and where everything is."""
-    results = json.loads(Path(config.eval_path, "results.json").read_text())
+    with open_file(f"{config.eval_path}/results.json", "r") as f:
+        results = json.load(f)
     m, b = results["model"], results["baselines"]
     mc = results.get("multiple_choice", {})
     lines = [
@@ -63,7 +64,8 @@ def summarize(config: SummaryConfig) -> dict:
                      f"{mc['items']} items, {mc['num_fewshot']}-shot)")
     lines += [f"  metrics:  {config.train_path}/metrics.jsonl", f"  results:  {config.eval_path}/results.json"]
     text = "\n".join(lines)
-    Path(config.output_path, "summary.txt").write_text(text + "\n")
+    with open_file(f"{config.output_path}/summary.txt", "w") as f:
+        f.write(text + "\n")
     print(text, flush=True)
     zstd = b.get("zstd_bits_per_byte")
     return {"bits_per_byte": f"model {m['bits_per_byte']:.3f} | unigram {b['unigram_bits_per_byte']:.3f} | "

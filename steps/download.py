@@ -28,7 +28,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
 
 from executor.engine import location
 
@@ -162,7 +161,7 @@ def _copy_once(job: _FileJob) -> tuple[int, str]:
     open_options = {"block_size": 0} if _is_http(job.source) else {}
     digest, size = hashlib.sha256(), 0
     try:
-        source = fsspec.open(job.source, "rb", **open_options, **(config.storage_options or {}))
+        source = location.open_file(job.source, "rb", storage_options=config.storage_options, **open_options)
         with source as src, dest_fs.open(tmp, "wb") as dst:
             progress = Progress(f"download {job.name}", total=getattr(src, "size", None), unit="bytes")
             while chunk := src.read(config.chunk_bytes):

@@ -1,8 +1,19 @@
 """Config -> canonical bytes. Pure: no I/O, no environment, no hash seeds.
 
-Every value is encoded with its type, so 1 and 1.0, lists and tuples, str and bytes differ.
-Dict keys are sorted; sets are sorted by their elements' encodings. Dependencies are encoded as
-their full digest (a Merkle tree), never as paths, so ids do not depend on the prefix.
+Every value is encoded with its type, so 1 and 1.0, lists and tuples, str and bytes differ. The
+result is canonical JSON (sorted keys, no spaces): `null`/`true`/ints/strings as themselves,
+`[...]` for lists, and one-key objects for the rest — {"float": repr}, {"bytes": hex},
+{"tuple": [...]}, {"dict": {...}}, {"set": [sorted]}, {"path": posix}, {"enum": T, "name": N},
+{"dataclass": T, "fields": {...}}, {"fields": {...}, "namedtuple": T}, {"type": T, "value": V}
+(a registered encoding, see encodings.py), {"dependency": digest, "sub": S} (a Merkle tree over
+digests, never paths, so ids do not depend on the prefix), {"this_output": S} and
+{"prefix_path": P}. T is the type's
+qualified name (naming.py). Execution-only fields are left out.
+
+The encoder writes the JSON text directly rather than building the structure and dumping it, and
+memoises the text of sub-configs that several steps share (the same optimizer config object in
+10,000 steps is encoded once): planning a large graph is mostly this function. It walks the same
+structure as tree.fold, and tests hold the two to the same answer.
 """
 
 from __future__ import annotations
@@ -14,64 +25,321 @@ import math
 import pathlib
 from typing import Any, Callable
 
+from executor.core import encodings
 from executor.core.errors import ConfigEncodingError
-from executor.core.step import ExecutorStep, OutputPathOf, ThisOutputPath, is_execution_only
-from executor.core.tree import Path, fold, format_path
+from executor.core.naming import qualified_name
+from executor.core.step import ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath, is_execution_only
+from executor.core.tree import format_path, kept_field_names
 
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
 
-
-def _type_name(t: type) -> str:
-    return f"{t.__module__}.{t.__qualname__}"
+_string = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
 
 
 def is_hashed_field(f: dataclasses.Field) -> bool:
     return not is_execution_only(f)
 
 
-def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None) -> Any:
-    """The JSON-compatible canonical form of a config tree (execution-only fields left out)."""
+class _Unencodable(Exception):
+    """Raised inside the encoder; containers add their key to `path` on the way out."""
 
-    def leaf(v: Any, path: Path) -> Any:
-        kind = type(v)  # plain str, int, bool and None never reach here (the fold keeps them)
-        if kind is float:
-            return {"float": repr(v) if math.isfinite(v) else str(v)}
-        if isinstance(v, enum.Enum):
-            return {"enum": _type_name(type(v)), "name": v.name}
-        if isinstance(v, (bytes, bytearray)):
-            return {"bytes": bytes(v).hex()}
-        if isinstance(v, pathlib.PurePath):
-            return {"path": v.as_posix()}
-        if isinstance(v, OutputPathOf):
-            return {"dependency": digest_of(v), "sub": v.sub}
-        if isinstance(v, ThisOutputPath):
-            return {"this_output": v.sub}
-        if isinstance(v, ExecutorStep):
-            raise ConfigEncodingError(step_name, format_path(path), v,
-                                      f"Refer to another step's output with output_path_of({v.name!r} step).")
-        if isinstance(v, (int, float)) or getattr(v, "shape", None) == ():  # numpy scalars, subclasses
-            kind = "int" if isinstance(v, int) or "int" in type(v).__name__ else "float"
-            raise ConfigEncodingError(step_name, format_path(path), v,
-                                      f"Convert it to a plain {kind} (e.g. `{kind}(x)` or `x.item()`).")
-        raise ConfigEncodingError(step_name, format_path(path), v)
+    def __init__(self, value: Any, hint: str = ""):
+        super().__init__()
+        self.value, self.hint, self.path = value, hint, []
 
-    def node(v: Any, children: list, path: Path) -> Any:
-        kind = type(v)
-        if kind is not list and kind is not tuple and kind is not dict and dataclasses.is_dataclass(v):
-            return {"dataclass": _type_name(kind), "fields": dict(children)}
-        if isinstance(v, list):
-            return [c for _, c in children]
-        if isinstance(v, tuple):
-            return {"tuple": [c for _, c in children]}
-        if isinstance(v, dict):
-            for k, _ in children:
+
+# What a value of a given type is, decided once per type.
+(_DATACLASS, _NAMEDTUPLE, _LIST, _TUPLE, _DICT, _SET, _ENUM, _BYTES, _PATH, _DEPENDENCY, _THIS_OUTPUT,
+ _PREFIX_PATH, _REGISTERED, _OTHER) = range(14)
+_kinds: dict[type, int] = {}
+_type_names: dict[type, str] = {}
+encodings.on_change(_kinds.clear)
+
+
+def _kind(t: type) -> int:
+    kind = _kinds.get(t)
+    if kind is None:
+        kind = _kinds[t] = _classify(t)
+    return kind
+
+
+def _classify(t: type) -> int:
+    if t in encodings._exact:
+        return _REGISTERED
+    if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, PrefixPath, ExecutorStep)):
+        return _DATACLASS
+    if issubclass(t, tuple) and hasattr(t, "_fields"):
+        return _NAMEDTUPLE
+    for base, kind in ((list, _LIST), (tuple, _TUPLE), (dict, _DICT), ((set, frozenset), _SET),
+                       (enum.Enum, _ENUM), ((bytes, bytearray), _BYTES), (pathlib.PurePath, _PATH),
+                       (OutputPathOf, _DEPENDENCY), (ThisOutputPath, _THIS_OUTPUT), (PrefixPath, _PREFIX_PATH)):
+        if issubclass(t, base):
+            return kind
+    return _REGISTERED if encodings.lookup(t) is not None else _OTHER
+
+
+def type_name(t: type) -> str:
+    name = _type_names.get(t)
+    if name is None:
+        name = _type_names[t] = qualified_name(t)
+    return name
+
+
+def _float(v: float) -> str:
+    return f'{{"float":"{v!r}"}}' if math.isfinite(v) else f'{{"float":"{v}"}}'
+
+
+class CanonicalEncoder:
+    """Canonical JSON text of configs. Use one per graph build: it memoises the text of shared
+    sub-configs by object identity, which is only sound while the configs are not mutated."""
+
+    def __init__(self, digest_of: DigestOf):
+        self.digest_of = digest_of
+        self._memo: dict[int, tuple[Any, str]] = {}  # id(container) -> (container, text); keeps it alive
+        self._dependencies = 0  # placeholders encoded so far: sub-configs holding one are not memoised
+
+    def config_text(self, config: Any, step_name: str | None = None) -> str:
+        """The canonical JSON text of a config; errors name the step and the field path."""
+        try:
+            return self.text(config)
+        except _Unencodable as e:
+            path = tuple(reversed(e.path))
+            raise ConfigEncodingError(step_name, format_path(path), e.value, e.hint) from None
+        except RecursionError:
+            raise _nesting_error(config, step_name) from None
+
+    def text(self, v: Any) -> str:
+        t = type(v)
+        if t is str:
+            return _string(v)
+        if t is int:
+            return int.__repr__(v)
+        if t is float:
+            return _float(v)
+        if t is bool:
+            return "true" if v else "false"
+        if v is None:
+            return "null"
+        kind = _kind(t)
+        if kind <= _SET:
+            memo = self._memo.get(id(v))
+            if memo is not None:
+                return memo[1]
+            before = self._dependencies
+            text = self._container(v, t, kind)
+            if self._dependencies == before:
+                self._memo[id(v)] = (v, text)
+            return text
+        if kind == _DEPENDENCY:
+            self._dependencies += 1
+            sub = "null" if v.sub is None else _string(v.sub)
+            return f'{{"dependency":"{self.digest_of(v)}","sub":{sub}}}'
+        if kind == _THIS_OUTPUT:
+            return '{"this_output":' + ("null" if v.sub is None else _string(v.sub)) + "}"
+        if kind == _ENUM:
+            return f'{{"enum":{_string(type_name(t))},"name":{_string(v.name)}}}'
+        if kind == _BYTES:
+            return f'{{"bytes":"{bytes(v).hex()}"}}'
+        if kind == _PATH:
+            return '{"path":' + _string(v.as_posix()) + "}"
+        if kind == _PREFIX_PATH:  # the relative path only: ids never depend on the prefix
+            if v.problem:
+                raise _Unencodable(v, v.problem)
+            return '{"prefix_path":' + _string(v.path) + "}"
+        if kind == _REGISTERED:
+            return self._registered(v, t)
+        return self._other(v, t)
+
+    def _container(self, v: Any, t: type, kind: int) -> str:
+        text = self.text
+        try:
+            if kind == _DATACLASS:
+                encode = _dataclass_encoders.get(t)
+                if encode is None:
+                    encode = _dataclass_encoders[t] = _compile_dataclass_encoder(t)
+                return encode(v, text)
+            if kind == _LIST:
+                return "[" + ",".join([text(x) for x in v]) + "]"
+            if kind == _TUPLE:
+                return '{"tuple":[' + ",".join([text(x) for x in v]) + "]}"
+        except _Unencodable:
+            pass  # encode again, one child at a time, to name the field that failed
+        return self._container_naming_fields(v, t, kind)
+
+    def _field(self, x: Any, key: Any) -> str:
+        try:
+            return self.text(x)
+        except _Unencodable as e:
+            e.path.append(key)
+            raise
+
+    def _container_naming_fields(self, v: Any, t: type, kind: int) -> str:
+        field = self._field
+        if kind == _DATACLASS:
+            head, keys = _dataclass_layout(t)
+            return head + "".join([key + field(getattr(v, name), name) for name, key in keys]) + "}}"
+        if kind == _LIST:
+            return "[" + ",".join([field(x, i) for i, x in enumerate(v)]) + "]"
+        if kind == _TUPLE:
+            return '{"tuple":[' + ",".join([field(x, i) for i, x in enumerate(v)]) + "]}"
+        if kind == _DICT:
+            for k in v:
                 if not isinstance(k, str):
-                    raise ConfigEncodingError(step_name, format_path(path + (k,)), k,
-                                              "Dict keys in configs must be strings.")
-            return {"dict": {k: c for k, c in children}}
-        return {"set": sorted((c for _, c in children), key=canonical_json)}
+                    error = _Unencodable(k, "Dict keys in configs must be strings.")
+                    error.path.append(k)
+                    raise error
+            return '{"dict":{' + ",".join([_string(k) + ":" + field(v[k], k) for k in sorted(v)]) + "}}"
+        if kind == _NAMEDTUPLE:
+            items = ",".join([_string(name) + ":" + field(x, name)
+                              for name, x in sorted(zip(t._fields, v), key=lambda item: item[0])])
+            return '{"fields":{' + items + '},"namedtuple":' + _string(type_name(t)) + "}"
+        return '{"set":[' + ",".join(sorted([field(x, "{}") for x in v])) + "]}"
 
-    return fold(config, leaf, node, keep_field=is_hashed_field)
+    def _registered(self, v: Any, t: type) -> str:
+        entry = encodings.lookup(t)
+        assert entry is not None
+        try:
+            data = entry.encode(v)
+        except Exception as e:  # noqa: BLE001 - a broken encoder is reported at the field that used it
+            raise _Unencodable(v, f"Its registered encoding ({entry.name}) failed: {type(e).__name__}: {e}") from None
+        try:
+            value = self.text(data)
+        except _Unencodable as e:
+            e.hint = (f"The registered encoding of {entry.name} must return plain config data; "
+                      f"it returned a {type(e.value).__qualname__} ({e.hint or 'not encodable'})")
+            e.value, e.path = v, []
+            raise
+        return f'{{"type":{_string(entry.name)},"value":{value}}}'
+
+    def _other(self, v: Any, t: type) -> str:
+        if isinstance(v, ExecutorStep):
+            raise _Unencodable(v, f"Refer to another step's output with output_path_of({v.name!r} step).")
+        found = encodings.constant(v)
+        if found is None and isinstance(v, type) and encodings.load_lazy(v.__module__):
+            found = encodings.constant(v)
+        if found is not None:
+            name, data = found
+            return f'{{"type":{_string(name)},"value":{self.text(data)}}}'
+        raise _Unencodable(v, _hint(v, t))
+
+
+def _dataclass_layout(t: type) -> tuple[str, list[tuple[str, str]]]:
+    """The text before the fields, and (field name, '"name":') for each hashed field, sorted."""
+    names = sorted(kept_field_names(t, is_hashed_field))
+    return ('{"dataclass":' + _string(type_name(t)) + ',"fields":{',
+            [(name, ("," if i else "") + _string(name) + ":") for i, name in enumerate(names)])
+
+
+_dataclass_encoders: dict[type, Callable[[Any, Callable[[Any], str]], str]] = {}
+
+
+def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]], str]:
+    """A function `(instance, text) -> canonical text` specialised to the dataclass `t`.
+
+    Generated, as dataclasses generates __init__, because it runs once per step config and shared
+    sub-config: attribute reads and the str/int/float cases inline, one join, no loop.
+    """
+    head, keys = _dataclass_layout(t)
+    pieces = []
+    for i, (name, key) in enumerate(keys):
+        pieces.append(repr((head if i == 0 else "") + key))
+        read = f"v.{name}" if name.isidentifier() else f"getattr(v, {name!r})"
+        pieces.append(f"(S(x) if (k := type(x := {read})) is str else R(x) if k is int "
+                      f"else F(x) if k is float else text(x))")
+    pieces.append(repr(("" if keys else head) + "}}"))
+    source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
+    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float}
+    exec(compile(source, f"<canonical encoder of {type_name(t)}>", "exec"), namespace)  # noqa: S102
+    return namespace["encode"]
+
+
+def _hint(v: Any, t: type) -> str:
+    """How to fix a value the encoder refuses."""
+    qualified = f"{t.__module__}.{t.__qualname__}"
+    register = (f"Say how it becomes canonical data with `executor.register_encoding({qualified}, "
+                f"lambda v: ...)` returning plain config data (README: \"Encoding config values\"), or "
+                f"declare the field execution_only(...) if it does not change what the step produces.")
+    shape = getattr(v, "shape", None)
+    if shape == () or (shape is None and isinstance(v, (int, float))):  # numbers of another library
+        dtype_kind = getattr(getattr(v, "dtype", None), "kind", None)
+        kind = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}.get(
+            dtype_kind, "int" if isinstance(v, int) else "float")
+        return f"Convert it to a plain {kind} (e.g. `{kind}(x)` or `x.item()`), or: {register}"
+    if isinstance(shape, tuple):
+        return (f"Arrays are not hashed element by element: convert it to a tuple (`tuple(x.tolist())`) or "
+                f"write it to a file a step produces. Or: {register}")
+    return register
+
+
+def _nesting_error(config: Any, step_name: str | None) -> ConfigEncodingError:
+    cycle = find_cycle(config)
+    if cycle is not None:
+        path, value = cycle
+        return ConfigEncodingError(step_name, format_path(path), value,
+                                   "It contains itself (a cycle): a config must be a tree. Build the "
+                                   "value without referring to itself.")
+    return ConfigEncodingError(step_name, "", config, "It is nested too deeply to encode; flatten it.")
+
+
+def find_cycle(config: Any) -> tuple[tuple, Any] | None:
+    """(path, container) of the first container found inside itself, else None. Iterative."""
+    stack: list[tuple[Any, tuple, frozenset[int]]] = [(config, (), frozenset())]
+    while stack:
+        value, path, ancestors = stack.pop()
+        if id(value) in ancestors:
+            return path, value
+        children = _children(value)
+        if children:
+            inner = ancestors | {id(value)}
+            stack.extend((child, path + (key,), inner) for key, child in children)
+    return None
+
+
+def _children(value: Any) -> list[tuple[Any, Any]]:
+    kind = _kind(type(value)) if type(value) not in (str, int, float, bool, type(None)) else _OTHER
+    if kind == _DATACLASS:
+        return [(n, getattr(value, n)) for n in kept_field_names(type(value), is_hashed_field)]
+    if kind in (_LIST, _TUPLE, _NAMEDTUPLE):
+        return list(enumerate(value))
+    if kind == _DICT:
+        return list(value.items())
+    if kind == _SET:
+        return [("{}", x) for x in value]
+    return []
+
+
+def surrogate_error(step: ExecutorStep) -> ConfigEncodingError:
+    """The error for a step whose identity holds a string that is not valid Unicode text (a lone
+    surrogate, e.g. from a file name decoded with errors="surrogateescape")."""
+    hint = ("It holds a lone surrogate code point, which is not valid Unicode text and cannot be hashed. "
+            "Decode the text properly, or pass it as bytes.")
+    if not _valid_text(step.code_version or ""):
+        return ConfigEncodingError(step.name, "code_version", step.code_version, hint)
+    stack: list[tuple[Any, tuple]] = [(step.config, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str) and not _valid_text(value):
+            return ConfigEncodingError(step.name, format_path(path), value, hint)
+        if isinstance(value, (OutputPathOf, ThisOutputPath)) and not _valid_text(value.sub or ""):
+            return ConfigEncodingError(step.name, format_path(path + ("sub",)), value.sub, hint)
+        for key, child in _children(value):
+            if isinstance(key, str) and not _valid_text(key):
+                return ConfigEncodingError(step.name, format_path(path + (key,)), key, hint)
+            stack.append((child, path + (key,)))
+    return ConfigEncodingError(step.name, "", step.config, hint)
+
+
+def _valid_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None) -> Any:
+    """The canonical form of a config tree as JSON data (execution-only fields left out)."""
+    return json.loads(CanonicalEncoder(digest_of).config_text(config, step_name))
 
 
 def canonical_json(value: Any) -> str:

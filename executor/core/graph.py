@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from executor.core.errors import GraphError
+from executor.core.canonical import CanonicalEncoder
 from executor.core.identity import identity_and_digest, step_id
-from executor.core.step import ExecutorStep, OutputPathOf
+from executor.core.step import ExecutorStep, OutputPathOf, validate_name
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,38 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _DigestFirst(Exception):
+    """Dependencies nest too deeply to recurse further: digest `step` from the top first."""
+
+    def __init__(self, step: ExecutorStep):
+        super().__init__()
+        self.step = step
+
+
+# Dependencies are digested recursively from inside the encoder; past this many nested steps the
+# walk sets the outer steps aside and starts again from the deepest one, so a chain of 10,000
+# steps stays well within Python's recursion limit.
+MAX_NESTED_STEPS = 32
+
+
 def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     """Walk configs from the given steps, hash every step once, order dependencies first."""
     with gc_paused():
         return _build_graph(steps)
+
+
+class _DigestFirst(Exception):
+    """Raised when dependencies nest too deeply to recurse further: digest `step` from the top first."""
+
+    def __init__(self, step: ExecutorStep):
+        super().__init__()
+        self.step = step
+
+
+# Dependencies are digested recursively from inside the encoder; past this many nested steps the
+# walk starts over from the deepest one instead, so a chain of 10,000 steps stays within Python's
+# recursion limit.
+MAX_NESTED_STEPS = 40
 
 
 def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
@@ -99,39 +128,83 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     nodes: dict[str, StepNode] = {}
     in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
     on_path: set[int] = set()
+    waiting: list[ExecutorStep] = []  # steps set aside until a deep dependency is digested from the top
+    collecting: list[tuple[dict[str, None], dict[str, None]]] = []  # (blocking, weak) deps of in_progress
+
+    def dependency_digest(placeholder: OutputPathOf) -> str:
+        # Called by the encoder for each dependency placeholder: one walk discovers and hashes.
+        digest = visit(placeholder.step)
+        deps, weak = collecting[-1]
+        (deps if placeholder.blocking else weak)[digest] = None
+        return digest
+
+    encoder = CanonicalEncoder(dependency_digest)  # one for the graph: shared sub-configs are encoded once
 
     def visit(step: ExecutorStep) -> str:
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
-        if id(step) in digests:
-            return digests[id(step)]
+        known = digests.get(id(step))
+        if known is not None:
+            return known
         if id(step) in on_path:
-            cycle = in_progress[[s is step for s in in_progress].index(True):] + [step]
+            chain = waiting + in_progress
+            cycle = chain[[s is step for s in chain].index(True):] + [step]
             raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
+        if len(in_progress) >= MAX_NESTED_STEPS:
+            raise _DigestFirst(step)
         in_progress.append(step)
         on_path.add(id(step))
         deps: dict[str, None] = {}
         weak: dict[str, None] = {}
-
-        def dependency_digest(placeholder: OutputPathOf) -> str:
-            # Called by the encoder for each dependency placeholder: one walk discovers and hashes.
-            digest = visit(placeholder.step)
-            (deps if placeholder.blocking else weak)[digest] = None
-            return digest
-
-        document, digest = identity_and_digest(step, dependency_digest)
-        in_progress.pop()
-        on_path.discard(id(step))
+        collecting.append((deps, weak))
+        try:
+            document, digest = identity_and_digest(step, encoder)
+        finally:
+            collecting.pop()
+            in_progress.pop()
+            on_path.discard(id(step))
         digests[id(step)] = digest
         if digest not in nodes:
+            _check_override(step)
             sid = step_id(step.name, digest)
             nodes[digest] = StepNode(step, digest, sid, step.override_output_path or sid, document,
                                      tuple(deps), tuple(d for d in weak if d not in deps))
         return digest
 
-    targets = tuple(dict.fromkeys(visit(s) for s in steps))
+    def visit_from_top(step: ExecutorStep) -> str:
+        """visit(), setting steps aside while a dependency too deep to recurse into is digested."""
+        stack = [step]
+        while True:
+            try:
+                digest = visit(stack[-1])
+            except _DigestFirst as deeper:
+                waiting.append(stack[-1])
+                on_path.add(id(stack[-1]))
+                stack.append(deeper.step)
+                continue
+            stack.pop()
+            if not stack:
+                return digest
+            on_path.discard(id(waiting.pop()))
+
+    targets = tuple(dict.fromkeys(visit_from_top(s) for s in steps))
     _check_output_paths(nodes.values())
     return Graph(nodes, targets, digests)
+
+
+def _check_override(step: ExecutorStep) -> None:
+    override = step.override_output_path
+    if override is None:
+        return
+    if isinstance(override, str) and (override.startswith("/") or "://" in override):
+        raise GraphError(
+            f"step {step.name!r}: override_output_path {override!r} is absolute; it must be relative to the "
+            f"prefix (e.g. 'checkpoints/my-run'), since leases and records live under --prefix. To read an "
+            f"existing output elsewhere, give its full path as a plain string to the step that reads it.")
+    try:
+        validate_name(override, f"step {step.name!r}: override_output_path")
+    except ValueError as e:
+        raise GraphError(str(e)) from None
 
 
 def _check_output_paths(nodes: Iterable[StepNode]) -> None:

@@ -128,6 +128,7 @@ class StepRecord:
     run_id: str
     schema: int = RECORD_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
+    result_type: str | None = None  # `module:qualname` when the step returned a dataclass (stored as its fields)
 
     def to_bytes(self) -> bytes:
         # A shallow dict: asdict() would deep-copy the (possibly large) config and manifest.

@@ -76,6 +76,34 @@ class ThisOutputPath:
     sub: str | None = None
 
 
+@dataclass(frozen=True)
+class PrefixPath:
+    """A fixed path under the prefix that is no step's output (Marin's `InputName.hardcoded`).
+
+    Hashed as the relative path, never the prefix, so the experiment moves between prefixes with
+    unchanged ids; resolved to `<prefix>/<path>` before the step runs. Not a dependency: nothing
+    waits for it. An absolute or escaping path is refused when the step is hashed (exit 2).
+    """
+
+    path: str
+
+    @property
+    def problem(self) -> str | None:
+        """Why this path cannot name a place under the prefix (None when it can)."""
+        p = self.path
+        if not isinstance(p, str) or not p.strip("/"):
+            return f"prefix_path({p!r}) needs a non-empty relative path, e.g. prefix_path('raw/fineweb')"
+        if p.startswith("/") or "://" in p or ".." in p.split("/"):
+            return (f"prefix_path({p!r}) must be relative to the prefix, without '..' (e.g. 'raw/fineweb'); "
+                    f"for a location outside the prefix pass its full path as a plain string")
+        return None
+
+
+def prefix_path(path: str) -> PrefixPath:
+    """`<prefix>/<path>`: an input under the prefix that no step of this graph writes."""
+    return PrefixPath(path.strip("/") if isinstance(path, str) and not path.startswith("/") else path)
+
+
 def output_path_of(step: "ExecutorStep", sub: str | None = None) -> OutputPathOf:
     if not isinstance(step, ExecutorStep):
         raise TypeError(f"output_path_of() takes an ExecutorStep, got {type(step).__name__}: {step!r}")
@@ -137,8 +165,8 @@ class ExecutorStep(Generic[ConfigT]):
 
     def __post_init__(self) -> None:
         validate_name(self.name)
-        if self.override_output_path is not None:
-            validate_name(self.override_output_path, f"step {self.name!r}: override_output_path")
+        # override_output_path is checked when the graph is built (graph.py), not here: steps are often
+        # declared at import time, where an exception is a traceback instead of a usage error (exit 2).
         check_step_function(self.name, self.fn)
         if self.code_version is not None and not isinstance(self.code_version, str):
             raise TypeError(f"step {self.name!r}: code_version must be a string, got {self.code_version!r}")

@@ -10,13 +10,13 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-from executor.core.step import ExecutorStep, OutputPathOf, ThisOutputPath
+from executor.core.step import ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath
 
 Path = tuple  # of str (field or dict key) and int (list index)
 Leaf = Callable[[Any, Path], Any]
 Node = Callable[[Any, list[tuple[Any, Any]], Path], Any]
 
-PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath)
+PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath, PrefixPath)
 _PLAIN = frozenset({str, int, bool, type(None)})  # passed through by every fold
 _SCALARS = frozenset({float, bytes})  # other common leaves, checked before the dataclass test
 
@@ -26,7 +26,7 @@ def keep_all_fields(f: dataclasses.Field) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _kept_field_names(cls: type, keep_field: Callable[[dataclasses.Field], bool]) -> tuple[str, ...]:
+def kept_field_names(cls: type, keep_field: Callable[[dataclasses.Field], bool]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if keep_field(f))
 
 
@@ -55,7 +55,7 @@ def fold(value: Any, leaf: Leaf, node: Node, path: Path = (),
             return leaf(v, p)
         if is_config_dataclass(v):
             children = []
-            for name in _kept_field_names(kind, keep_field):
+            for name in kept_field_names(kind, keep_field):
                 x = getattr(v, name)
                 children.append((name, x if type(x) in _PLAIN else go(x, p + (name,))))
             return node(v, children, p)

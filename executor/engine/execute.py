@@ -8,7 +8,6 @@ is published. Ctrl-C cancels running tasks and releases leases as FAILED (interr
 from __future__ import annotations
 
 import enum
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -21,9 +20,10 @@ from executor.core.plan import Action, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
 from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
 from executor.engine.report import Reporter
+from executor.engine.results import encode_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
-from executor.core.step import OutputPathOf, Resources, ThisOutputPath, is_secret
+from executor.core.step import OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
 from executor.engine.store.base import CoordinationStore, StoreError
 from executor.core.tree import fold, resolve
 
@@ -80,6 +80,7 @@ class RunSummary:
     states: dict[str, NodeState] = field(default_factory=dict)  # by step_id
     errors: dict[str, str] = field(default_factory=dict)
     ran_here: list[str] = field(default_factory=list)
+    output_paths: dict[str, str] = field(default_factory=dict)  # by step_id, where known (adopted: the alias's)
     interrupted: bool = False
 
     @property
@@ -152,6 +153,8 @@ class Execution:
                 return outputs.join(self._dep_path(self.graph.digest_of(value.step)), value.sub)
             if isinstance(value, ThisOutputPath):
                 return outputs.join(own, value.sub)
+            if isinstance(value, PrefixPath):
+                return outputs.join(self.ctx.prefix, value.path)
             return value
 
         return resolve(node.step.config, substitute)
@@ -167,6 +170,9 @@ class Execution:
         except KeyboardInterrupt:
             summary.interrupted = True
             self._interrupt()
+        except BaseException as e:  # the error propagates; our leases must not stay RUNNING for a TTL
+            self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
+            raise
         finally:
             self.ctx.keeper.stop()
             if self.runner is not None:
@@ -177,6 +183,8 @@ class Execution:
                 summary.errors[t.node.step_id] = t.error
             if t.ran_here:
                 summary.ran_here.append(t.node.step_id)
+            if t.output_path:
+                summary.output_paths[t.node.step_id] = t.output_path
         return summary
 
     def _active(self) -> bool:
@@ -332,11 +340,7 @@ class Execution:
                 return
             self._fail(t, outcome)
             return
-        try:
-            json.dumps(outcome.result)
-            result = outcome.result
-        except (TypeError, ValueError):
-            result = repr(outcome.result)[:2000]
+        result, result_type = encode_result(outcome.result)  # a dataclass: its fields as JSON data
         # The record is written before the fenced commit, so confirm the lease first: a paused or
         # partitioned holder (silent past half the TTL, or its generation taken over) must not
         # overwrite the record of the runner that took over.
@@ -345,7 +349,7 @@ class Execution:
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
             return
         try:
-            self._write_record(t, result)
+            self._write_record(t, result, result_type)
         except Exception as e:  # noqa: BLE001
             self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
             return
@@ -358,7 +362,7 @@ class Execution:
             self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
 
-    def _write_record(self, t: Tracked, result: Any) -> None:
+    def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> None:
         node = t.node
         deps = [{"name": self.graph.nodes[d].name, "step_id": self.graph.nodes[d].step_id,
                  "digest": d, "path": self._dep_path(d), "blocking": d in node.deps}
@@ -374,7 +378,7 @@ class Execution:
             timings={"started_at": t.lease.status.started_at or 0.0,
                      "finished_at": self.ctx.wall_clock(), "seconds": self.ctx.clock() - t.started},
             attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id,
-            extra={"attempts": t.attempts} if t.attempts else {})
+            extra={"attempts": t.attempts} if t.attempts else {}, result_type=result_type)
         outputs.write_json(self.ctx.fs, outputs.join(self.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
 
     def _fail(self, t: Tracked, outcome: StepOutcome) -> None:
@@ -389,19 +393,19 @@ class Execution:
         t.state, t.error = NodeState.FAILED, outcome.error
         self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, reason: str = "interrupted (Ctrl-C)") -> None:
         running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
         # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
         # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
         for t in running:
             if t.lease is not None:
-                final = t.lease.status.next(state=State.FAILED, error="interrupted (Ctrl-C)",
+                final = t.lease.status.next(state=State.FAILED, error=reason,
                                             written_at=self.ctx.wall_clock())
                 try:
                     self.ctx.keeper.finish(t.lease, final)
                 except StoreError:
                     pass
-            t.state, t.error = NodeState.FAILED, "interrupted (Ctrl-C)"
+            t.state, t.error = NodeState.FAILED, reason
         for t in running:
             if t.handle is not None:
                 t.handle.cancel()

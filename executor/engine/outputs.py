@@ -93,9 +93,9 @@ def manifest(fs: fsspec.AbstractFileSystem, output_path: str) -> list[dict[str, 
     except FileNotFoundError:
         return []
     entries = []
-    bare_root = fs._strip_protocol(root).rstrip("/")
+    bare_root = location.bare_path(root)
     for full, info in sorted(found.items()):
-        rel = fs._strip_protocol(full)[len(bare_root) + 1:]
+        rel = location.bare_path(full)[len(bare_root) + 1:]
         if rel.split("/", 1)[0] == EXECUTOR_DIR or info.get("type") == "directory":
             continue
         entries.append({"path": rel, "size": int(info.get("size") or 0),

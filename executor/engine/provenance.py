@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from executor.engine import location
+
 KEY_PACKAGES = ("stepgraph", "ray", "jax", "jaxlib", "optax", "numpy", "fsspec", "gcsfs", "s3fs",
                 "tokenizers", "draccus", "pyarrow")
 
@@ -99,7 +101,7 @@ def invocation(main_file: str | None) -> dict[str, Any]:
     directory = str(Path(main_file).resolve().parent) if main_file else os.getcwd()
     return {
         **user_and_host(),
-        "argv": list(sys.argv),
+        "argv": location.redact_argv(list(sys.argv)),  # --storage-options may hold credentials
         "cwd": os.getcwd(),
         "python": platform.python_version(),
         "platform": platform.platform(),

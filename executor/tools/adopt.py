@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import diff_documents
 from executor.core.record import Owner, State, Status, StepRecord, parse_status, record_key, status_key
-from executor.engine.store import open_store
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ def adopt(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | 
     """Write the alias. Raises ExecutorError (nothing written) when the adoption is not safe."""
     now = time.time() if now is None else now
     node = pick_node(graph, name)
-    store = open_store(prefix, storage_options)
-    fs = outputs.filesystem(prefix, storage_options)
+    store = location.open_location(prefix, storage_options)[0]
+    fs = location.open_filesystem(prefix, storage_options)
     old_rel = _relative(prefix, from_ref)
 
     old_key = status_key(old_rel)

@@ -13,17 +13,18 @@ import sys
 import time
 from typing import Any
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.progress import human_bytes
 from executor.core.record import EXECUTOR_DIR, State, parse_status
-from executor.engine.store import StoreError, open_store
+from executor.engine.store import StoreError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CHANGED = 0, 1, 2, 3
 
 
 def default_prefix(prefix: str | None) -> str:
-    from executor.cli import DEFAULT_PREFIX
+    from executor.engine.prefixes import DEFAULT_PREFIX
 
     return outputs.normalize_prefix(prefix or os.environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
 
@@ -154,7 +155,7 @@ def cmd_gc(args: Any) -> int:
 # -- status, ps, repair ---------------------------------------------------------------------------
 
 def _read_status(step_path: str, storage_options: dict | None):
-    store = open_store(step_path, storage_options)
+    store = location.open_location(step_path, storage_options)[0]
     versioned = store.read(f"{EXECUTOR_DIR}/status.json")
     return store, versioned
 
@@ -182,7 +183,7 @@ def cmd_status(args: Any) -> int:
         print(f"  error       {status.error}")
     if status.traceback_tail:
         print("  traceback (tail):\n    " + status.traceback_tail.rstrip()[-1500:].replace("\n", "\n    "))
-    fs = outputs.filesystem(path, args.storage_options)
+    fs = location.open_filesystem(path, args.storage_options)
     record = outputs.read_json(fs, f"{path}/{EXECUTOR_DIR}/record.json")
     if not isinstance(record, dict):
         print("  record      none")
@@ -208,7 +209,7 @@ def cmd_status(args: Any) -> int:
 
 def cmd_ps(args: Any) -> int:
     prefix = default_prefix(args.prefix)
-    store = open_store(prefix, args.storage_options)
+    store = location.open_location(prefix, args.storage_options)[0]
     keys = store.list_generations("", f"{EXECUTOR_DIR}/status.json")
     now = time.time()
     rows = []
@@ -263,6 +264,15 @@ def cmd_repair(args: Any) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: Any) -> int:
+    from executor.tools.run_report import run_file_path, write_report
+
+    prefix = default_prefix(args.prefix)
+    fs = outputs.filesystem(prefix, args.storage_options)
+    print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
+    return EXIT_OK
+
+
 def guarded(handler: Any, args: Any) -> int:
     """Run a handler, turning the executor's own errors into exit code 2 with a message."""
     try:
@@ -275,5 +285,5 @@ def guarded(handler: Any, args: Any) -> int:
         return EXIT_USAGE
 
 
-__all__ = ["cmd_adopt", "cmd_check", "cmd_gc", "cmd_plan", "cmd_ps", "cmd_repair", "cmd_status", "cmd_verify",
+__all__ = ["cmd_adopt", "cmd_check", "cmd_gc", "cmd_plan", "cmd_ps", "cmd_repair", "cmd_report", "cmd_status", "cmd_verify",
            "guarded"]

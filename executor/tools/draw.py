@@ -11,9 +11,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from executor.core.errors import ExecutorError
-from executor.core.plan import Action, Plan
+from executor.core.plan import Action, Decision, Plan
 
 COLORS = {Action.RUN: "#f5c542", Action.SKIP: "#7cc47f", Action.WAIT: "#5bc0de",
           Action.BLOCKED: "#e57373", Action.STOP: "#b71c1c"}
@@ -71,7 +72,13 @@ def _fit(text: str, chars: int = 30) -> str:
     return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
-def render_svg(plan: Plan) -> str:
+def paint_by_decision(decision: Decision) -> tuple[str, str]:
+    return decision.action.value, COLORS[decision.action]
+
+
+def render_svg(plan: Plan, paint: Callable[[Decision], tuple[str, str]] = paint_by_decision) -> str:
+    """The DAG as inline SVG; `paint` gives each step its (label, fill colour): the plan's decision
+    by default, a run's outcome in the run report."""
     boxes, edges, width, height = layout(plan)
     at = {b.digest: b for b in boxes}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -85,17 +92,19 @@ def render_svg(plan: Plan) -> str:
                      f'd="M {x1:.1f} {y1:.1f} C {x1:.1f} {y1 + GAP_Y / 2:.1f}, {x2:.1f} {y2 - GAP_Y / 2:.1f}, '
                      f'{x2:.1f} {y2:.1f}" fill="none" stroke="#555" stroke-width="1.4" marker-end="url(#arrow)"/>')
     for b in boxes:
-        title = html.escape(f"{b.step_id}\n{b.action.value}: {b.reason}")
-        text_color = "#fff" if b.action in (Action.STOP,) else "#111"
+        label, fill = paint(plan.decisions[b.digest])
+        title = html.escape(f"{b.step_id}\n{label}: {b.reason}")
+        text_color = "#fff" if fill in ("#b71c1c",) else "#111"
         parts.append(
-            f'<g class="node" data-step-id="{html.escape(b.step_id)}" data-action="{b.action.value}">'
+            f'<g class="node" data-step-id="{html.escape(b.step_id)}" data-action="{b.action.value}" '
+            f'data-label="{html.escape(label)}">'
             f'<title>{title}</title>'
-            f'<rect x="{b.x:.1f}" y="{b.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{COLORS[b.action]}" '
+            f'<rect x="{b.x:.1f}" y="{b.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" '
             f'stroke="#333"/>'
             f'<text x="{b.x + BOX_W / 2:.1f}" y="{b.y + 19:.1f}" text-anchor="middle" font-size="13" '
             f'fill="{text_color}">{html.escape(_fit(b.name))}</text>'
             f'<text x="{b.x + BOX_W / 2:.1f}" y="{b.y + 36:.1f}" text-anchor="middle" font-size="11" '
-            f'fill="{text_color}">{html.escape(_short_id(b.step_id))} · {b.action.value}</text></g>')
+            f'fill="{text_color}">{html.escape(_short_id(b.step_id))} · {html.escape(label)}</text></g>')
     parts.append("</svg>")
     return "\n".join(parts)
 

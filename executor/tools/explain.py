@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import DependencyChange, FieldChange, cascade_summary, diff_documents, short
@@ -73,7 +74,7 @@ class EarlierVersions:
 
 def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict | None = None) -> list[Version]:
     """Records of earlier runs of these step names under the prefix (any state of their status)."""
-    fs = outputs.filesystem(prefix, storage_options)
+    fs = location.open_filesystem(prefix, storage_options)
     found = []
     for name in sorted(set(names)):
         try:

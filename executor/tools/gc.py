@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import StatusError
 from executor.core.graph import Graph
@@ -23,7 +24,6 @@ from executor.tools.plan_file import plan_file_path, read_plan
 from executor.engine.progress import Progress
 from executor.core.record import EXECUTOR_DIR, State, Status, parse_status, status_key
 from executor.engine.snapshot import read_many
-from executor.engine.store import open_store
 
 
 @dataclass
@@ -74,8 +74,8 @@ def _mtime(info: dict[str, Any]) -> float:
 
 def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepOutput]:
     """Every step output directory under the prefix with its size, newest write and status."""
-    fs = outputs.filesystem(prefix, storage_options)
-    root = fs._strip_protocol(prefix).rstrip("/")
+    fs = location.open_filesystem(prefix, storage_options)
+    root = location.bare_path(prefix)
     print(f"gc: listing every object under {prefix}…", file=sys.stderr, flush=True)  # one call, maybe long
     try:
         found = fs.find(prefix, detail=True)
@@ -83,7 +83,7 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
         return []
     files = {}
     for full, info in found.items():
-        rel = fs._strip_protocol(full)[len(root) + 1:]
+        rel = location.bare_path(full)[len(root) + 1:]
         if rel and not rel.startswith("runs/") and info.get("type") != "directory":
             files[rel] = info
     marker = f"/{EXECUTOR_DIR}/"
@@ -101,7 +101,7 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
             owner.size += int(info.get("size") or 0)
             owner.files += 1
             owner.newest_mtime = max(owner.newest_mtime, _mtime(info))
-    store = open_store(prefix, storage_options)
+    store = location.open_location(prefix, storage_options)[0]
     found_steps = sorted(steps.values(), key=lambda o: o.rel)
     keys = [status_key(o.rel) for o in found_steps]
     progress = Progress("gc: read statuses", total=len(keys), unit="steps")  # a line every few seconds
@@ -129,7 +129,7 @@ def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, s
 def reachable_outputs(prefix: str, roots: dict[str, str], pins: Iterable[str],
                       storage_options: dict | None = None) -> dict[str, str]:
     """Output rels to keep -> why: the roots, pinned ids, and what those were adopted from."""
-    store = open_store(prefix, storage_options)
+    store = location.open_location(prefix, storage_options)[0]
     keep: dict[str, str] = dict(roots)
     for pin in pins:
         keep.setdefault(pin.strip("/"), "pinned")
@@ -157,8 +157,8 @@ def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
 
 def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: dict | None = None) -> GcReport:
     """Delete the garbage older than the grace period that no runner holds. Returns the report."""
-    store = open_store(report.prefix, storage_options)
-    fs = outputs.filesystem(report.prefix, storage_options)
+    store = location.open_location(report.prefix, storage_options)[0]
+    fs = location.open_filesystem(report.prefix, storage_options)
     for output in report.garbage:
         age_h = (now - output.last_written) / 3600
         if age_h < grace_hours:
@@ -170,8 +170,10 @@ def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: 
         if versioned is not None:
             try:
                 state = parse_status(versioned.data, key).state
-            except StatusError:
-                state = None
+            except StatusError as e:  # corrupt, or written by a newer stepgraph: not ours to judge
+                report.spared[output.rel] = (f"status not understood, left alone ({str(e).splitlines()[0]}); "
+                                             f"inspect it, then `repair --delete-status` if it is garbage")
+                continue
         if state == State.RUNNING:
             report.spared[output.rel] = "RUNNING: a live lease (never deleted)"
             continue

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ABSENT = object()  # a field or item present on one side only
-_SCALAR_TAGS = ("float", "enum", "bytes", "path", "this_output")
+_SCALAR_TAGS = ("float", "enum", "bytes", "path", "this_output", "prefix_path")
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,8 @@ def _render(value: Any) -> str:
         return f"Path({value['path']!r})"
     if kind == "this_output":
         return "this_output_path(" + (repr(value["this_output"]) if value["this_output"] else "") + ")"
+    if kind == "prefix_path":
+        return f"prefix_path({value['prefix_path']!r})"
     if kind == "dependency":
         sub = f", {value['sub']!r}" if value.get("sub") else ""
         return f"output_path_of({short(value['dependency'])}…{sub})"

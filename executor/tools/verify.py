@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import fsspec
 
+from executor.engine import location
 from executor.engine import outputs
 from executor.engine.progress import Progress, human_bytes
 from executor.core.errors import StatusError
@@ -50,7 +51,7 @@ class StepVerification:
 
 
 def _bare(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    return fs._strip_protocol(path).rstrip("/")
+    return location.bare_path(path)
 
 
 OnBytes = Callable[[int], None]  # told how many bytes were just hashed (for progress)
@@ -189,7 +190,7 @@ def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
 
 def verify_path(path: str, storage_options: dict | None = None) -> list[StepVerification]:
     """Verify one step directory, or every completed step under a prefix."""
-    fs = outputs.filesystem(path, storage_options)
+    fs = location.open_filesystem(path, storage_options)
     if outputs.is_local(path):
         path = outputs.normalize_prefix(path)
     steps = step_directories(fs, path)

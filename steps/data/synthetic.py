@@ -7,7 +7,7 @@ share almost no word 5-grams. Injected into the corpus, each recorded in the gro
 - near copies: an earlier original with about 1% of its words replaced and a line appended
   (word 5-gram Jaccard with the original around 0.85-0.95);
 - boilerplate families: pages of one "site" sharing a long header and footer with different
-  bodies (Jaccard between pages around 0.45-0.7). They are NOT duplicates (DESIGN §7).
+  bodies (Jaccard between pages around 0.45-0.7). They are NOT duplicates: a dedup that removes them loses data.
 
 Every copy comes after its original in the corpus order, so "first occurrence" is the original.
 """

@@ -8,7 +8,7 @@
    candidate documents only) must reach `threshold` for a pair to count. Connected components
    (union-find) over verified pairs; the canonical document of a component is its first in the
    global order; a member is removed only if its own Jaccard with the canonical document also
-   reaches `threshold`. Precision first: pages sharing boilerplate but not bodies stay (DESIGN §7).
+   reaches `threshold`. Precision first: pages sharing boilerplate but not bodies stay: a document wrongly removed is data lost.
 4. Write, per shard in parallel: sparse attributes and the kept documents (output.py).
 """
 

@@ -5,6 +5,7 @@ Writes results.json in its output directory and returns the same dict.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -19,6 +20,7 @@ from steps.eval import baselines
 from steps.eval.lm import load_trained_model, make_scorer, score_in_batches, total_nats
 from steps.eval.multiple_choice import load_task, score_task
 from steps.token_cache import TokenSplit, join
+from steps.tracking import Trackers, check_trackers
 
 RESULTS_SCHEMA = 1
 
@@ -33,12 +35,14 @@ class EvalConfig:
     num_fewshot: int = 2
     zstd_level: int = 19
     batch_size: int = execution_only(16)
+    trackers: tuple[str, ...] = execution_only(())  # "wandb", "tensorboard": see steps/tracking.py
 
     def __post_init__(self) -> None:
         if self.max_eval_tokens < 2:
             raise ValueError(f"EvalConfig: max_eval_tokens={self.max_eval_tokens!r} must be >= 2")
         if self.num_fewshot < 0:
             raise ValueError(f"EvalConfig: num_fewshot={self.num_fewshot!r} must be >= 0")
+        check_trackers(self.trackers, "EvalConfig")
 
 
 def select_documents(split: TokenSplit, max_tokens: int) -> tuple[list[np.ndarray], int]:
@@ -103,4 +107,7 @@ def evaluate(config: EvalConfig) -> dict:
     fs, p = location.url_to_fs(f"{config.output_path.rstrip('/')}/results.json")
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(p, json.dumps(results, indent=1).encode())
+    trackers = Trackers(config.trackers, config.output_path, "eval", dataclasses.asdict(config))
+    trackers.summary({"step": model.step, **{f"eval/{k}": v for k, v in results["model"].items()}})
+    trackers.close()
     return results

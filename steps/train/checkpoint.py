@@ -4,10 +4,11 @@
     <output>/checkpoints/step-000040/state.json    {schema, step, leaves: [{path, shape, dtype}]}
     <output>/checkpoints/step-000040/COMMITTED     {schema, step, arrays_sha256}, written last
 
-Files are first written under a `step-000040.tmp-<hex>` directory which is then renamed, and
-the COMMITTED marker goes in after the rename: on a local disk the rename is atomic, on object
-stores (where "rename" is a copy) the marker alone decides. The newest directory whose marker
-exists and whose arrays match the marker's checksum is the one restored; anything else is torn.
+Files are written straight into the step directory (any leftover of an earlier attempt at that
+step removed first) and the COMMITTED marker goes in last: no directory move, which object stores
+cannot do atomically (S3 has no rename at all). The marker alone decides: the newest directory
+whose marker exists and whose arrays match the marker's checksum is the one restored; anything
+else is torn.
 The pytree *structure* is not stored as code: a restore fills a template state built from the
 same config and checks every leaf's path, shape and dtype against state.json.
 """
@@ -18,7 +19,6 @@ import hashlib
 import io
 import json
 import re
-import secrets
 import sys
 from typing import Any
 
@@ -60,13 +60,11 @@ def save(output_path: str, step: int, state: Any, subdir: str = "checkpoints") -
                 "leaves": [{"path": _leaf_path(p), "shape": list(np.shape(a)), "dtype": str(np.asarray(a).dtype)}
                            for (p, _), a in zip(leaves_with_paths, arrays.values())]}
     final = f"{root}/{_dir_name(step)}"
-    tmp = f"{final}.tmp-{secrets.token_hex(4)}"
-    fs.makedirs(tmp, exist_ok=True)
-    fs.pipe_file(f"{tmp}/arrays.npz", payload)
-    fs.pipe_file(f"{tmp}/state.json", json.dumps(manifest).encode())
     if fs.exists(final):  # a torn leftover of an earlier attempt at this step
         fs.rm(final, recursive=True)
-    fs.mv(tmp, final, recursive=True)
+    fs.makedirs(final, exist_ok=True)
+    fs.pipe_file(f"{final}/arrays.npz", payload)
+    fs.pipe_file(f"{final}/state.json", json.dumps(manifest).encode())
     marker = {"schema": CHECKPOINT_SCHEMA, "step": step, "arrays_sha256": hashlib.sha256(payload).hexdigest()}
     fs.pipe_file(f"{final}/COMMITTED", json.dumps(marker).encode())
     return final

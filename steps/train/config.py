@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from executor.core.step import execution_only
+from steps.tracking import check_trackers
 
 ROUTER_AFFINITIES = ("sigmoid", "softmax")
 BALANCE_MODES = ("aux_free", "aux_loss", "none")
@@ -154,11 +155,13 @@ class TrainConfig:
     # all_to_all buffer rows per destination = ceil(factor * local assignments / devices);
     # None never drops (results equal the single-device layer). Dropping changes results: hashed.
     expert_capacity_factor: float | None = None
+    trackers: tuple[str, ...] = execution_only(())  # "wandb", "tensorboard": see steps/tracking.py
 
     def __post_init__(self) -> None:
         c = "TrainConfig"
         for name in ("batch_size", "num_steps", "checkpoint_every", "keep_checkpoints", "log_every", "num_devices"):
             _require(getattr(self, name) >= 1, c, f"{name}={getattr(self, name)!r} must be >= 1")
+        check_trackers(self.trackers, c)
         _require(self.metrics_flush_s >= 0, c, f"metrics_flush_s={self.metrics_flush_s!r} must be >= 0")
         _require(self.batch_size % self.num_devices == 0, c,
                  f"batch_size={self.batch_size} is not divisible by num_devices={self.num_devices}")

@@ -2,7 +2,7 @@
 
 Resume is exact: the state is restored bit for bit from the newest complete checkpoint and
 batches are a pure function of (seed, step), so an interrupted run that restarts ends with the
-same parameters as one that never stopped. metrics.jsonl is rewritten (whole, atomically) at
+same parameters as one that never stopped. metrics.jsonl is rewritten whole (one upload on object stores; not atomic on a local disk) at
 every checkpoint and, so a long run can be watched, every `metrics_flush_s` between them; on
 resume the rows past the restored checkpoint are dropped, so it describes one history.
 """
@@ -21,6 +21,7 @@ import numpy as np
 
 from executor.engine.progress import Progress
 from steps.token_cache import TokenSplit
+from steps.tracking import Trackers
 from steps.train import batch_documents, checkpoint
 from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
 from steps.train.data import BatchSource
@@ -114,6 +115,7 @@ def train(config: TrainConfig) -> dict:
     window_started, window_tokens = time.monotonic(), 0
     metrics_written = time.monotonic()
     metrics = None
+    trackers = Trackers(config.trackers, out, "train", dataclasses.asdict(config), history)
     for step in range(start, config.num_steps):
         batch = jax.device_put(source.batch(step), batch_sharding(mesh))
         state, metrics = step_fn(state, batch)
@@ -124,6 +126,7 @@ def train(config: TrainConfig) -> dict:
             elapsed = max(time.monotonic() - window_started, 1e-9)
             row.update(step=done, lr=float(lr_at(step)), tokens_per_s=window_tokens / elapsed)
             history.append(row)
+            trackers.log(row, done)
             window_started, window_tokens = time.monotonic(), 0
             if time.monotonic() - metrics_written >= config.metrics_flush_s:
                 _write_metrics(out, history)
@@ -132,7 +135,9 @@ def train(config: TrainConfig) -> dict:
         progress.update(tokens_per_step)
         if done % config.checkpoint_every == 0 or done == config.num_steps:
             _save_checkpoint(config, out, done, state, history)
+            trackers.flush()
     progress.close()
+    trackers.close()
 
     final_step = config.num_steps
     model_dir = f"{out}/{MODEL_SUBDIR}"

@@ -126,12 +126,15 @@ def test_unencodable_values_name_step_field_and_type(bad, type_name):
     assert "inner.value" in message
 
 
-def test_numpy_values_are_rejected_with_a_fix():
+def test_numpy_arrays_are_rejected_with_a_fix():
     np = pytest.importorskip("numpy")
-    with pytest.raises(ConfigEncodingError, match=r"value.*Convert it to a plain float"):
-        digest(Wide(np.float32(1.5)))
-    with pytest.raises(ConfigEncodingError, match="ndarray"):
+    with pytest.raises(ConfigEncodingError, match=r"ndarray.*convert it to a tuple"):
         digest(Wide(np.zeros(3)))
+    # a 0-d array is a number of another library: the hint names the right plain type
+    for value, kind in ((np.array(True), "bool"), (np.array(1.5, dtype=np.float32), "float"),
+                        (np.array(3, dtype=np.int8), "int")):
+        with pytest.raises(ConfigEncodingError, match=rf"value.*Convert it to a plain {kind} "):
+            digest(Wide(value))
 
 
 def test_a_step_object_in_a_config_points_to_output_path_of():

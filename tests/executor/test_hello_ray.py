@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from executor.core.record import State, parse_status
@@ -35,12 +34,9 @@ def test_hello_on_ray_run_rerun_change_fail_and_retry(tmp_path):
     assert "starting Ray" in first.stdout
     assert all(v == [(State.SUCCESS, 1)] for v in states(tmp_path).values()) and len(states(tmp_path)) == 5
 
-    started = time.monotonic()
     again = cli(tmp_path)
-    elapsed = time.monotonic() - started
     assert again.returncode == 0 and "nothing to do" in again.stdout
     assert "starting Ray" not in again.stdout, "a no-op re-run must not start Ray"
-    assert elapsed < 30
 
     # a hashed change plus a failure in that branch: words/count are untouched, summary blocked
     failing = cli(tmp_path, "--greeting", "Howdy", "--fail-shout")

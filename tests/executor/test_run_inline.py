@@ -63,6 +63,32 @@ def test_record_and_run_file_contents(tmp_path):
     assert {"user", "host", "argv", "packages"} <= run_file["invocation"].keys()
 
 
+def test_run_file_says_where_everything_is(tmp_path):
+    """The prefix and, per step, output path, plan decision and final status (issue 18)."""
+    env_prefix = tmp_path / "from-env"
+    code = run(hello.build, "hello", config=hello.HelloOptions(), argv=["--runner", "inline", "--fail-shout"],
+               environ={"EXECUTOR_PREFIX": str(env_prefix)}, main_file=hello.__file__)
+    assert code == 1
+    run_file = json.loads(next((env_prefix / "runs").glob("hello-*.json")).read_text())
+    assert run_file["prefix"] == str(env_prefix)
+    steps = {s["name"]: s for s in run_file["steps"]}
+    assert {n: (s["decision"], s["status"]) for n, s in steps.items()} == {
+        "hello/words": ("run", "succeeded"), "hello/count": ("run", "succeeded"),
+        "hello/greeting": ("run", "succeeded"), "hello/shout": ("run", "failed"),
+        "hello/summary": ("run", "blocked")}
+    assert "failing on purpose" in steps["hello/shout"]["error"]
+    for s in steps.values():
+        assert s["output_path"] == str(env_prefix / s["step_id"])
+        assert Path(s["output_path"], ".executor", "status.json").exists() == (s["status"] != "blocked")
+    # the next run (retrying the failure) records the skips too, with their paths
+    assert run(hello.build, "hello", config=hello.HelloOptions(), argv=["--runner", "inline"],
+               environ={"EXECUTOR_PREFIX": str(env_prefix)}, main_file=hello.__file__) == 0
+    latest = max((env_prefix / "runs").glob("hello-*.json"), key=lambda p: json.loads(p.read_text())["started_at"])
+    steps = {s["name"]: s for s in json.loads(latest.read_text())["steps"]}
+    assert steps["hello/words"]["decision"] == "skip" and steps["hello/words"]["status"] == "succeeded"
+    assert steps["hello/shout"]["decision"] == "run" and steps["hello/summary"]["status"] == "succeeded"
+
+
 def test_changing_a_hashed_field_reruns_only_affected_steps(tmp_path):
     assert hello_run(tmp_path) == 0
     before = {n: len(v) for n, v in by_name(tmp_path).items()}

@@ -92,9 +92,7 @@ def test_custom_resources_route_and_env_and_logs(driver, tmp_path):
 # -- retries -------------------------------------------------------------------------------
 def test_killed_worker_is_retried_and_attempts_recorded(driver, tmp_path):
     step = probe_step("killed", Resources(max_infra_retries=2), mode="kill-once")
-    started = time.monotonic()
     assert execute([step], tmp_path) == 0
-    assert time.monotonic() - started < 90
     assert status_of(tmp_path, "killed").state == State.SUCCESS
     record = record_of(tmp_path, "killed")
     attempts = record["extra"]["attempts"]

@@ -112,3 +112,20 @@ def test_gc_on_an_s3_prefix(s3_emulator):
     left = {p.split("/", 2)[2] for p in fs.find(prefix)}
     assert "runs/x.json" in left and "a/busy-0123456789ab/.executor/status.json" in left
     assert not any(p.startswith("a/old-") for p in left)
+
+
+def test_gc_delete_leaves_alone_what_it_cannot_understand(toy):
+    """A truncated status, and a RUNNING lease written by a newer stepgraph, are not garbage to us."""
+    v1, _ = _fixture_prefix(toy)
+    prefix = Path(toy.prefix)
+    truncated = prefix / v1["toy/train"] / ".executor" / "status.json"
+    truncated.write_bytes(truncated.read_bytes()[:20])
+    newer = prefix / "toy" / "future-000000000000" / ".executor"
+    newer.mkdir(parents=True)
+    (newer / "status.json").write_text(json.dumps({"schema": 99, "state": "RUNNING", "lease": {"x": 1}}))
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--delete", "--grace-hours", "0")
+    assert code == 0, out
+    assert (prefix / v1["toy/train"]).exists() and truncated.exists()
+    assert (newer / "status.json").exists()
+    assert "status not understood, left alone" in out
+    assert not (prefix / v1["toy/tokenize"]).exists()  # understood garbage still goes

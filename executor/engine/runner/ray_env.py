@@ -1,7 +1,7 @@
 """This process and Ray: loopback-only settings, whether Ray is up, the embedded local cluster.
 
 Everything here runs on the driver before or while Ray starts: the environment that keeps an
-embedded cluster on 127.0.0.1 (shared/ENVIRONMENT.md), free ports so several embedded clusters can
+embedded cluster on 127.0.0.1 (no cloud-metadata probes, no usage stats), free ports so several embedded clusters can
 share a machine, starting one (retried once on a loaded machine), and which local code a remote
 cluster has to be sent. Ray is imported inside functions only: some settings must precede it.
 """
@@ -45,7 +45,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def prepare_loopback_environment() -> None:
-    """Settings that keep an embedded Ray cluster on 127.0.0.1 (see shared/ENVIRONMENT.md).
+    """Settings that keep an embedded Ray cluster on 127.0.0.1 and off every other address.
 
     Must run before ray.init. Ray probes cloud metadata addresses unless a bootstrap config
     exists in $HOME, so one is created when missing.
@@ -107,7 +107,8 @@ def local_code_paths() -> list[str]:
 
 def start_embedded(num_cpus: int | None, object_store_memory: int | None,
                    resources: dict[str, float] | None, tries: int = 2) -> None:
-    """ray.init of a local cluster on 127.0.0.1, with every fixed-by-default port made free.
+    """ray.init of a NEW local cluster on 127.0.0.1 (never one `ray start` left running on this machine,
+    which a bare ray.init would join), with every fixed-by-default port made free.
 
     Ray's dashboard agent listens on 52365 by default and ray.init offers no way to change it,
     so a second cluster on the same machine (another experiment, a test run) fails to start.
@@ -132,7 +133,7 @@ def start_embedded(num_cpus: int | None, object_store_memory: int | None,
         if patch:
             parameter.RayParams.__init__ = init_with_free_agent_port
         try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                      object_store_memory=object_store_memory, _node_ip_address="127.0.0.1",
                      dashboard_port=dashboard_port, _metrics_export_port=metrics_port, resources=resources)
             return

@@ -11,16 +11,33 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol, Sequence
 
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import log_path
 from executor.engine.runner.ray_tasks import cause_of, classify, coordinator_address
-
-if TYPE_CHECKING:
-    from executor.engine.runner.ray_runner import RayRunner
+from executor.core.step import Resources
 
 BACKOFF_CAP_S = 60.0
+
+
+class Launcher(Protocol):
+    """What a handle needs from the runner that owns it (RayRunner provides it)."""
+
+    capture_logs: bool
+    retry_backoff_s: float
+    remote_step: Any
+    remote_host: Any
+    notify: Callable[[str], None]
+
+    @property
+    def multihost_strategy(self) -> str: ...
+
+    def bundle(self, r: Resources) -> dict[str, float]: ...
+
+    def task_options(self, call: StepCall, name: str | None = None) -> dict[str, Any]: ...
+
+    def wait(self, handles: Sequence["RayHandle"], timeout: float) -> list["RayHandle"]: ...
 
 
 class RayHandle:
@@ -30,7 +47,7 @@ class RayHandle:
     multi-host:  placement group -> coordinator address -> host tasks -> done | backoff -> ...
     """
 
-    def __init__(self, runner: "RayRunner", call: StepCall):
+    def __init__(self, runner: Launcher, call: StepCall):
         self.runner, self.call = runner, call
         self.tries: list[dict[str, Any]] = []
         self._outcome: StepOutcome | None = None

@@ -48,7 +48,7 @@ class RayRunner:
                  retry_backoff_s: float = 2.0, capture_logs: bool = True,
                  resources: dict[str, float] | None = None,
                  notify: Callable[[str], None] | None = None):
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # see shared/ENVIRONMENT.md
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # under `uv run`, Ray would ship the project and demand it be the working dir
         if not address:
             prepare_loopback_environment()  # before `import ray`: it reads some settings at import
         import ray

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from executor.engine import location
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output
 
@@ -17,6 +18,7 @@ from executor.engine.runner.capture import captured_output
 def execute_remotely(call: StepCall, log: str | None, header: str) -> StepOutcome:
     from executor.engine.runner.inline import run_call
 
+    location.use_registered(call.storage)  # before the log opens: its upload needs them too
     with captured_output(log, header):
         return run_call(call)
 
@@ -26,6 +28,7 @@ def execute_host(call: StepCall, log: str | None, header: str, host: Any) -> Ste
     from executor.engine import multihost
     from executor.engine.runner.inline import run_call
 
+    location.use_registered(call.storage)
     with captured_output(log, header):
         try:
             multihost.initialize(host)
@@ -39,6 +42,12 @@ def execute_host(call: StepCall, log: str | None, header: str, host: Any) -> Ste
                 multihost.shutdown()
             except Exception:  # noqa: BLE001 - the worker process exits after this task anyway
                 pass
+
+
+def run_shard(storage: location.StorageOptions, fn: Any, item: Any) -> Any:
+    """One map_shards item in a Ray worker, with the storage options of the step that fanned out."""
+    location.use_registered(storage)
+    return fn(item)
 
 
 def coordinator_address() -> str:

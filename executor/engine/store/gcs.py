@@ -2,9 +2,10 @@
 
 Reads take bytes and generation from one `alt=media` response (header `x-goog-generation`); writes
 are multipart uploads with `ifGenerationMatch` (0 = create only if absent), so GCS itself decides
-every race. Each call is exactly one HTTP request, made on gcsfs's session and credentials but
-without gcsfs's retry loop: a conditional upload retried blindly after a lost response comes back
-412 and hides that our write landed. Retrying, and resolving that ambiguity, is RetryingStore's job.
+every race. Each call is exactly one HTTP request on this store's own aiohttp session, with the
+endpoint and credentials of a gcsfs filesystem (its public `base` and `credentials`) but without
+gcsfs's retry loop: a conditional upload retried blindly after a lost response comes back 412 and
+hides that our write landed. Retrying, and resolving that ambiguity, is RetryingStore's job.
 
 Against an emulator set GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false before importing gcsfs and pass
 `endpoint_url=..., token="anon"` as storage options.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+import weakref
 from typing import Any, Mapping, NoReturn
 from urllib.parse import quote
 
@@ -38,7 +40,9 @@ class GCSStore:
         self.location = BucketPrefix.parse(prefix, ("gs", "gcs"))
         self.root = self.location.url
         self.fs = gcsfs.GCSFileSystem(**storage_options)
+        self._upload_base = self.fs.base.rstrip("/").removesuffix("/storage/v1") + "/upload/storage/v1/"
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
         self.match_glob = match_glob  # filter listings server-side (turned off if refused)
 
     # -- the protocol -------------------------------------------------------------------------
@@ -116,7 +120,7 @@ class GCSStore:
         body = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n"
                 f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
         body += bytes(data) + f"\r\n--{boundary}--\r\n".encode()
-        url = f"{self.fs._location}/upload/storage/v1/b/{quote(self.location.bucket, safe='')}/o"
+        url = f"{self._upload_base}b/{quote(self.location.bucket, safe='')}/o"
         status, _, response = self._request(
             "POST", url, what, name, data=body,
             params={"uploadType": "multipart", "ifGenerationMatch": if_generation_match},
@@ -139,14 +143,20 @@ class GCSStore:
                                       "(network trouble; retryable)") from e
         except OSError as e:  # e.g. a refused connection to a wrong endpoint_url
             raise TransientStoreError(f"GCS {what} {self._where(name)}: {e} (retryable; check "
-                                      f"endpoint_url={self.fs._location!r} if it persists)") from e
+                                      f"endpoint_url={self.fs.base.removesuffix('/storage/v1/')!r} if it persists)") from e
 
     async def _send(self, method: str, url: str, params: dict, headers: dict | None,
                     data: bytes | None) -> tuple[int, Mapping[str, str], bytes]:
-        await self.fs._set_session()
-        async with self.fs.session.request(method, url, params=self.fs._get_params(params),
-                                           headers=self.fs._get_headers(headers), data=data,
-                                           timeout=self._timeout) as response:
+        if self._session is None:  # created on gcsfs's event loop, where every request runs
+            self._session = aiohttp.ClientSession()
+            weakref.finalize(self, _close_session, self.fs.loop, self._session)
+        if self.fs.requester_pays:
+            project = self.fs.requester_pays if isinstance(self.fs.requester_pays, str) else self.fs.project
+            params = {**params, "userProject": project}
+        headers = {"User-Agent": "stepgraph", **(headers or {})}
+        self.fs.credentials.apply(headers)  # the bearer token, refreshed when due; nothing for "anon"
+        async with self._session.request(method, url, params=params, headers=headers, data=data,
+                                         timeout=self._timeout) as response:
             return response.status, response.headers, await response.read()
 
     def _where(self, name: str) -> str:
@@ -165,6 +175,15 @@ class GCSStore:
             raise StoreError(f"GCS {what} {where}: bucket {self.location.bucket!r} does not exist "
                              f"(create it or fix the prefix {self.root!r})")
         raise StoreError(f"GCS {what} {where}: HTTP {status} {message}")
+
+
+def _close_session(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+    """Close the session when its store goes away (not possible once the loop has stopped)."""
+    if loop is not None and loop.is_running() and not session.closed:
+        try:  # scheduled, not awaited: this may run on the loop's own thread
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(session.close()))
+        except RuntimeError:  # the loop closed meanwhile (interpreter exit)
+            pass
 
 
 class _GlobRefused(Exception):

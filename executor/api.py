@@ -1,0 +1,430 @@
+"""The Python API: plan, run and materialize steps from a program or a notebook.
+
+`executor_main` (executor/cli.py) is flags -> `Options` -> these functions -> an exit code. Here
+nothing exits the process: a usage or config mistake raises ExecutorError, a step that did not
+succeed is a status in the returned result (or StepFailed, from `materialize` and
+`RunResult.raise_on_failure`). Every call works from any thread and leaves no Ray cluster it
+started, and no lease or heartbeat thread, behind when it returns; signal handlers, where the
+run installs any, belong on the main thread only (signal.signal raises elsewhere).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from executor.core.errors import ExecutorError
+from executor.core.graph import Graph, build_graph
+from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
+from executor.core.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
+from executor.core.step import ExecutorStep, Resources
+from executor.engine import outputs
+from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.report import ConsoleReporter, plan_rows
+from executor.engine.snapshot import read_snapshot
+from executor.engine.timeline import TimelineRecorder
+from executor.tools.run_report import write_report
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to plan and run; the same meaning as the executor flags of the same names."""
+
+    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ (made absolute)
+    only: Optional[str] = None  # regex over step names: these plus what they need
+    force_failed: bool = True  # retry steps whose previous attempt failed
+    force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
+    max_concurrent: int = 8
+    ray_address: Optional[str] = None  # None: env RAY_ADDRESS, else an embedded local cluster
+    runner: str = "ray"  # ray | inline
+    lease_ttl: float = 60.0
+    heartbeat_interval: float = 15.0
+    storage_options: Optional[dict] = None  # fsspec options; None: env EXECUTOR_STORAGE_OPTIONS
+
+
+class StepFailed(Exception):
+    """A step did not succeed (its own code failed, a dependency failed, or the run was interrupted).
+
+    Not an ExecutorError: the experiment is fine, a step's run was not. `.result` holds the run.
+    """
+
+    def __init__(self, message: str, result: "RunResult"):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One step of a plan or a run: where its output is, what was decided, and how it ended."""
+
+    name: str
+    step_id: str
+    digest: str
+    output_path: str
+    decision: str  # run | skip | wait | blocked | stop
+    reason: str
+    status: Optional[str] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
+    error: Optional[str] = None
+    ran_here: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "succeeded" or (self.status is None and self.decision == Action.SKIP.value)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """Step reports in topological order, looked up by step object, name or step id."""
+
+    prefix: str
+    steps: tuple[StepReport, ...]
+    graph: Graph = field(repr=False, compare=False)
+
+    def step(self, which: ExecutorStep | str) -> StepReport:
+        if isinstance(which, ExecutorStep):
+            digest = self.graph.digest_by_object.get(id(which))
+            found = [s for s in self.steps if s.digest == digest]
+        else:
+            found = [s for s in self.steps if which in (s.name, s.step_id)]
+        if len(found) != 1:
+            names = ", ".join(s.name for s in self.steps)
+            what = "matches several steps" if found else "is not in this plan"
+            raise KeyError(f"{which!r} {what}; steps: {names}")
+        return found[0]
+
+    def output_path(self, which: ExecutorStep | str) -> str:
+        return self.step(which).output_path
+
+
+@dataclass(frozen=True)
+class PlanResult(_Steps):
+    """What a run would do; reads statuses, writes nothing."""
+
+    plan: Plan = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    storage_options: dict = field(default_factory=dict, repr=False, compare=False)
+    store: Any = field(default=None, repr=False, compare=False)
+    fs: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def needs_runner(self) -> bool:
+        return self.plan.needs_runner
+
+
+@dataclass(frozen=True)
+class RunResult(_Steps):
+    """What a run did: per step its output path, plan decision and final status."""
+
+    run_id: Optional[str] = None
+    run_file: Optional[str] = None  # None when nothing needed running (nothing is written then)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[StepReport]:
+        return [s for s in self.steps if not s.succeeded]
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and not self.failed
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for this run: 0 all done, 1 a step failed, 130 interrupted."""
+        return 130 if self.interrupted else (1 if self.failed else 0)
+
+    def raise_on_failure(self) -> "RunResult":
+        if not self.ok:
+            raise StepFailed(_failure_message(self.failed, self.interrupted), self)
+        return self
+
+
+def _failure_message(failed: list[StepReport], interrupted: bool) -> str:
+    head = "interrupted; " if interrupted else ""
+    return head + "; ".join(f"{s.name} {s.status or s.decision}" + (f": {s.error}" if s.error else "")
+                            for s in failed) if failed else head + "nothing failed"
+
+
+def _options(options: Options | None, overrides: dict[str, Any]) -> Options:
+    return dataclasses.replace(options or Options(), **overrides)
+
+
+def main_file_path() -> str | None:
+    """The running script's absolute path (None without a script file: a notebook, a REPL, stdin)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return str(Path(path).resolve()) if path and Path(path).is_file() else None
+
+
+def _output_path(prefix: str, decision: Decision) -> str:
+    status = decision.observed.status
+    if status is not None and status.alias_of and decision.action == Action.SKIP:  # an adopted output
+        return outputs.join(prefix, status.alias_of["output_rel"])
+    return outputs.join(prefix, decision.node.output_rel)
+
+
+def _report(prefix: str, decision: Decision, output_path: str | None = None, **after: Any) -> StepReport:
+    node = decision.node
+    return StepReport(node.name, node.step_id, node.digest, output_path or _output_path(prefix, decision),
+                      decision.action.value, decision.reason, **after)
+
+
+def _run_file_entry(report: StepReport) -> dict[str, Any]:
+    return {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
+            "decision": report.decision, "reason": report.reason, "status": report.status,
+            "error": report.error, "ran_here": report.ran_here}
+
+
+# -- plan -------------------------------------------------------------------------------------------
+
+def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
+         environ: Mapping[str, str] | None = None, **overrides: Any) -> PlanResult:
+    """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing."""
+    return plan_graph(build_graph(_step_list(steps)), _options(options, overrides), environ=environ)
+
+
+def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dict, Any, Any]:
+    """The prefix, its storage options, coordination store and filesystem (once per call)."""
+    environ = os.environ if environ is None else environ
+    prefix = resolve_prefix(options.prefix, environ)
+    storage_options = (dict(options.storage_options) if options.storage_options is not None
+                       else storage_options_from_env(prefix, environ))
+    store, fs = open_prefix(prefix, environ, storage_options)
+    return prefix, storage_options, store, fs
+
+
+def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
+    prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
+    snapshot = read_snapshot(store, graph.nodes.values())
+    decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
+                                                      now=time.time()))
+    return PlanResult(prefix, tuple(_report(prefix, d) for d in decided.decisions.values()), graph,
+                      plan=decided, storage_options=storage_options, store=store, fs=fs)
+
+
+def _step_list(steps: Iterable[ExecutorStep]) -> list[ExecutorStep]:
+    if isinstance(steps, ExecutorStep):
+        steps = [steps]
+    step_list = list(steps or [])
+    if not step_list:
+        raise ExecutorError("no steps given")
+    return step_list
+
+
+# -- run --------------------------------------------------------------------------------------------
+
+def run(steps: Iterable[ExecutorStep], options: Options | None = None, *, description: str | None = None,
+        environ: Mapping[str, str] | None = None, reporter: Any = None, main_file: str | None = None,
+        **overrides: Any) -> RunResult:
+    """Run `steps` and everything they need; per step, its output path, decision and final status.
+
+    `options` fields may also be given as keywords (`run(steps, prefix="gs://b/x", runner="inline")`).
+    A failed step is a status in the result, not an exception: call `.raise_on_failure()` for one.
+    """
+    return run_graph(build_graph(_step_list(steps)), _options(options, overrides), description=description,
+                     environ=environ, reporter=reporter, main_file=main_file)
+
+
+def materialize(step: ExecutorStep, options: Options | None = None, **kwargs: Any) -> str:
+    """Run what `step` needs, then `step`, and return its output path; StepFailed if it did not succeed."""
+    result = run([step], options, **kwargs)
+    report = result.step(step)
+    if not report.succeeded or result.interrupted:
+        raise StepFailed(f"{report.name}: {report.status}" + (f": {report.error}" if report.error else ""), result)
+    return report.output_path
+
+
+def run_graph(graph: Graph, options: Options, *, description: str | None = None,
+              environ: Mapping[str, str] | None = None, reporter: Any = None,
+              main_file: str | None = None) -> RunResult:
+    from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
+
+    main_file = main_file or main_file_path()
+    reporter = reporter or ConsoleReporter()
+    started = time.time()
+    planned = plan_graph(graph, options, environ=environ)
+    warn_drift(planned.plan, planned.prefix, planned.fs, reporter)
+    reporter.info(f"prefix: {planned.prefix}")
+    if not planned.needs_runner:
+        result = RunResult(planned.prefix, tuple(dataclasses.replace(s, status="succeeded" if s.succeeded else
+                                                                     ("blocked" if s.decision == "blocked" else "failed"))
+                                                 for s in planned.steps), graph)
+        if result.failed:
+            reporter.print_plan(planned.plan, planned.prefix, title=description)
+            reporter.info(f"[red]{len(result.failed)} step(s) failed or blocked[/]: "
+                          + ", ".join(s.name for s in result.failed))
+        else:
+            reporter.info(f"all {len(result.steps)} step(s) already succeeded; nothing to do "
+                          f"({time.time() - started:.2f}s)")
+        return result
+    return _execute(graph, planned, options, description, main_file, reporter)
+
+
+def _make_runner_factory(options: Options, reporter: Any) -> tuple[Any, list[Any]]:
+    started_runner: list[Any] = []
+
+    def make_runner():
+        if started_runner:
+            return started_runner[0]
+        if options.runner == "inline":
+            from executor.engine.runner.inline import InlineRunner
+
+            started_runner.append(InlineRunner(max_workers=options.max_concurrent))
+            return started_runner[0]
+        from executor.engine.runner.ray_runner import RayRunner
+
+        address = options.ray_address or os.environ.get("RAY_ADDRESS")
+        reporter.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")
+        started_runner.append(RayRunner(
+            address=address, ship_code=os.environ.get("EXECUTOR_SHIP_CODE", "1") != "0",
+            shared_filesystem=os.environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
+            colocate_hosts=os.environ.get("EXECUTOR_COLOCATE_HOSTS") == "1",
+            notify=reporter.warning))
+        return started_runner[0]
+
+    return make_runner, started_runner
+
+
+def _execute(graph: Graph, planned: PlanResult, options: Options, description: str | None,
+             main_file: str | None, reporter: Any) -> RunResult:
+    from executor.engine.execute import Execution, RunContext
+    from executor.engine.provenance import invocation
+
+    prefix, plan_, store, fs = planned.prefix, planned.plan, planned.store, planned.fs
+    outputs.check_writable(prefix)
+    if prefix.startswith("memory://") and options.runner != "inline":
+        raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
+    reporter.print_plan(plan_, prefix, title=description)
+    experiment = Path(main_file).stem if main_file else "experiment"
+    run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+    info = invocation(main_file)
+    owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
+    settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
+        from executor.engine.live import LiveReporter
+
+        reporter = LiveReporter(console=reporter.console, plan=plan_)
+    reporter = timeline = TimelineRecorder(reporter)  # lease waits, starts and ends for the run report
+    make_runner, started_runner = _make_runner_factory(options, reporter)
+
+    def shutdown_runner() -> None:
+        if started_runner:
+            started_runner[0].shutdown()
+
+    # plan-time check against the runner (the cluster's shape; what the in-process runner cannot do),
+    # before anything runs
+    runnable = [(d.node.name, d.node.step.resources or Resources()) for d in plan_.decisions.values()
+                if d.action in (Action.RUN, Action.WAIT)]
+    try:
+        problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
+    except KeyboardInterrupt:
+        shutdown_runner()
+        reporter.info("interrupted while starting Ray; nothing ran")
+        return RunResult(prefix, planned.steps, graph, interrupted=True)
+    except BaseException:
+        shutdown_runner()
+        raise
+    if problems:
+        shutdown_runner()
+        where = "the in-process runner" if options.runner == "inline" else "the cluster"
+        raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
+
+    ctx = RunContext(prefix=prefix, store=store, fs=fs, owner=owner,
+                     keeper=LeaseKeeper(store, settings), watch=StalenessWatch(settings.ttl_s),
+                     runner_factory=make_runner, reporter=reporter, invocation=info, main_file=main_file,
+                     max_concurrent=options.max_concurrent)
+    run_ref = RunRecordRef(experiment, run_id)
+    run_file = {"schema": RUN_SCHEMA, "run_id": run_id, "experiment": experiment, "description": description,
+                "experiment_file": main_file, "started_at": time.time(), "invocation": info, "prefix": prefix,
+                "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan_, prefix)],
+                "steps": [_run_file_entry(s) for s in planned.steps],  # where everything is; status at the end
+                "graph": {d.node.step_id: [plan_.decisions[x].node.step_id for x in d.node.deps if x in plan_.decisions]
+                          for d in plan_.decisions.values()}}
+    run_path = outputs.join(prefix, run_ref.key)
+    try:
+        outputs.write_json(fs, run_path, to_json_bytes(run_file))
+        summary = Execution(graph, plan_, ctx).run()
+    finally:
+        ctx.keeper.stop()  # Execution.run stops it too; this covers a failure before it started
+        shutdown_runner()
+        getattr(reporter, "close", lambda: None)()
+
+    failed = summary.failed
+    code = 130 if summary.interrupted else (1 if failed else 0)
+    run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
+                    outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors,
+                    timeline=timeline.events())
+    ran_here = set(summary.ran_here)
+    result = RunResult(prefix, tuple(
+        _report(prefix, d, status=summary.states[d.node.step_id].value, error=summary.errors.get(d.node.step_id),
+                ran_here=d.node.step_id in ran_here, output_path=summary.output_paths.get(d.node.step_id))
+        for d in plan_.decisions.values()), graph, run_id=run_id, run_file=run_path,
+        interrupted=summary.interrupted)
+    run_file["steps"] = [_run_file_entry(s) for s in result.steps]
+    outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    try:
+        report_path = write_report(prefix, run_path, fs=fs)
+    except Exception as e:  # the report is a convenience; the run file holds the facts
+        report_path = None
+        reporter.warning(f"could not write the run report: {type(e).__name__}: {e}")
+    succeeded = sum(s.status == "succeeded" for s in result.steps)
+    reporter.info(f"{succeeded}/{len(summary.states)} step(s) succeeded, {len(summary.ran_here)} ran here; "
+                  f"run record: {run_path}" + (f"; report: {report_path}" if report_path else ""))
+    if failed:
+        reporter.info("[bold red]failed or blocked:[/] " + ", ".join(
+            f"{sid} ({summary.errors.get(sid, '')})" for sid in failed))
+    return result
+
+
+# -- results ----------------------------------------------------------------------------------------
+
+def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: type | None = None,
+                environ: Mapping[str, str] | None = None, **overrides: Any) -> Any:
+    """What `step` returned when it succeeded, read back from its record (nothing runs).
+
+    A returned dataclass comes back as an instance of `as_type`, or of the step function's return
+    annotation when that is a dataclass; otherwise as the stored JSON data (a dataclass's fields).
+    ExecutorError when the step has not succeeded under this prefix.
+    """
+    import json
+
+    from executor.core.record import State, record_key
+    from executor.engine import location
+    from executor.engine.results import decode_result
+
+    options = _options(options, overrides)
+    graph = build_graph([step])
+    node = graph.nodes[graph.digest_of(step)]
+    prefix, _, store, _ = _open(options, environ)
+    status = read_snapshot(store, [node])[node.digest].status
+    if status is None or status.state != State.SUCCESS or status.digest != node.digest:
+        found = "no status" if status is None else f"status {status.state.value}"
+        raise ExecutorError(f"step {step.name!r} has not succeeded at {outputs.join(prefix, node.output_rel)} "
+                            f"({found}); run it first, e.g. executor.materialize(step)")
+    output_rel = status.alias_of["output_rel"] if status.alias_of else node.output_rel
+    with location.open_file(outputs.join(prefix, record_key(output_rel)), "rb") as f:
+        record = json.loads(f.read())
+    data = record.get("result")
+    cls = as_type or _returned_dataclass(step)
+    if cls is None or cls is dict or not isinstance(data, dict):
+        return data
+    try:
+        return decode_result(data, cls)
+    except Exception as e:  # noqa: BLE001 - draccus raises several kinds; one clear message
+        raise ExecutorError(f"step {step.name!r}: its stored result does not fit {cls.__qualname__} "
+                            f"({type(e).__name__}: {e}); pass as_type=... or read the JSON data with "
+                            f"as_type=dict") from None
+
+
+def _returned_dataclass(step: ExecutorStep) -> type | None:
+    import typing
+
+    try:
+        returned = typing.get_type_hints(step.fn).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve is no annotation
+        return None
+    return returned if isinstance(returned, type) and dataclasses.is_dataclass(returned) else None

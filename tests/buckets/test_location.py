@@ -1,0 +1,71 @@
+"""executor.engine.location: how storage options are read, registered, handed to Ray workers and
+shard tasks, and kept out of reprs and recorded command lines."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from executor.core.errors import ExecutorError
+from executor.engine import location
+from executor.engine.runner.base import StepCall
+from tests.buckets.conftest import make_bucket
+
+
+@pytest.fixture
+def registered():
+    saved = location.registered_storage_options()
+    yield
+    location.use_registered(saved)
+
+
+def test_the_flag_wins_over_the_variable_and_both_must_be_json_objects():
+    env = {"EXECUTOR_STORAGE_OPTIONS": '{"endpoint_url": "http://env"}'}
+    assert location.storage_options_from(None, env) == {"endpoint_url": "http://env"}
+    assert location.storage_options_from('{"endpoint_url": "http://flag"}', env) == {"endpoint_url": "http://flag"}
+    with pytest.raises(ExecutorError, match="--storage-options must be a JSON object"):
+        location.storage_options_from("{nope", env)
+    with pytest.raises(ExecutorError, match="EXECUTOR_STORAGE_OPTIONS must be a JSON object, not list"):
+        location.storage_options_from(None, {"EXECUTOR_STORAGE_OPTIONS": "[]"})
+
+
+def test_the_flag_is_taken_out_of_argv_and_its_value_never_recorded():
+    for argv in (["--prefix", "s3://b", "--storage-options", '{"secret": "S"}', "--dry-run"],
+                 ["--prefix", "s3://b", '--storage_options={"secret": "S"}', "--dry-run"]):
+        value, rest = location.pop_storage_options_flag(argv)
+        assert value == '{"secret": "S"}' and rest == ["--prefix", "s3://b", "--dry-run"]
+        assert "S" not in " ".join(location.redact_argv(argv)).replace("s3", "")
+    with pytest.raises(ExecutorError, match="needs a JSON object"):
+        location.pop_storage_options_flag(["--storage-options"])
+
+
+def test_a_step_call_carries_the_options_without_showing_them(registered):
+    location.use_storage_options("s3://bucket/x", {"key": "AKIA-SHOWN-NOWHERE", "secret": "sk-shown-nowhere"})
+    call = StepCall("a-123", print, {"output_path": "s3://bucket/x/a-123"}, "s3://bucket/x/a-123")
+    for text in (repr(call), str(call), repr(call.storage)):
+        assert "shown-nowhere" not in text.lower()
+    travelled = pickle.loads(pickle.dumps(call))
+    location.use_registered(None)
+    assert location.storage_options_for("s3://other/y") == {}
+    location.use_registered(travelled.storage)  # what a worker does before the step runs
+    assert location.storage_options_for("s3://other/y")["secret"] == "sk-shown-nowhere"
+
+
+def read_back(path: str) -> tuple[bytes, str]:
+    """A shard function: reads an object with whatever options this worker was given."""
+    with location.open_file(path, "rb") as f:
+        return f.read(), location.storage_options_for(path).get("secret", "")
+
+
+def test_map_shards_tasks_on_ray_get_the_step_s_options(ray_local, s3_emulator, registered):
+    from executor.engine.runner.ray_map import map_tasks
+
+    bucket = make_bucket(s3_emulator, "shards")
+    location.use_storage_options(bucket.prefix, bucket.options)
+    paths = [f"{bucket.prefix}/shard-{i}" for i in range(3)]
+    for i, path in enumerate(paths):
+        with location.open_file(path, "wb") as f:
+            f.write(f"shard {i}".encode())
+    results = map_tasks(read_back, paths)
+    assert results == [(f"shard {i}".encode(), bucket.secret) for i in range(3)]

@@ -1,0 +1,182 @@
+"""The Python API (executor.plan / run / materialize): results, exceptions, notebooks, threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import executor
+from executor import ExecutorError, ExecutorStep, Options, StepFailed, output_path_of, this_output_path
+from executor.core.record import State, parse_status
+from executor.engine.report import ConsoleReporter
+from experiments import hello
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def inline(prefix: Path, **more) -> Options:
+    return Options(prefix=str(prefix), runner="inline", **more)
+
+
+def test_plan_writes_nothing_and_names_every_output(tmp_path):
+    [summary] = hello.build(hello.HelloOptions())
+    planned = executor.plan([summary], inline(tmp_path / "p"))
+    assert [s.decision for s in planned.steps] == ["run"] * 5
+    assert planned.output_path(summary) == str(tmp_path / "p" / planned.step(summary).step_id)
+    assert planned.step("hello/words").reason == "new: no previous attempt"
+    assert not (tmp_path / "p").exists()
+
+
+def test_run_returns_paths_decisions_and_statuses_and_failures_are_results(tmp_path):
+    [summary] = hello.build(hello.HelloOptions(fail_shout=True))
+    result = executor.run([summary], inline(tmp_path))
+    by_name = {s.name: s for s in result.steps}
+    assert {n: s.status for n, s in by_name.items()} == {
+        "hello/words": "succeeded", "hello/count": "succeeded", "hello/greeting": "succeeded",
+        "hello/shout": "failed", "hello/summary": "blocked"}
+    assert "failing on purpose" in by_name["hello/shout"].error
+    assert result.exit_code == 1 and not result.ok
+    assert [s.name for s in result.failed] == ["hello/shout", "hello/summary"]
+    for s in result.steps:  # every path is where the status really is
+        on_disk = Path(s.output_path, ".executor", "status.json")
+        assert on_disk.exists() == (s.status != "blocked")
+    with pytest.raises(StepFailed, match="hello/shout failed: RuntimeError: failing on purpose") as caught:
+        result.raise_on_failure()
+    assert caught.value.result is result
+    with pytest.raises(StepFailed, match="hello/summary: blocked"):
+        executor.materialize(summary, inline(tmp_path), force_failed=False)
+
+
+def test_keyword_options_and_materialize(tmp_path):
+    [summary] = hello.build(hello.HelloOptions())
+    path = executor.materialize(summary, prefix=str(tmp_path), runner="inline")
+    assert Path(path, "summary.txt").read_text().startswith("HELLO!")
+    again = executor.run([summary], prefix=str(tmp_path), runner="inline")
+    assert {s.decision for s in again.steps} == {"skip"} and again.ok and again.run_file is None
+    assert again.output_path("hello/summary") == path
+
+
+def test_usage_errors_raise_instead_of_exiting(tmp_path):
+    with pytest.raises(ExecutorError, match="no steps given"):
+        executor.run([], inline(tmp_path))
+    [summary] = hello.build(hello.HelloOptions())
+    with pytest.raises(ExecutorError, match="not a valid regular expression"):
+        executor.plan([summary], inline(tmp_path), only="(")
+    with pytest.raises(ExecutorError, match="in-process runner only"):
+        executor.run([summary], Options(prefix="memory://api-test", runner="ray"))
+    with pytest.raises(TypeError):
+        executor.run([summary], inline(tmp_path), no_such_option=1)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_from_a_non_main_thread_on_ray_leaves_nothing_behind(tmp_path, ray_local):
+    """In a subprocess driver: from a worker thread, join the session's Ray cluster, run, disconnect.
+
+    Joining (not starting) keeps the test fast on a loaded machine; a driver that connected must
+    be disconnected on return, and no lease-heartbeat or step thread may survive the call.
+    """
+    address = ray_local.get_runtime_context().gcs_address
+    script = f"""
+import json, threading, ray, executor
+from experiments import hello
+out = {{}}
+def work():
+    try:
+        [summary] = hello.build(hello.HelloOptions())
+        result = executor.run([summary], prefix={str(tmp_path)!r}, runner="ray", ray_address={address!r})
+        out["statuses"] = sorted({{s.status for s in result.steps}})
+    except BaseException as e:
+        out["error"] = repr(e)
+t = threading.Thread(target=work, name="not-main"); t.start(); t.join()
+out["ray_initialized"] = ray.is_initialized()
+out["threads"] = sorted(x.name for x in threading.enumerate() if x is not threading.main_thread())
+print(json.dumps(out))
+"""
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "EXECUTOR_SHIP_CODE": "0",
+           "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen.get("error") is None and seen["statuses"] == ["succeeded"]
+    assert seen["ray_initialized"] is False
+    assert not any(name.startswith(("lease-heartbeat", "step")) for name in seen["threads"]), seen["threads"]
+    statuses = [parse_status(p.read_bytes(), str(p)) for p in tmp_path.glob("hello/*/.executor/status.json")]
+    assert len(statuses) == 5 and {s.state for s in statuses} == {State.SUCCESS}
+
+
+def test_notebook_session_plans_runs_and_materializes(tmp_path):
+    env = {**os.environ, "STEPGRAPH_NB_PREFIX": str(tmp_path), "STEPGRAPH_NB_RUNNER": "inline",
+           "PYTHONPATH": str(REPO)}
+    source = (Path(__file__).parent / "notebook_session.py").read_text()
+    done = subprocess.run([sys.executable, "-"], input=source, cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["planned"] == {**{f"hello/{n}": "run" for n in ("words", "count", "greeting", "shout", "summary")},
+                               "nb/exclaim": "run"}
+    assert all(v == ["run", "succeeded", True] for v in seen["ran"].values())
+    assert seen["exclaimed"].startswith("HI! The most common word is 'the'") and seen["exclaimed"].endswith("!!\n")
+    assert Path(seen["materialized"], "summary.txt").exists() and seen["materialized"].startswith(str(tmp_path))
+    assert all(v == ["skip", "succeeded"] for v in seen["again"].values())
+    assert Path(seen["run_file"]).exists() and seen["again_run_file"] is None
+    assert Path(seen["run_file"]).name.startswith("experiment-")  # no script to name it after
+    assert seen["threads_left"] == [] and seen["ray_initialized"] is False
+    record = json.loads(Path(seen["exclaim_path"], ".executor", "record.json").read_text())
+    assert record["provenance"]["function"] == "__main__:exclaim"  # no file to name: the module it ran in
+
+
+def test_the_readme_python_api_example_runs(tmp_path):
+    """The code block under "## The Python API" in README.md, run as written (prefix moved to tmp)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## The Python API"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    assert 'prefix="/tmp/p"' in code
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code.replace('"/tmp/p"', repr(str(tmp_path)))
+                           + "\nprint('LOADED', executor.load_result(summary, options))"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "LOADED {'summary': \"HELLO! The most common word is 'the' (3x).\"}" in done.stdout
+    assert len(list(tmp_path.glob("runs/experiment-*.json"))) == 1
+
+
+class _ExplodingReporter(ConsoleReporter):
+    """Raises as soon as `hello/shout` has been leased and submitted: an error in the middle of a run."""
+
+    def step_started(self, node, attempt, takeover, output_path):
+        super().step_started(node, attempt, takeover, output_path)
+        if node.name == "hello/shout":
+            raise RuntimeError("reporter exploded")
+
+
+def test_an_error_mid_run_propagates_and_releases_the_leases_it_held(tmp_path):
+    [summary] = hello.build(hello.HelloOptions(pause_s=0.5))
+    before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="reporter exploded"):
+        executor.run([summary], inline(tmp_path), reporter=_ExplodingReporter())
+    shout = [parse_status(p.read_bytes(), str(p)) for p in tmp_path.glob("hello/shout-*/.executor/status.json")]
+    assert len(shout) == 1 and shout[0].state == State.FAILED  # not RUNNING until its lease goes stale
+    assert "the run stopped: RuntimeError: reporter exploded" in shout[0].error
+    assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("lease-heartbeat")]
+    # the next run retries it at once (a failure of this invocation's first snapshot), no TTL wait
+    assert executor.run([summary], inline(tmp_path)).ok
+
+
+def test_every_option_is_a_flag_of_the_same_name_and_the_cli_passes_it_on():
+    import dataclasses
+
+    from executor.cli import ExecutorOptions, api_options
+
+    flags_ = {f.name for f in dataclasses.fields(ExecutorOptions)}
+    assert {f.name for f in dataclasses.fields(Options)} - {"storage_options"} <= flags_
+    given = ExecutorOptions(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
+                            ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
+    assert api_options(given) == Options(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
+                                         ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)

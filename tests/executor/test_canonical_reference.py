@@ -1,0 +1,100 @@
+"""The fast canonical encoder gives byte-identical ids to the reference (pre-issue-14) encoder."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import pathlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from executor import ExecutorStep, execution_only, output_path_of, this_output_path
+from executor.core.canonical import CanonicalEncoder, canonical_json, encode_value
+from executor.core.graph import build_graph
+from executor.core.identity import identity_and_digest
+from executor.core.tree import fold
+from tests.executor import reference_canonical as reference
+
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = "b"
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    rate: float = 0.5
+    tags: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    a: object = None
+    b: object = None
+    inner: object = Inner()
+    workers: int = execution_only(4)
+
+
+def fn(config):
+    return None
+
+
+leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6), st.binary(max_size=6),
+    st.sampled_from([Color.RED, Color.BLUE, pathlib.PurePosixPath("a/b"), pathlib.PurePosixPath("/x"),
+                     this_output_path(), this_output_path("sub"), float("inf"), -0.0]))
+
+
+def trees(leaf):
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.tuples(inner, inner), st.frozensets(st.integers(), max_size=4),
+        st.dictionaries(st.text(max_size=4), inner, max_size=4),
+        st.builds(Inner, st.floats(), st.tuples(inner)),
+        st.builds(Outer, inner, inner, inner, st.integers())), max_leaves=16)
+
+
+def no_deps(placeholder):
+    raise AssertionError("no dependencies here")
+
+
+@settings(max_examples=300)
+@given(trees(leaves))
+def test_fast_encoder_matches_the_reference(config):
+    expected = reference.canonical_json(reference.encode_value(config, no_deps))
+    assert CanonicalEncoder(no_deps).config_text(config) == expected
+
+
+@settings(max_examples=100)
+@given(trees(leaves))
+def test_the_text_is_canonical_json(config):
+    text = CanonicalEncoder(no_deps).config_text(config)
+    assert canonical_json(encode_value(config, no_deps)) == text
+
+
+@settings(max_examples=50)
+@given(st.lists(st.tuples(st.integers(0, 50), trees(leaves)), min_size=1, max_size=8))
+def test_graph_ids_match_the_reference_and_memoisation_is_invisible(specs):
+    """Steps sharing sub-config objects (memoised) and depending on each other (placeholders)."""
+    shared = Inner(0.25, ("shared",))
+    steps: list[ExecutorStep] = []
+    for i, (seed, value) in enumerate(specs):
+        deps = tuple(output_path_of(steps[j], f"p{j}") for j in range(len(steps)) if (seed + j) % 3 == 0)
+        config = Outer(a=(deps, value), b=shared, inner=[shared, value])
+        steps.append(ExecutorStep(f"s{i}", fn, config))
+    graph = build_graph(steps)
+    for step in steps:
+        digest_of = lambda p: graph.digest_of(p.step)  # noqa: E731
+        document = {"schema": 1, "name": step.name, "code_version": step.code_version,
+                    "config": reference.encode_value(step.config, digest_of, step.name)}
+        assert identity_and_digest(step, digest_of)[0] == reference.canonical_bytes(document)
+        assert graph.nodes[graph.digest_of(step)].identity_bytes == reference.canonical_bytes(document)
+
+
+@settings(max_examples=100)
+@given(trees(leaves))
+def test_the_encoder_and_tree_fold_see_the_same_placeholders(config):
+    """One structure, two walkers: what fold finds is what the encoder hashes."""
+    found: list = []
+    fold(config, lambda v, path: found.append(v) if hasattr(v, "sub") else v, lambda v, c, p: None)
+    assert CanonicalEncoder(no_deps).config_text(config).count('"this_output"') == len(found)

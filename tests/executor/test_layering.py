@@ -1,0 +1,72 @@
+"""The house's three parts (README "Layout"): imports only go down core <- engine <- tools.
+
+The core imports neither the engine nor the tools; the engine never imports the tools or the
+command line; and no two executor modules import each other, even only for type checking.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "executor"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every executor module a file imports, anywhere in it (functions and TYPE_CHECKING too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {name for name in found if name.split(".")[0] == "executor"}
+
+
+MODULES = {module_name(p): imported_modules(p) for p in sorted(PACKAGE.rglob("*.py"))}
+KNOWN = set(MODULES)
+
+
+def _layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ("core", "engine", "tools") else "top"
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("core", ("engine", "tools", "top")),
+    ("engine", ("tools", "top")),
+])
+def test_imports_only_go_down(layer, forbidden):
+    bad = sorted(f"{mod} imports {imp}" for mod, imps in MODULES.items() if _layer(mod) == layer
+                 for imp in imps if imp in KNOWN and imp != "executor" and _layer(imp) in forbidden)
+    assert not bad, "layering broken:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles_between_modules():
+    graph = {m: {i for i in imps if i in KNOWN and i != m and not m.startswith(i + ".")}
+             for m, imps in MODULES.items() if not m.endswith("__init__")}
+    graph = {m: {i for i in deps if not i == "executor"} for m, deps in graph.items()}
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, stack + [dep])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)

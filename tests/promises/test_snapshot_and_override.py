@@ -1,0 +1,89 @@
+"""Two promises of DESIGN §8 that nothing else held:
+
+- `--force-failed` retries only the failures present in this invocation's *first* plan snapshot:
+  a FAILED written meanwhile by another runner is reported, not retried again;
+- `override_output_path` places the output under the prefix at that path, is not hashed, and is
+  recorded (the record and the resolved config name the real location).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from executor import ExecutorStep, this_output_path
+from executor.cli import run
+from executor.core.record import State, parse_status
+
+ROOT = Path(__file__).resolve().parents[2]
+HELLO = ROOT / "experiments" / "hello.py"
+
+
+def shout_statuses(prefix: Path) -> list:
+    return [parse_status(p.read_bytes(), str(p)) for p in prefix.glob("hello/shout-*/.executor/status.json")]
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_failure_written_meanwhile_by_another_runner_is_not_retried(tmp_path):
+    args = [sys.executable, str(HELLO), "--prefix", str(tmp_path), "--runner", "inline",
+            "--fail-shout", "--pause-s", "4"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    first = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: any(s.state == State.RUNNING for s in shout_statuses(tmp_path)), 120,
+                 "the first runner to take hello/shout")
+        # The second runner's first snapshot sees shout RUNNING (a live lease): it waits on it.
+        second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        assert first.wait(timeout=240) == 1
+    finally:
+        if first.poll() is None:
+            first.kill()
+    out = second.stdout + second.stderr
+    assert second.returncode == 1, out
+    (status,) = shout_statuses(tmp_path)
+    assert status.state == State.FAILED and status.attempt == 1, "the second runner retried a failure it did not plan"
+    assert "hello/shout" in out and "failed in another runner" in out
+
+
+@dataclass(frozen=True)
+class PlaceConfig:
+    output_path: str
+
+
+def place(config: PlaceConfig) -> dict:
+    Path(config.output_path, "here.txt").write_text("placed")
+    return {}
+
+
+def build_placed(override):
+    def build(_options):
+        return [ExecutorStep("placed/thing", place, PlaceConfig(this_output_path()), override_output_path=override)]
+    return build
+
+
+def test_override_output_path_places_records_and_is_not_hashed(tmp_path):
+    rc = run(build_placed("shared/thing-v1"), "placed", argv=["--prefix", str(tmp_path), "--runner", "inline"],
+             environ={}, main_file=__file__)
+    assert rc == 0
+    assert (tmp_path / "shared/thing-v1/here.txt").read_text() == "placed"
+    assert not list(tmp_path.glob("placed/thing-*"))          # nothing at the default <name>-<hash>
+    record = json.loads((tmp_path / "shared/thing-v1/.executor/record.json").read_text())
+    assert record["config"]["output_path"] == str(tmp_path / "shared/thing-v1")
+    assert record["step_id"].startswith("placed/thing-")
+    # the same step with another override keeps its id: the override is not part of the identity
+    rc = run(build_placed("shared/thing-v2"), "placed", argv=["--prefix", str(tmp_path), "--runner", "inline"],
+             environ={}, main_file=__file__)
+    assert rc == 0
+    other = json.loads((tmp_path / "shared/thing-v2/.executor/record.json").read_text())
+    assert other["step_id"] == record["step_id"] and other["digest"] == record["digest"]

@@ -147,6 +147,7 @@ class TrainConfig:
     checkpoint_every: int = execution_only(50)
     keep_checkpoints: int = execution_only(2)       # rolling checkpoints kept
     permanent_every: int | None = execution_only(None)  # these steps are never deleted
+    async_checkpoints: bool = execution_only(True)  # write checkpoints in the background while training goes on
     log_every: int = execution_only(10)
     metrics_flush_s: float = execution_only(10.0)  # metrics.jsonl rewritten at most this often between checkpoints
     num_devices: int = execution_only(1)           # data-parallel devices (output-invariant)

@@ -28,6 +28,7 @@ from executor.engine import outputs
 from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.report import ConsoleReporter, plan_rows
+from executor.engine.regions import note_cross_region_reads
 from executor.engine.snapshot import read_snapshot
 from executor.engine.timeline import TimelineRecorder
 from executor.tools.run_report import write_report
@@ -46,6 +47,7 @@ class Options:
     runner: str = "ray"  # ray | inline
     lease_ttl: float = 60.0
     heartbeat_interval: float = 15.0
+    cross_region_budget_gb: float = 10.0  # refuse a run reading more than this from buckets in other locations
     storage_options: Optional[dict] = None  # fsspec options; None: env EXECUTOR_STORAGE_OPTIONS
 
 
@@ -333,6 +335,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     reporter.print_plan(plan_, prefix, title=description)
     _what_changed(graph, plan_, prefix, main_file, reporter, planned.storage_options)
+    note_cross_region_reads(plan_, prefix, reporter, options.cross_region_budget_gb)
     experiment = Path(main_file).stem if main_file else "experiment"
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(main_file, secret_flags)

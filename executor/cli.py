@@ -45,6 +45,8 @@ class ExecutorOptions:
     runner: Literal["ray", "inline"] = _flag("ray", "ray | inline (in-process, for debugging)")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
+    cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
+                                                "from buckets in another location than the prefix's")
     check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
@@ -201,6 +203,9 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
         reporter.info(f"prefix: {prefix}")
         reporter.print_plan(plan, prefix, title=description)
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
+        from executor.engine.regions import note_cross_region_reads
+
+        note_cross_region_reads(plan, prefix, reporter)
     if options.graph:
         from executor.tools.draw import draw_plan
 

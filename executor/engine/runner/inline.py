@@ -20,6 +20,7 @@ import os
 import pickle
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from executor.engine.runner.base import StepCall, StepOutcome
 
 EXIT_SILENCED = 75  # the child stopped itself: no ping from its runner for silence_limit_s
 EXIT_ORPHANED = 76  # the child stopped itself: its runner is gone
+PING = struct.Struct("d")  # a ping: the runner's time.monotonic() when it sent it
 
 
 def run_call(call: StepCall) -> StepOutcome:
@@ -56,12 +58,14 @@ def run_call(call: StepCall) -> StepOutcome:
 
 # -- the child process -----------------------------------------------------------------------
 def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]) -> None:
-    """Child side: exit when the runner goes silent (paused) or away (dead)."""
+    """Child side: exit when the runner goes silent (paused) or away (dead).
+
+    Each ping carries the runner's CLOCK_MONOTONIC time (one clock for every process on the
+    machine), so silence is measured from when the runner last spoke, not from when this child
+    got around to reading: a child starved of CPU does not mistake its own delay for a pause."""
+    pending = b""
     while True:
         readable, _, _ = select.select([ping_fd], [], [], (silence_limit_s or 60) / 4)
-        silent = time.monotonic() - last[0]
-        if silence_limit_s is not None and silent > silence_limit_s:
-            os._exit(EXIT_SILENCED)  # checked before taking a ping: a resumed runner's first ping is late
         if readable:
             try:
                 data = os.read(ping_fd, 4096)
@@ -69,7 +73,13 @@ def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]
                 data = b""
             if not data:
                 os._exit(EXIT_ORPHANED)
-            last[0] = time.monotonic()
+            pending += data
+            whole = len(pending) - len(pending) % PING.size
+            if whole:
+                last[0] = max(last[0], PING.unpack_from(pending, whole - PING.size)[0])
+                pending = pending[whole:]
+        if silence_limit_s is not None and time.monotonic() - last[0] > silence_limit_s:
+            os._exit(EXIT_SILENCED)
 
 
 def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None) -> None:
@@ -148,8 +158,8 @@ class ChildHandle:
         return StepOutcome(ok=False, error=f"the step's process {why}", infrastructure=True)
 
     def ping(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._ping_fd, b".")
+        with contextlib.suppress(OSError):  # a full pipe (the child is stopped) drops the ping
+            os.write(self._ping_fd, PING.pack(time.monotonic()))
 
     def close_ping(self) -> None:
         with contextlib.suppress(OSError):

@@ -1,7 +1,7 @@
 """The command line of an experiment file: flags -> graph -> the Python API (executor.api) -> exit code.
 
 Exit codes: 0 all done; 1 one or more steps failed; 2 usage or config error (nothing ran);
-3 --check found changed ids; 130 interrupted.
+3 --check found changed ids; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefixes import DEFAULT_PREFIX, resolve_prefix, storage_options_from_env  # noqa: F401
-from executor.engine.report import ConsoleReporter, plan_json
+from executor.engine.report import ConsoleReporter, write_plan_json
 from executor.engine.store import StoreError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 
 
 def _flag(default: Any, help_text: str) -> Any:
@@ -45,6 +45,8 @@ class ExecutorOptions:
     runner: Literal["ray", "inline"] = _flag("ray", "ray | inline (in-process, for debugging)")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
+    cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
+                                                "from buckets in another location than the prefix's")
     check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
@@ -109,12 +111,21 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
     `steps` may be a callable taking the experiment's own config (a dataclass whose fields
     become flags, given as `config=`) and returning the steps.
     """
+    from executor.engine import signals
+
+    signals.own_process()  # SIGINT/SIGTERM end this process's runs cleanly and promptly
     try:
         code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv)
         sys.stdout.flush()
     except BrokenPipeError:  # `python foo.py --dry-run | head`: the reader left; no traceback (issue 19.10)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # Everything is released and recorded; skip interpreter teardown, where Ray's exit hooks
+        # can hang a driver whose tasks were just cancelled (issue 12): a signal ends the process now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 
@@ -134,7 +145,10 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
-        return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag)
+        from executor.engine.provenance import secret_flag_names
+
+        return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag,
+                          secret_flag_names(config))
     except ExecutorError as e:
         return _usage(str(e))
     except StoreError as e:
@@ -155,7 +169,7 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
                main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter,
-               storage_flag: str | None = None) -> int:
+               storage_flag: str | None = None, secret_flags: frozenset[str] = frozenset()) -> int:
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
@@ -171,26 +185,27 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
     if options.dry_run:
         return _dry_run(graph, options, description, main_file, environ, reporter, storage_flag)
     return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,
-                         reporter=reporter, main_file=main_file).exit_code
+                         reporter=reporter, main_file=main_file, secret_flags=secret_flags).exit_code
 
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
              environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
-    from rich.console import Console
-
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
     planned = api.plan_graph(graph, api_options(options, storage_flag), environ=environ)
     plan, prefix = planned.plan, planned.prefix
-    warn_drift(plan, prefix, planned.fs, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
+    warn_drift(plan, prefix, planned.fs, ConsoleReporter(stderr=True) if options.json else reporter)
     if options.json:
-        print(plan_json(plan, prefix))
+        write_plan_json(plan, prefix, sys.stdout)
     else:
         from executor.tools.explain import print_dry_run_notes
 
         reporter.info(f"prefix: {prefix}")
         reporter.print_plan(plan, prefix, title=description)
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
+        from executor.engine.regions import note_cross_region_reads
+
+        note_cross_region_reads(plan, prefix, reporter)
     if options.graph:
         from executor.tools.draw import draw_plan
 

@@ -2,7 +2,10 @@
 
 Only steps whose blocking dependencies are SUCCESS (observed on storage) are started. A failure
 blocks its dependents and lets other branches finish. A lost lease cancels the task and nothing
-is published. Ctrl-C cancels running tasks and releases leases as FAILED (interrupted).
+is published. An error while starting or committing one step (a storage error, an output-path
+clash) fails that step only; an error of the runner itself fails every running step. Ctrl-C or
+SIGTERM cancels running tasks and releases leases as FAILED with the reason. Whatever the ending,
+no lease this process took is left RUNNING.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from executor.core.plan import Action, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
 from executor.core.record import Owner, State, Status, StepRecord, output_digest, record_key, status_key
 from executor.engine.report import Reporter
-from executor.engine.results import encode_result
+from executor.engine import signals
+from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
 from executor.core.step import OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
-from executor.engine.store.base import CoordinationStore, StoreError
+from executor.engine.store.base import CoordinationStore
 from executor.core.tree import fold, resolve
 
 
@@ -85,6 +89,15 @@ class RunSummary:
     ran_here: list[str] = field(default_factory=list)
     output_paths: dict[str, str] = field(default_factory=dict)  # by step_id, where known (adopted: the alias's)
     interrupted: bool = False
+    signum: int | None = None  # the signal that interrupted the run (SIGINT or SIGTERM)
+    runner_error: str | None = None  # the run loop itself failed: every running step was failed
+
+    @property
+    def exit_code(self) -> int:
+        """0 all done; 1 a step failed or the runner broke; 128+N stopped by signal N (130, 143)."""
+        if self.interrupted:
+            return signals.exit_code_for(self.signum or signals.signal.SIGINT)
+        return 1 if (self.failed or self.runner_error) else 0
 
     @property
     def failed(self) -> list[str]:
@@ -98,7 +111,9 @@ def is_not_secret(f: Any) -> bool:
 def config_to_json(config: Any) -> Any:
     """The resolved config as JSON for the record, with secret fields left out."""
     def leaf(v: Any, path: tuple) -> Any:
-        if v is None or isinstance(v, (bool, int, float, str)):
+        if isinstance(v, float):
+            return portable_float(v)
+        if v is None or isinstance(v, (bool, int, str)):
             return v
         if isinstance(v, enum.Enum):
             return v.name
@@ -173,10 +188,14 @@ class Execution:
                 self._start_ready()
                 self._collect_finished()
                 self._police_running()
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            self._interrupt()
-        except BaseException as e:  # the error propagates; our leases must not stay RUNNING for a TTL
+        except KeyboardInterrupt as e:
+            summary.interrupted, summary.signum = True, signals.signum_of(e)
+            self._interrupt(signals.reason_for(summary.signum))
+        except Exception as e:  # noqa: BLE001 - the loop or runner broke: end honestly, release every lease
+            summary.runner_error = f"{type(e).__name__}: {e}"
+            self.ctx.reporter.warning(f"the run stopped on an error of the runner itself: {summary.runner_error}")
+            self._interrupt(f"runner error: {summary.runner_error}"[:500])
+        except BaseException as e:  # SystemExit and the like propagate; our leases must not stay RUNNING
             self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
             raise
         finally:
@@ -216,7 +235,10 @@ class Execution:
             if deps == "blocked":
                 self._block(t)
             elif deps == "ready" and running < self.ctx.max_concurrent:
-                self._try_start(t)
+                try:
+                    self._try_start(t)
+                except Exception as e:  # noqa: BLE001 - storage error or clash: this step fails, not the run
+                    self._fail(t, StepOutcome(ok=False, error=f"could not start: {type(e).__name__}: {e}"))
                 running += t.state == NodeState.RUNNING
 
     def _block(self, t: Tracked) -> None:
@@ -343,7 +365,10 @@ class Execution:
         done_ids = {id(h) for h in done}
         for t in running:
             if id(t.handle) in done_ids:
-                self._finish(t, t.handle.outcome())
+                try:
+                    self._finish(t, t.handle.outcome())
+                except Exception as e:  # noqa: BLE001 - e.g. a storage error on its .executor/
+                    self._fail(t, StepOutcome(ok=False, error=f"could not commit: {type(e).__name__}: {e}"))
 
     def _police_running(self) -> None:
         """Cancel tasks whose lease was lost or whose declared timeout has passed."""
@@ -362,6 +387,12 @@ class Execution:
 
     def _finish(self, t: Tracked, outcome: StepOutcome) -> None:
         t.attempts.extend(outcome.attempts)
+        if not outcome.ok and not self.ctx.keeper.confirm(t.lease):
+            # Ended because its lease was lost (an inline step stops itself when its runner was
+            # paused past half the TTL): not the step's failure; re-read and follow the new owner.
+            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost")
+            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+            return
         if not outcome.ok:
             if not outcome.infrastructure and t.user_retries_left > 0:
                 t.user_retries_left -= 1
@@ -371,6 +402,10 @@ class Execution:
             self._fail(t, outcome)
             return
         result, result_type = encode_result(outcome.result)  # a dataclass: its fields as JSON data
+        result, problem = storable_result(result)
+        if problem:
+            self._fail(t, StepOutcome(ok=False, error=problem))
+            return
         # The record is written before the fenced commit, so confirm the lease first: a paused or
         # partitioned holder (silent past half the TTL, or its generation taken over) must not
         # overwrite the record of the runner that took over.
@@ -423,8 +458,10 @@ class Execution:
                                         written_at=self.ctx.wall_clock())
             try:
                 self.ctx.keeper.finish(t.lease, final)
-            except StoreError as e:
+            except Exception as e:  # noqa: BLE001 - storage down: the lease goes stale after its TTL
                 self.ctx.reporter.warning(f"{t.node.name}: could not record the failure: {e}")
+        if t.handle is not None and not t.handle.done():
+            t.handle.cancel()
         t.state, t.error = NodeState.FAILED, outcome.error
         self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
 
@@ -432,15 +469,12 @@ class Execution:
         running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
         # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
         # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
+        self.ctx.keeper.release_all(reason)
         for t in running:
-            if t.lease is not None:
-                final = t.lease.status.next(state=State.FAILED, error=reason,
-                                            written_at=self.ctx.wall_clock())
-                try:
-                    self.ctx.keeper.finish(t.lease, final)
-                except StoreError:
-                    pass
             t.state, t.error = NodeState.FAILED, reason
         for t in running:
             if t.handle is not None:
-                t.handle.cancel()
+                try:
+                    t.handle.cancel()
+                except Exception:  # noqa: BLE001 - the lease is already released; keep cancelling the rest
+                    pass

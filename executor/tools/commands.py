@@ -422,7 +422,7 @@ def cmd_report(args: Any) -> int:
     from executor.tools.run_report import run_file_path, write_report
 
     prefix = default_prefix(args.prefix)
-    fs = outputs.filesystem(prefix, args.storage_options)
+    fs = location.open_filesystem(prefix, args.storage_options)
     print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
     return EXIT_OK
 

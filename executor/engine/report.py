@@ -253,7 +253,10 @@ def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, pref
         node = graph.nodes[digest]
         if node.step_id not in ran_here:
             continue
-        logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
+        from executor.engine.runner.capture import log_path
+
+        pattern = log_path(f"{prefix.rstrip('/')}/{node.output_rel}", 0).replace("attempt-0.log", "attempt-*.log")
+        logs = sorted(fs.glob(pattern),
                       key=lambda p: int(p.rsplit("-", 1)[-1].split(".")[0]))
         if not logs:
             continue  # the in-process runner prints straight to this process's output

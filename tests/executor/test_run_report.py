@@ -63,3 +63,30 @@ def test_a_failed_run_table_names_the_error(tmp_path, capsys):
     out = capsys.readouterr().out
     table = out[out.index("this run"):]
     assert "failing on purpose" in table and "blocked" in table
+
+
+def test_a_targets_latest_attempt_log_is_echoed_into_a_pipe(tmp_path):
+    """On Ray, what a final step prints goes through Ray's log forwarding, which can miss a pipe;
+    the run echoes the target's own attempt log (written by runner/capture.py) at the end."""
+    import fsspec
+
+    from executor.core.graph import build_graph
+    from executor.engine.report import ConsoleReporter, echo_step_logs
+    from executor.engine.runner.capture import log_path
+    from experiments import hello
+
+    graph = build_graph(hello.build(hello.HelloOptions()))
+    target = graph.nodes[graph.targets[0]]
+    output = tmp_path / target.output_rel
+    for attempt, text in ((1, "first try\n"), (2, "bits per byte: 2.1 model | 4.5 unigram\n")):
+        path = Path(log_path(str(output), attempt))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    buffer = io.StringIO()
+    reporter = ConsoleReporter(Console(file=buffer, force_terminal=False, width=200))
+    echo_step_logs(reporter, graph, [target.step_id], fsspec.filesystem("file"), str(tmp_path))
+    out = buffer.getvalue()
+    assert f"output of {target.name}" in out and "bits per byte: 2.1 model" in out and "first try" not in out
+    buffer.truncate(0)
+    echo_step_logs(reporter, graph, [], fsspec.filesystem("file"), str(tmp_path))  # did not run here: nothing
+    assert buffer.getvalue().strip("\x00") == ""

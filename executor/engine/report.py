@@ -77,6 +77,12 @@ def plan_json(plan: Plan, prefix: str) -> str:
     return buffer.getvalue()
 
 
+def _short(value: object, limit: int = 80) -> str:
+    """A result value as echoed on the console: whole in the record, shortened here."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
+
+
 class ConsoleReporter:
     """Readable lines on the terminal; rich degrades to plain text when not on a TTY."""
 
@@ -94,6 +100,7 @@ class ConsoleReporter:
         self._tally = {"succeeded": 0, "running": 0}
         self._to_run = 0
         self._last_tally = 0.0
+        self.outcomes: dict[str, dict[str, Any]] = {}  # digest -> seconds, result, error: for the end table
 
     def print_plan(self, plan: Plan, prefix: str, title: str | None = None, max_rows: int = 60) -> None:
         decisions = list(plan.decisions.values())
@@ -148,6 +155,7 @@ class ConsoleReporter:
         self.console.print(f"[yellow]▶[/] {escape(node.name)}{again}{how} → {escape(output_path)}")
 
     def step_succeeded(self, node, seconds, result):
+        self.outcomes[node.digest] = {"seconds": seconds, "result": result}
         self._tally["running"] -= 1
         self._tally["succeeded"] += 1
         if self.compact:
@@ -155,11 +163,13 @@ class ConsoleReporter:
             return
         summary = ""
         if isinstance(result, dict) and result:
-            items = [f"{k}={v}" for k, v in list(result.items())[:6] if isinstance(v, (int, float, str))]
+            items = [f"{str(k)[:40]}={_short(v)}" for k, v in list(result.items())[:6]
+                     if isinstance(v, (int, float, str))]
             summary = "  " + ", ".join(items) if items else ""
         self.console.print(f"[green]✔[/] {escape(node.name)} ({seconds:.1f}s){escape(summary)}")
 
     def step_failed(self, node, error, traceback_tail):
+        self.outcomes[node.digest] = {"error": error}
         self._tally["running"] = max(0, self._tally["running"] - 1)
         self.console.print(f"[bold red]✘ {escape(node.name)} failed:[/] {escape(error)}")
         if traceback_tail:
@@ -194,3 +204,61 @@ class ConsoleReporter:
 
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {escape(message)}")
+
+    def print_run_end(self, plan: Plan, states: dict[str, Any], errors: dict[str, str], max_rows: int = 60) -> None:
+        """The per-step table a real run ends with: what happened to each step, how long, its result.
+        Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results.
+        Past `max_rows` steps, the ones that ran or failed come first and the rest are counted."""
+        table = Table(title="this run", show_lines=False, header_style="bold")
+        for column in ("step", "outcome", "took"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("result", overflow="fold")
+        shown = sorted(plan.decisions.items(), key=lambda kv: kv[0] not in self.outcomes and
+                       getattr(states.get(kv[1].node.step_id), "value", None) == "succeeded")
+        for digest, d in shown[:max_rows]:
+            state = states.get(d.node.step_id)
+            state = getattr(state, "value", state)
+            seen = self.outcomes.get(digest, {})
+            if "seconds" in seen:
+                outcome, took = "[green]ran[/]", f"{seen['seconds']:.1f}s"
+            elif state == "succeeded":
+                outcome, took = ("skipped" if d.action == Action.SKIP else "done elsewhere"), "-"
+            else:
+                outcome, took = f"[red]{escape(str(state or d.action.value))}[/]", "-"
+            result = (result_text(seen.get("result")) if "seconds" in seen else
+                      "succeeded earlier" if outcome == "skipped" else escape(errors.get(d.node.step_id, "")))
+            table.add_row(escape(d.node.name), outcome, took, result)
+        self.console.print(table)
+        if len(shown) > max_rows:
+            self.console.print(f"… and {len(shown) - max_rows} more skipped steps (all: stepgraph status --prefix P)")
+
+
+def result_text(result: Any, limit: int = 300) -> str:
+    """A step's returned value as one plain line (the end table's `result` column)."""
+    if result is None:
+        return ""
+    if isinstance(result, dict):
+        text = ", ".join(f"{k}={v}" for k, v in result.items() if isinstance(v, (int, float, str, bool)))
+    else:
+        text = str(result)
+    return escape(text[:limit] + ("…" if len(text) > limit else ""))
+
+
+def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, prefix: str, lines: int = 40) -> None:
+    """The tail of each target step's latest attempt log (Ray runs write one), when it ran here:
+    what a final summary step printed reaches a piped log even if Ray's forwarding lost it."""
+    for digest in graph.targets:
+        node = graph.nodes[digest]
+        if node.step_id not in ran_here:
+            continue
+        logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
+                      key=lambda p: int(p.rsplit("-", 1)[-1].split(".")[0]))
+        if not logs:
+            continue  # the in-process runner prints straight to this process's output
+        try:
+            text = fs.cat_file(logs[-1]).decode(errors="replace").rstrip()
+        except OSError:
+            continue
+        if text:
+            reporter.info(f"output of {escape(node.name)} ({escape(logs[-1])}):")
+            reporter.info(escape("\n".join(text.splitlines()[-lines:])))

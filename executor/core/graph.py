@@ -109,20 +109,6 @@ def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
         return _build_graph(steps)
 
 
-class _DigestFirst(Exception):
-    """Raised when dependencies nest too deeply to recurse further: digest `step` from the top first."""
-
-    def __init__(self, step: ExecutorStep):
-        super().__init__()
-        self.step = step
-
-
-# Dependencies are digested recursively from inside the encoder; past this many nested steps the
-# walk starts over from the deepest one instead, so a chain of 10,000 steps stays within Python's
-# recursion limit.
-MAX_NESTED_STEPS = 40
-
-
 def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     digests: dict[int, str] = {}  # id(step object) -> digest
     nodes: dict[str, StepNode] = {}

@@ -236,3 +236,17 @@ def test_encoder_memo_does_not_leak_between_graphs():
     shared.append(3)  # mutated between two builds: the second build sees it
     assert build_graph([ExecutorStep("s", fn, Outer(Holder(shared)))]).targets != first
     assert CanonicalEncoder(lambda p: "").config_text(shared) == "[1,2,3]"
+
+
+def test_a_config_with_a_partition_spec_a_timedelta_and_a_path_runs_and_is_then_skipped(tmp_path):
+    pytest.importorskip("jax")
+    script = str(REPO / "tests/executor/library_values_experiment.py")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    ran = subprocess.run([sys.executable, script, str(tmp_path), "run"], capture_output=True, text=True, env=env,
+                         cwd=REPO, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().splitlines()[-1] == "P('data', None) 0:05:00 corpus/a.txt"
+    planned = subprocess.run([sys.executable, script, str(tmp_path), "plan"], capture_output=True, text=True,
+                             env=env, cwd=REPO, timeout=300)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert planned.stdout.strip().splitlines()[-1] == "skip"  # the same id in a second process

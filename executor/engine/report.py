@@ -209,7 +209,7 @@ class ConsoleReporter:
         """The per-step table a real run ends with: what happened to each step, how long, its result.
         Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results.
         Past `max_rows` steps, the ones that ran or failed come first and the rest are counted."""
-        from rich.table import Table
+        from rich.table import Table  # imported lazily, like print_plan's (no-op runs skip rich)
 
         table = Table(title="this run", show_lines=False, header_style="bold")
         for column in ("step", "outcome", "took"):
@@ -253,10 +253,7 @@ def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, pref
         node = graph.nodes[digest]
         if node.step_id not in ran_here:
             continue
-        from executor.engine.runner.capture import log_path
-
-        pattern = log_path(f"{prefix.rstrip('/')}/{node.output_rel}", 0).replace("attempt-0.log", "attempt-*.log")
-        logs = sorted(fs.glob(pattern),
+        logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
                       key=lambda p: int(p.rsplit("-", 1)[-1].split(".")[0]))
         if not logs:
             continue  # the in-process runner prints straight to this process's output

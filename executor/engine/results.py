@@ -24,9 +24,10 @@ NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 def type_name(cls: type) -> str:
     """`module:qualname`, the module named as identities name it (by file; see core/naming.py)."""
-    from executor.core.naming import canonical_module_name
+    from executor.core.naming import qualified_name
 
-    return f"{canonical_module_name(cls.__module__)}:{cls.__qualname__}"
+    module = qualified_name(cls)[: -len(cls.__qualname__) - 1]
+    return f"{module}:{cls.__qualname__}"
 
 
 def encode_result(value: Any) -> tuple[Any, str | None]:

@@ -209,6 +209,8 @@ class ConsoleReporter:
         """The per-step table a real run ends with: what happened to each step, how long, its result.
         Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results.
         Past `max_rows` steps, the ones that ran or failed come first and the rest are counted."""
+        from rich.table import Table
+
         table = Table(title="this run", show_lines=False, header_style="bold")
         for column in ("step", "outcome", "took"):
             table.add_column(column, no_wrap=True)

@@ -76,7 +76,10 @@ class RayRunner:
                                         f"address (--ray-address / RAY_ADDRESS) and that the cluster is up.") from None
             else:
                 start_embedded(num_cpus, object_store_memory, resources)
-        log_forwarding.install()  # step output complete before its ✔ line
+        try:
+            log_forwarding.install()  # step output complete before its ✔ line
+        except Exception as e:  # noqa: BLE001 - Ray's internals moved: keep its own printer, say so
+            self.notify(f"stepgraph: step output may trail its ✔ line (could not wrap Ray's log printer: {e})")
         self.remote_step = ray.remote(execute_remotely)
         self.remote_host = ray.remote(max_calls=1)(execute_host)  # jax.distributed is once per process
 

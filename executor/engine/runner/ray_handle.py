@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Protocol, Sequence
 
 from executor.engine.runner.base import StepCall, StepOutcome
+from executor.engine.runner import log_forwarding
 from executor.engine.runner.capture import log_path
 from executor.engine.runner.ray_tasks import cause_of, classify, coordinator_address
 from executor.core.step import Resources
@@ -84,6 +85,7 @@ class RayHandle:
         self._results = {}
         if self.hosts == 1:
             log, header = self._log()
+            log_forwarding.forget(log_forwarding.output_key(self.call.step_id, self.call.attempt))
             options = self.runner.task_options(self.call)
             self._refs = [self.runner.remote_step.options(**options).remote(self.call, log, header)]
             self._phase = "run"
@@ -133,7 +135,10 @@ class RayHandle:
         if not finished:
             return False
         if self._phase == "run":
-            self._end_try(*self._get(finished[0]))
+            cause, outcome = self._get(finished[0])
+            if cause != "infrastructure":  # its last lines reach the console before its ✔ line
+                log_forwarding.wait_for_output(log_forwarding.output_key(self.call.step_id, self.call.attempt))
+            self._end_try(cause, outcome)
         elif self._phase == "placement":
             coordinator_task = ray.remote(coordinator_address).options(
                 num_cpus=0, max_retries=2, scheduling_strategy=self._in_bundle(0))

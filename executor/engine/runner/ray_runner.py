@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from executor.core.errors import ExecutorError
-from executor.engine.runner import cluster
+from executor.engine.runner import cluster, log_forwarding
 from executor.engine.runner.base import StepCall
 from executor.engine.runner.ray_env import (check_reachable, local_code_paths, prepare_loopback_environment, ray_is_active,
                                      start_embedded)
@@ -61,6 +61,7 @@ class RayRunner:
         self.notify = notify or (lambda message: print(message, file=sys.stderr))
         self.shipped: list[str] = []
         self.started_here = not ray.is_initialized()
+        log_forwarding.plain_when_piped()
         if self.started_here:
             if address:
                 runtime_env: dict[str, Any] = {}
@@ -75,6 +76,10 @@ class RayRunner:
                                         f"address (--ray-address / RAY_ADDRESS) and that the cluster is up.") from None
             else:
                 start_embedded(num_cpus, object_store_memory, resources)
+        try:
+            log_forwarding.install()  # step output complete before its ✔ line
+        except Exception as e:  # noqa: BLE001 - Ray's internals moved: keep its own printer, say so
+            self.notify(f"stepgraph: step output may trail its ✔ line (could not wrap Ray's log printer: {e})")
         self.remote_step = ray.remote(execute_remotely)
         self.remote_host = ray.remote(max_calls=1)(execute_host)  # jax.distributed is once per process
 

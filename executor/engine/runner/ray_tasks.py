@@ -12,6 +12,7 @@ from typing import Any
 from executor.engine import location
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output
+from executor.engine.runner.log_forwarding import output_key, print_end_markers
 
 
 # -- code that runs in Ray workers ---------------------------------------------------------
@@ -19,8 +20,11 @@ def execute_remotely(call: StepCall, log: str | None, header: str) -> StepOutcom
     from executor.engine.runner.inline import run_call
 
     location.use_registered(call.storage)  # before the log opens: its upload needs them too
-    with captured_output(log, header):
-        return run_call(call)
+    try:
+        with captured_output(log, header):
+            return run_call(call)
+    finally:  # outside the capture: for the driver's console, not the attempt log
+        print_end_markers(output_key(call.step_id, call.attempt))
 
 
 def execute_host(call: StepCall, log: str | None, header: str, host: Any) -> StepOutcome:

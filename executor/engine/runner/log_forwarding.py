@@ -1,0 +1,99 @@
+"""Step output Ray forwards to the driver's console: plain when piped, complete before the step's ✔.
+
+Ray prints each worker line behind an ANSI-coloured "(task pid=N)" prefix; when the driver's stdout
+is not a terminal, RAY_COLOR_PREFIX=0 turns the colour codes off. Ray forwards asynchronously, so a
+finished task's last lines could arrive after the driver printed its ✔ line: each attempt ends its
+stdout and stderr with a marker line, the driver's log handler swallows markers and notes them, and
+the Ray handle waits (bounded) for both before it reports the outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+MARKER = "::stepgraph-end-of-output::"
+WAIT_S = 3.0  # a lost marker (a log monitor restart) delays one ✔ line by this much, never more
+
+_seen: set[tuple[str, bool]] = set()
+_changed = threading.Condition()
+
+
+def _current_printer():
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return None
+    handlers = dict(getattr(ray_worker.global_worker_stdstream_dispatcher, "handlers", []))
+    return handlers.get("ray_print_logs")
+
+
+def _installed() -> bool:
+    return getattr(_current_printer(), "stepgraph", False)
+
+
+def plain_when_piped() -> None:
+    """Before Ray prints anything: no colour codes in front of forwarded lines unless on a terminal."""
+    if not sys.stdout.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+
+
+def output_key(step_id: str, attempt: int) -> str:
+    return f"{step_id}#{attempt}"
+
+
+def print_end_markers(key: str) -> None:
+    """In the worker, after the step's output (and outside its log capture)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            print(f"{MARKER}{key}", file=stream, flush=True)
+        except (OSError, ValueError):
+            pass
+
+
+def install() -> None:
+    """Wrap Ray's driver-side printer of worker output (after each ray.init that forwards logs)."""
+    if _current_printer() is None or _installed():
+        return
+    from ray._private import worker as ray_worker
+
+    dispatcher = ray_worker.global_worker_stdstream_dispatcher
+    ignore_prefix = ray_worker._should_ignore_worker_log_prefix(ray_worker.global_worker)
+
+    def print_without_markers(data: dict) -> None:
+        lines = data.get("lines") or []
+        keep = [line for line in lines if MARKER not in line]
+        if len(keep) != len(lines):
+            with _changed:
+                for line in lines:
+                    if MARKER in line:
+                        _seen.add((line.split(MARKER, 1)[1].strip(), bool(data.get("is_err"))))
+                _changed.notify_all()
+        if keep:
+            ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
+
+    print_without_markers.stepgraph = True  # type: ignore[attr-defined]
+    dispatcher.remove_handler("ray_print_logs")
+    dispatcher.add_handler("ray_print_logs", print_without_markers)
+
+
+def forget(key: str) -> None:
+    with _changed:
+        _seen.discard((key, False))
+        _seen.discard((key, True))
+
+
+def wait_for_output(key: str, timeout_s: float = WAIT_S) -> bool:
+    """Block until both markers of `key` were printed through (True), or the timeout (False)."""
+    if not _installed():
+        return False
+    deadline = time.monotonic() + timeout_s
+    with _changed:
+        while not {(key, False), (key, True)} <= _seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _changed.wait(left)
+        return True

@@ -1,0 +1,51 @@
+"""The driver-side wrapper around Ray's printer of worker output, driven through Ray's own log
+dispatcher and printer (no cluster needed): markers swallowed and awaited, no colour when piped."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import pytest
+
+from executor.engine.runner import log_forwarding
+
+
+@pytest.fixture
+def ray_printer(monkeypatch):
+    """Ray's printer registered as ray.init(log_to_driver=True) registers it; removed afterwards."""
+    from ray._private import worker
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    dispatcher = worker.global_worker_stdstream_dispatcher
+    dispatcher.add_handler("ray_print_logs", functools.partial(worker.print_to_stdstream, ignore_prefix=False))
+    yield dispatcher
+    dispatcher.remove_handler("ray_print_logs")
+
+
+def batch(lines, is_err):
+    return {"lines": lines, "pid": 42, "ip": "127.0.0.1", "localhost": "127.0.0.1", "is_err": is_err,
+            "task_name": "s/x-abc", "job": "01"}
+
+
+def test_markers_are_swallowed_and_awaited_and_piped_output_is_plain(ray_printer, capsys):
+    log_forwarding.plain_when_piped()  # pytest's captured stdout is not a terminal
+    log_forwarding.install()
+    log_forwarding.install()  # idempotent
+    key = log_forwarding.output_key("s/x-abc", 1)
+    assert not log_forwarding.wait_for_output(key, 0.1)
+
+    def emit():
+        for is_err in (False, True):
+            ray_printer.emit(batch([f"step says {is_err}", log_forwarding.MARKER + key], is_err))
+    threading.Timer(0.2, emit).start()
+    assert log_forwarding.wait_for_output(key, 5)
+    out, err = capsys.readouterr()
+    assert out == "(s/x-abc pid=42) step says False\n" and err == "(s/x-abc pid=42) step says True\n"
+    log_forwarding.forget(key)
+    assert not log_forwarding.wait_for_output(key, 0.05)
+
+
+def test_without_the_setting_ray_colours_its_prefixes(ray_printer, capsys):
+    ray_printer.emit(batch(["hello"], False))
+    assert "\x1b[" in capsys.readouterr().out  # what plain_when_piped turns off

@@ -21,7 +21,7 @@ import numpy as np
 from steps.train import checkpoint
 from steps.train.config import ModelConfig
 from steps.train.loop import MODEL_SUBDIR
-from steps.train.model import forward, init_params, init_router_bias, token_nll
+from steps.train.model import init_params, init_router_bias, sequence_nll
 
 
 @dataclass
@@ -52,8 +52,8 @@ def make_scorer(model: TrainedModel):
     """(inputs [B, T], targets [B, T], mask [B, T]) -> masked nats per row, jitted."""
     @jax.jit
     def score(params, bias, inputs, targets, mask):
-        logits, _ = forward(params, bias, inputs, model.cfg)
-        return jnp.sum(token_nll(logits, targets) * mask, axis=-1)
+        nll, _ = sequence_nll(params, bias, inputs, targets, model.cfg)  # never holds full logits
+        return jnp.sum(nll * mask, axis=-1)
     return lambda inputs, targets, mask: score(model.params, model.router_bias, inputs, targets, mask)
 
 

@@ -16,6 +16,8 @@ from steps.tracking import check_trackers
 ROUTER_AFFINITIES = ("sigmoid", "softmax")
 BALANCE_MODES = ("aux_free", "aux_loss", "none")
 EXPERT_IMPLS = ("ragged", "dense")
+CROSS_ENTROPY_IMPLS = ("blockwise", "naive")
+REMAT_POLICIES = ("none", "full", "dots_saveable")
 SCHEDULES = ("cosine", "wsd")
 OPTIMIZERS = ("adamw", "muon")
 
@@ -55,10 +57,16 @@ class ModelConfig:
     rope_theta: float = 10000.0
     init_std: float = 0.02
     expert_impl: str = "ragged"     # ragged: sorted tokens + ragged_dot; dense: every expert
+    # Memory levers: they change what is kept in memory, not what is computed (equal within
+    # float32 rounding, tested), so they stay out of the step's identity.
+    cross_entropy: str = execution_only("blockwise")  # blockwise: never holds [tokens, vocab] logits
+    ce_block_size: int = execution_only(8192)          # vocabulary columns per block
+    remat: str = execution_only("none")  # per layer: none | full (keep inputs only) | dots_saveable
 
     def __post_init__(self) -> None:
         c = "ModelConfig"
-        for name in ("seq_len", "d_model", "n_heads", "n_layers", "d_ff", "n_experts", "top_k", "d_expert"):
+        for name in ("seq_len", "d_model", "n_heads", "n_layers", "d_ff", "n_experts", "top_k", "d_expert",
+                     "ce_block_size"):
             _require(getattr(self, name) >= 1, c, f"{name}={getattr(self, name)!r} must be >= 1")
         _require(self.vocab_size is None or self.vocab_size >= 2, c,
                  f"vocab_size={self.vocab_size!r} must be >= 2 (or None to read it from the cache)")
@@ -74,6 +82,8 @@ class ModelConfig:
         _one_of(c, "router_affinity", self.router_affinity, ROUTER_AFFINITIES)
         _one_of(c, "balance", self.balance, BALANCE_MODES)
         _one_of(c, "expert_impl", self.expert_impl, EXPERT_IMPLS)
+        _one_of(c, "cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
+        _one_of(c, "remat", self.remat, REMAT_POLICIES)
 
     @property
     def n_moe(self) -> int:
@@ -137,10 +147,15 @@ class TrainConfig:
     checkpoint_every: int = execution_only(50)
     keep_checkpoints: int = execution_only(2)       # rolling checkpoints kept
     permanent_every: int | None = execution_only(None)  # these steps are never deleted
+    async_checkpoints: bool = execution_only(True)  # write checkpoints in the background while training goes on
     log_every: int = execution_only(10)
     metrics_flush_s: float = execution_only(10.0)  # metrics.jsonl rewritten at most this often between checkpoints
     num_devices: int = execution_only(1)           # data-parallel devices (output-invariant)
     expert_parallel: bool = execution_only(False)  # shard experts over the device axis too
+    expert_dispatch: str = execution_only("all_gather")  # how tokens reach experts: all_gather | all_to_all
+    # all_to_all buffer rows per destination = ceil(factor * local assignments / devices);
+    # None never drops (results equal the single-device layer). Dropping changes results: hashed.
+    expert_capacity_factor: float | None = None
     trackers: tuple[str, ...] = execution_only(())  # "wandb", "tensorboard": see steps/tracking.py
 
     def __post_init__(self) -> None:
@@ -151,6 +166,12 @@ class TrainConfig:
         _require(self.metrics_flush_s >= 0, c, f"metrics_flush_s={self.metrics_flush_s!r} must be >= 0")
         _require(self.batch_size % self.num_devices == 0, c,
                  f"batch_size={self.batch_size} is not divisible by num_devices={self.num_devices}")
+        _one_of(c, "expert_dispatch", self.expert_dispatch, ("all_gather", "all_to_all"))
+        _require(self.expert_capacity_factor is None or self.expert_capacity_factor > 0, c,
+                 f"expert_capacity_factor={self.expert_capacity_factor!r} must be > 0 (or None: never drop)")
+        _require(self.expert_capacity_factor is None or (self.expert_parallel and self.expert_dispatch == "all_to_all"),
+                 c, f"expert_capacity_factor={self.expert_capacity_factor!r} only applies with expert_parallel=True "
+                    f"and expert_dispatch='all_to_all'; set those or leave it None")
         _require(not self.expert_parallel or self.model.n_experts % self.num_devices == 0, c,
                  f"expert_parallel needs model.n_experts={self.model.n_experts} divisible by "
                  f"num_devices={self.num_devices}")

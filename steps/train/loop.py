@@ -5,6 +5,7 @@ batches are a pure function of (seed, step), so an interrupted run that restarts
 same parameters as one that never stopped. metrics.jsonl is rewritten whole (one upload on object stores; not atomic on a local disk) at
 every checkpoint and, so a long run can be watched, every `metrics_flush_s` between them; on
 resume the rows past the restored checkpoint are dropped, so it describes one history.
+Checkpoints are written in a background thread (`async_checkpoints`) while training goes on.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import functools
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 
 from executor.engine import location
@@ -22,12 +24,13 @@ import numpy as np
 from executor.engine.progress import Progress
 from steps.token_cache import TokenSplit
 from steps.tracking import Trackers
-from steps.train import checkpoint
+from steps.train import batch_documents, checkpoint
 from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
 from steps.train.data import BatchSource
 from steps.train.model import default_expert_fn
 from steps.train.optim import learning_rate_schedule, make_optimizer
-from steps.train.sharding import batch_sharding, expert_parallel_fn, make_mesh, state_shardings
+from steps.train.sharding import (batch_sharding, expert_parallel_all_to_all_fn, expert_parallel_fn, make_mesh,
+                                  state_shardings)
 from steps.train.state import init_state, make_train_step
 
 MODEL_FILE_SCHEMA = 1
@@ -66,10 +69,16 @@ def _to_host(metrics: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=8)
-def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool):
+def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool,
+                        dispatch: str = "all_gather", capacity_factor: float | None = None):
     """The jitted train step, cached so repeated runs in one process compile once."""
     optimizer = make_optimizer(opt_cfg, num_steps)
-    expert_fn = expert_parallel_fn(mesh) if expert_parallel else default_expert_fn(model_cfg)
+    if not expert_parallel:
+        expert_fn = default_expert_fn(model_cfg)
+    elif dispatch == "all_to_all":
+        expert_fn = expert_parallel_all_to_all_fn(mesh, capacity_factor)
+    else:
+        expert_fn = expert_parallel_fn(mesh)
     template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, 0))
     shardings = state_shardings(template, mesh, expert_parallel)
     return jax.jit(make_train_step(model_cfg, optimizer, expert_fn),
@@ -83,7 +92,6 @@ def train(config: TrainConfig) -> dict:
     model_cfg = resolve_model_config(config.model, split.vocab_size)
     source = BatchSource(split, model_cfg.seq_len, config.batch_size, config.seed)
     optimizer = make_optimizer(config.optimizer, config.num_steps)
-    lr_at = learning_rate_schedule(config.optimizer, config.num_steps)
 
     mesh = make_mesh(config.num_devices)
     state = init_state(model_cfg, optimizer, config.seed)
@@ -94,38 +102,23 @@ def train(config: TrainConfig) -> dict:
     start = start or 0
     shardings = state_shardings(state, mesh, config.expert_parallel)
     state = jax.device_put(state, shardings)
-    step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel)
+    step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel,
+                                  config.expert_dispatch, config.expert_capacity_factor)
 
     _write_text(f"{out}/model.json", json.dumps(
         {"schema": MODEL_FILE_SCHEMA, "model": dataclasses.asdict(model_cfg), "num_steps": config.num_steps}))
+    _write_text(f"{out}/{batch_documents.DATA_FILE}", json.dumps(batch_documents.data_description(
+        config.cache_path, model_cfg.seq_len, config.batch_size, config.seed, config.num_steps)))
     history = _read_metrics(out, start)
     tokens_per_step = config.batch_size * model_cfg.seq_len
     progress = Progress("train", total=(config.num_steps - start) * tokens_per_step, unit="tok", interval=2.0)
     run_started = time.monotonic()
-    window_started, window_tokens = time.monotonic(), 0
-    metrics_written = time.monotonic()
-    metrics = None
     trackers = Trackers(config.trackers, out, "train", dataclasses.asdict(config), history)
-    for step in range(start, config.num_steps):
-        batch = jax.device_put(source.batch(step), batch_sharding(mesh))
-        state, metrics = step_fn(state, batch)
-        done = step + 1
-        window_tokens += tokens_per_step
-        if done % config.log_every == 0 or done == config.num_steps:
-            row = _to_host(metrics)
-            elapsed = max(time.monotonic() - window_started, 1e-9)
-            row.update(step=done, lr=float(lr_at(step)), tokens_per_s=window_tokens / elapsed)
-            history.append(row)
-            trackers.log(row, done)
-            window_started, window_tokens = time.monotonic(), 0
-            if time.monotonic() - metrics_written >= config.metrics_flush_s:
-                _write_metrics(out, history)
-                metrics_written = time.monotonic()
-            progress.desc = f"train step {done}/{config.num_steps} loss {row['loss']:.4f}"
-        progress.update(tokens_per_step)
-        if done % config.checkpoint_every == 0 or done == config.num_steps:
-            _save_checkpoint(config, out, done, state, history)
-            trackers.flush()
+    saver = CheckpointWriter(background=config.async_checkpoints)
+    try:
+        state = _train_steps(config, out, start, source, mesh, step_fn, state, history, trackers, saver, progress)
+    finally:
+        saver.close()   # a save in flight still commits (or is left torn) before we return or raise
     progress.close()
     trackers.close()
 
@@ -144,12 +137,73 @@ def train(config: TrainConfig) -> dict:
             "final_load_max_over_mean": last.get("load_max_over_mean")}
 
 
+def _train_steps(config: TrainConfig, out: str, start: int, source: BatchSource, mesh, step_fn, state: dict,
+                 history: list[dict], trackers: Trackers, saver: "CheckpointWriter", progress: Progress) -> dict:
+    """Steps start..num_steps: train, log rows (metrics.jsonl, trackers), checkpoint; the final state."""
+    lr_at = learning_rate_schedule(config.optimizer, config.num_steps)
+    tokens_per_step = config.batch_size * source.seq_len
+    window_started, window_tokens = time.monotonic(), 0
+    metrics_written = time.monotonic()
+    for step in range(start, config.num_steps):
+        batch = jax.device_put(source.batch(step), batch_sharding(mesh))
+        state, metrics = step_fn(state, batch)
+        done = step + 1
+        window_tokens += tokens_per_step
+        if done % config.log_every == 0 or done == config.num_steps:
+            row = _to_host(metrics)
+            elapsed = max(time.monotonic() - window_started, 1e-9)
+            row.update(step=done, lr=float(lr_at(step)), tokens_per_s=window_tokens / elapsed)
+            history.append(row)
+            trackers.log(row, done)
+            window_started, window_tokens = time.monotonic(), 0
+            if time.monotonic() - metrics_written >= config.metrics_flush_s:
+                _write_metrics(out, history)
+                metrics_written = time.monotonic()
+            progress.desc = f"train step {done}/{config.num_steps} loss {row['loss']:.4f}"
+        progress.update(tokens_per_step)
+        if done % config.checkpoint_every == 0 or done == config.num_steps:
+            saver.save(config, out, done, state, history)
+            trackers.flush()
+    return state
+
+
 def _write_metrics(out: str, history: list[dict]) -> None:
     _write_text(f"{out}/metrics.jsonl", "".join(json.dumps(m) + "\n" for m in history))
 
 
-def _save_checkpoint(config: TrainConfig, out: str, step: int, state: dict, history: list[dict]) -> None:
+def _write_checkpoint(config: TrainConfig, out: str, step: int, host_state: dict, history: list[dict]) -> None:
     # metrics first: rows past a checkpoint that never committed are dropped again on resume
     _write_metrics(out, history)
-    checkpoint.save(out, step, jax.device_get(state))
+    checkpoint.save(out, step, host_state)
     checkpoint.prune(out, config.keep_checkpoints, config.permanent_every, up_to_step=step)
+
+
+class CheckpointWriter:
+    """Saves checkpoints, in a background thread when `background`: the state is copied to host
+    memory first (the next step donates the device buffers), then the files are written while
+    the following steps run. At most one save is in flight; its error surfaces at the next save
+    or at close(). A process killed mid-save leaves a torn checkpoint, which resume skips."""
+
+    def __init__(self, background: bool):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint") if background else None
+        self._pending: Future | None = None
+
+    def save(self, config: TrainConfig, out: str, step: int, state: dict, history: list[dict]) -> None:
+        self.wait()
+        host_state = jax.device_get(state)
+        if self._pool is None:
+            _write_checkpoint(config, out, step, host_state, history)
+        else:
+            self._pending = self._pool.submit(_write_checkpoint, config, out, step, host_state, list(history))
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()

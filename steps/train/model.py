@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from steps.train.config import ModelConfig
+from steps.train.cross_entropy import blockwise_nll, naive_nll
 
 Params = dict
 ExpertFn = Callable[[dict, jax.Array, jax.Array, jax.Array], jax.Array]
@@ -190,30 +191,58 @@ def moe_layer(p: dict, bias: jax.Array, x: jax.Array, cfg: ModelConfig,
 
 # ---------------------------------------------------------------------------- the model
 
-def forward(params: Params, router_bias: jax.Array, tokens: jax.Array, cfg: ModelConfig,
-            expert_fn: ExpertFn | None = None) -> tuple[jax.Array, MoEStats]:
-    """tokens [batch, seq] -> logits [batch, seq, vocab] and MoE stats stacked over MoE layers."""
-    expert_fn = expert_fn or default_expert_fn(cfg)
-    b, t = tokens.shape
-    cos, sin = rope_tables(t, cfg.head_dim, cfg.rope_theta)
-    x = jnp.take(params["embed"], tokens, axis=0)
-    stats = []
-    for i, layer in enumerate(params["layers"]):
+REMAT_POLICY = {"full": None, "dots_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
+def _layer_fn(cfg: ModelConfig, expert_fn: ExpertFn, dense: bool):
+    """One decoder layer (layer, bias, x, cos, sin) -> (x, stats), rematerialised per `cfg.remat`:
+    `full` keeps only the layer's input for the backward pass, `dots_saveable` also keeps the
+    outputs of weight matmuls (dots without batch dims) and recomputes the rest."""
+
+    def layer_fn(layer: dict, bias: jax.Array, x: jax.Array, cos: jax.Array, sin: jax.Array):
+        b, t, _ = x.shape
         x = x + causal_attention(layer, rms_norm(x, layer["attn_norm"]), cfg, cos, sin)
         h = rms_norm(x, layer["mlp_norm"])
+        if dense:
+            return x + swiglu(layer["mlp"], h), None
+        out, stats = moe_layer(layer["moe"], bias, h.reshape(b * t, -1), cfg, expert_fn)
+        return x + out.reshape(b, t, -1), stats
+
+    if cfg.remat == "none":
+        return layer_fn
+    return jax.checkpoint(layer_fn, policy=REMAT_POLICY[cfg.remat])
+
+
+def hidden_states(params: Params, router_bias: jax.Array, tokens: jax.Array, cfg: ModelConfig,
+                  expert_fn: ExpertFn | None = None) -> tuple[jax.Array, MoEStats]:
+    """tokens [batch, seq] -> final-normed hidden states [batch, seq, d_model] and MoE stats
+    stacked over MoE layers."""
+    expert_fn = expert_fn or default_expert_fn(cfg)
+    _, t = tokens.shape
+    cos, sin = rope_tables(t, cfg.head_dim, cfg.rope_theta)
+    x = jnp.take(params["embed"], tokens, axis=0)
+    dense_fn, moe_fn = _layer_fn(cfg, expert_fn, True), _layer_fn(cfg, expert_fn, False)
+    no_bias = jnp.zeros((cfg.n_experts,), jnp.float32)
+    stats = []
+    for i, layer in enumerate(params["layers"]):
         if "mlp" in layer:
-            x = x + swiglu(layer["mlp"], h)
+            x, _ = dense_fn(layer, no_bias, x, cos, sin)
         else:
-            out, s = moe_layer(layer["moe"], router_bias[i - cfg.n_dense], h.reshape(b * t, -1), cfg, expert_fn)
-            x = x + out.reshape(b, t, -1)
+            x, s = moe_fn(layer, router_bias[i - cfg.n_dense], x, cos, sin)
             stats.append(s)
-    logits = rms_norm(x, params["final_norm"]) @ params["unembed"]
     if stats:
         stacked = MoEStats(*(jnp.stack(field) for field in zip(*stats)))
     else:
         zero = jnp.zeros((0,), jnp.float32)
         stacked = MoEStats(jnp.zeros((0, cfg.n_experts)), zero, zero)
-    return logits, stacked
+    return rms_norm(x, params["final_norm"]), stacked
+
+
+def forward(params: Params, router_bias: jax.Array, tokens: jax.Array, cfg: ModelConfig,
+            expert_fn: ExpertFn | None = None) -> tuple[jax.Array, MoEStats]:
+    """tokens [batch, seq] -> logits [batch, seq, vocab] and MoE stats stacked over MoE layers."""
+    h, stats = hidden_states(params, router_bias, tokens, cfg, expert_fn)
+    return h @ params["unembed"], stats
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -222,11 +251,24 @@ def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
     return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
 
+def sequence_nll(params: Params, router_bias: jax.Array, inputs: jax.Array, targets: jax.Array,
+                 cfg: ModelConfig, expert_fn: ExpertFn | None = None) -> tuple[jax.Array, MoEStats]:
+    """inputs, targets [B, T] -> NLL [B, T] of each target token, through `cfg.cross_entropy`."""
+    h, stats = hidden_states(params, router_bias, inputs, cfg, expert_fn)
+    b, t, d = h.shape
+    flat_h, flat_targets = h.reshape(b * t, d), targets.reshape(b * t)
+    if cfg.cross_entropy == "blockwise":
+        nll = blockwise_nll(flat_h, params["unembed"], flat_targets, min(cfg.ce_block_size, cfg.vocab_size))
+    else:
+        nll = naive_nll(flat_h, params["unembed"], flat_targets)
+    return nll.reshape(b, t), stats
+
+
 def loss_fn(params: Params, router_bias: jax.Array, batch: jax.Array, cfg: ModelConfig,
             expert_fn: ExpertFn | None = None) -> tuple[jax.Array, dict]:
     """batch [B, seq+1]: next-token cross-entropy plus the selected balancing/z losses."""
-    logits, stats = forward(params, router_bias, batch[:, :-1], cfg, expert_fn)
-    ce = jnp.mean(token_nll(logits, batch[:, 1:]))
+    nll, stats = sequence_nll(params, router_bias, batch[:, :-1], batch[:, 1:], cfg, expert_fn)
+    ce = jnp.mean(nll)
     aux = jnp.sum(stats.aux_loss)
     z = jnp.sum(stats.z_loss)
     total = ce + cfg.z_loss_coef * z

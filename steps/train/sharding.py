@@ -3,9 +3,15 @@
 The batch is split over the mesh axis `data` (NamedSharding); parameters are replicated,
 except, with expert parallelism, the routed experts' weights (and their optimizer moments),
 whose expert dimension is split over the same axis. The expert computation then runs under
-`shard_map`: every device gathers all tokens' activations and routing decisions, runs its own
-experts over the tokens routed to them (sorted + ragged_dot, nothing dropped), and a
-reduce-scatter returns each device its own tokens' outputs.
+`shard_map`, with one of two dispatch schemes:
+
+- `all_gather`: every device gathers all tokens' activations and routing decisions, runs its
+  own experts over the tokens routed to them (sorted + ragged_dot, nothing dropped), and a
+  reduce-scatter returns each device its own tokens' outputs. Traffic per device per layer:
+  2 (n-1) T d values for T local tokens on n devices — it grows with n.
+- `all_to_all` (see `all_to_all_dispatch`): each device sends each (token, expert) assignment
+  only to the device owning that expert, into a fixed-capacity buffer, and the results come
+  back the same way. Traffic: 2 (n-1)/n * n C d values, C = capacity per destination.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from steps.train.model import ExpertFn
+
+DISPATCH_SCHEMES = ("all_gather", "all_to_all")
 
 AXIS = "data"
 
@@ -70,3 +78,76 @@ def expert_parallel_fn(mesh: Mesh) -> ExpertFn:
     spec = P(AXIS)
     return jax.shard_map(local_experts, mesh=mesh, in_specs=({"w_gate": spec, "w_up": spec, "w_down": spec},
                                                              spec, spec, spec), out_specs=spec)
+
+
+def capacity_per_destination(local_assignments: int, n_devices: int, capacity_factor: float | None) -> int:
+    """Buffer rows each device reserves for each destination device.
+
+    None: `local_assignments` (every assignment of this device could go to one destination):
+    nothing is ever dropped, and results equal the single-device layer. A factor f reserves
+    ceil(f * local_assignments / n_devices) rows (f = 1 is a perfectly even spread); assignments
+    past a destination's capacity are dropped (in source order), as in GShard/Switch: their
+    routed contribution is zero and the token still flows through the residual and shared experts.
+    """
+    if capacity_factor is None:
+        return local_assignments
+    return max(1, min(local_assignments, int(np.ceil(capacity_factor * local_assignments / n_devices))))
+
+
+def all_to_all_dispatch(w: dict, x: jax.Array, indices: jax.Array, gates: jax.Array, n: int,
+                        capacity_factor: float | None) -> tuple[jax.Array, jax.Array]:
+    """The per-device body (inside shard_map over AXIS) of all-to-all expert parallelism.
+
+    x [T, d] local tokens, indices/gates [T, k] their routing, w the local experts [E_loc, ...].
+    n is the size of AXIS. Returns (out [T, d], dropped assignments on this device)."""
+    n_local = w["w_gate"].shape[0]
+    t, k = indices.shape
+    d = x.shape[-1]
+    flat_expert = indices.reshape(-1)
+    token_of = jnp.arange(t * k) // k
+    dest = flat_expert // n_local
+    capacity = capacity_per_destination(t * k, n, capacity_factor)
+    # rank of each assignment among this device's assignments to the same destination
+    position = jnp.take_along_axis(jnp.cumsum(jax.nn.one_hot(dest, n, dtype=jnp.int32), axis=0) - 1,
+                                   dest[:, None], axis=1)[:, 0]
+    kept = position < capacity
+    slot = jnp.where(kept, dest * capacity + position, n * capacity)    # overflow -> a spare row
+    send_x = jnp.zeros((n * capacity + 1, d), x.dtype).at[slot].set(x[token_of])[:-1]
+    send_e = jnp.full((n * capacity + 1,), -1, jnp.int32).at[slot].set(flat_expert - dest * n_local)[:-1]
+    # row block j goes to device j; afterwards block j holds what device j sent here
+    recv_x = jax.lax.all_to_all(send_x.reshape(n, capacity, d), AXIS, 0, 0, tiled=True).reshape(n * capacity, d)
+    recv_e = jax.lax.all_to_all(send_e.reshape(n, capacity), AXIS, 0, 0, tiled=True).reshape(-1)
+    # grouped SwiGLU over the local experts; empty rows (-1) sort last and are not computed
+    group = jnp.where(recv_e >= 0, recv_e, n_local)
+    order = jnp.argsort(group, stable=True)
+    sizes = jnp.bincount(group, length=n_local + 1)[:n_local].astype(jnp.int32)
+    xs = recv_x[order]
+    hidden = jax.nn.silu(jax.lax.ragged_dot(xs, w["w_gate"], sizes)) * jax.lax.ragged_dot(xs, w["w_up"], sizes)
+    ys = jnp.zeros_like(recv_x).at[order].set(jax.lax.ragged_dot(hidden, w["w_down"], sizes))
+    back = jax.lax.all_to_all(ys.reshape(n, capacity, d), AXIS, 0, 0, tiled=True).reshape(n * capacity, d)
+    back = jnp.concatenate([back, jnp.zeros((1, d), back.dtype)])      # the spare row: dropped -> 0
+    contribution = back[slot] * jnp.where(kept, gates.reshape(-1), 0)[:, None]
+    out = jnp.zeros_like(x).at[token_of].add(contribution)
+    return out, jnp.sum(~kept)
+
+
+def expert_parallel_all_to_all_fn(mesh: Mesh, capacity_factor: float | None) -> ExpertFn:
+    """An ExpertFn whose experts live sharded over the mesh axis, fed by all-to-all dispatch."""
+    spec = P(AXIS)
+
+    def body(w, x, indices, gates):
+        return all_to_all_dispatch(w, x, indices, gates, mesh.shape[AXIS], capacity_factor)[0]
+
+    return jax.shard_map(body, mesh=mesh, in_specs=({"w_gate": spec, "w_up": spec, "w_down": spec}, spec, spec, spec),
+                         out_specs=spec)
+
+
+def dispatch_bytes_per_layer(scheme: str, tokens_per_device: int, top_k: int, d_model: int, n_devices: int,
+                             capacity_factor: float | None, bytes_per_value: int = 4) -> int:
+    """Bytes one device sends (= receives) per MoE layer, forward pass, under each scheme
+    (the backward pass moves the same amount again). Routing ids and gates are not counted."""
+    n, t = n_devices, tokens_per_device
+    if scheme == "all_gather":   # all-gather of x + reduce-scatter of the outputs
+        return 2 * (n - 1) * t * d_model * bytes_per_value
+    capacity = capacity_per_destination(t * top_k, n, capacity_factor)
+    return 2 * (n - 1) * capacity * d_model * bytes_per_value   # dispatch + combine, own block stays

@@ -153,7 +153,7 @@ def test_metrics_are_written_between_checkpoints_for_watching_a_run(cache, tmp_p
     def die(*args, **kwargs):
         raise RuntimeError("preempted before the checkpoint")
 
-    monkeypatch.setattr(loop, "_save_checkpoint", die)
+    monkeypatch.setattr(loop, "_write_checkpoint", die)
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="preempted"):
         train(tiny_config(cache, out, num_steps=6, checkpoint_every=6, metrics_flush_s=0))

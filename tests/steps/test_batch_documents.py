@@ -1,0 +1,54 @@
+"""`python -m steps.train.batch_documents OUT N`: the documents and token ranges listed for step N
+of a real tiny run rebuild exactly the batch that step trained on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from steps.token_cache import TokenSplit
+from steps.train import train
+from steps.train.batch_documents import batch_documents
+from steps.train.data import BatchSource
+from tests.steps.test_train import REPO, cache, tiny_config  # noqa: F401  (fixture)
+
+
+@pytest.fixture(scope="module")
+def trained(cache, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("train") / "run"
+    train(tiny_config(cache, out, num_steps=3, checkpoint_every=3, batch_size=4))
+    return out
+
+
+def test_listed_documents_rebuild_the_batch_of_that_step(cache, trained):  # noqa: F811
+    split = TokenSplit.open(cache, "train")
+    docs = [ids for ids, _ in split.documents()]
+    source = BatchSource(split, 32, 4, seed=0)
+    for step in (1, 3):
+        result = batch_documents(str(trained), step)
+        expected = source.batch(step - 1)          # step N (metrics numbering) used batch N-1
+        assert result["batch_index"] == step - 1 and len(result["rows"]) == 4
+        for row, listed in zip(expected, result["rows"]):
+            rebuilt = np.concatenate([docs[d["global_index"]][d["token_start"]:d["token_end"]]
+                                      for d in listed["documents"]])
+            np.testing.assert_array_equal(rebuilt, row)
+            assert all(d["shard"] and d["index"] >= 0 for d in listed["documents"])
+
+
+def test_command_prints_a_table_json_and_clear_errors(trained):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "steps.train.batch_documents", *a],  # noqa: E731
+                                    cwd=REPO, capture_output=True, text=True, timeout=120)
+    table = run(str(trained), "2")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith("step 2 (batch 1)") and "[" in table.stdout
+    as_json = run(str(trained), "2", "--json")
+    assert json.loads(as_json.stdout) == batch_documents(str(trained), 2)
+    too_far = run(str(trained), "99")
+    assert too_far.returncode == 2 and "step=99 is outside 1..3" in too_far.stderr
+    assert "Traceback" not in too_far.stderr
+    missing = run(str(trained.parent / "nothing"), "1")
+    assert missing.returncode == 2 and "data.json: not found" in missing.stderr

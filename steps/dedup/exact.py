@@ -50,7 +50,7 @@ class ExactDedupConfig:
     """Kept documents as "jsonl.zst" or "parquet"."""
     shard_bytes: int = execution_only(256 << 20)
     """Input files larger than this are read as several shards (uncompressed JSONL, Parquet)."""
-    partition_bytes: int = execution_only(64 << 20)
+    partition_bytes: int = execution_only(16 << 20)
     """Input bytes per shuffle partition: bounds the memory of a reduce task."""
     num_cpus_per_shard: float = execution_only(1)
 

@@ -49,14 +49,22 @@ def start_cluster(nodes: int, tries: int = 3):
                     time.sleep(0.5)
         patient_get_node.patient = True
         services.get_node = patient_get_node
+    from executor.engine.runner.ray_env import free_ports
+
+    def node_ports() -> dict:
+        # The agents' default ports (52365, ...) are taken by any other Ray cluster on the machine.
+        agent, metrics, runtime_env = free_ports(3)
+        return {"dashboard_agent_listen_port": agent, "metrics_export_port": metrics,
+                "runtime_env_agent_port": runtime_env}
+
     for attempt in range(1, tries + 1):
         cluster = None
         try:
             cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": 1, "resources": {"node0": 1}, "include_dashboard": False,
-                "object_store_memory": 80 << 20})
-            workers = [cluster.add_node(num_cpus=1, resources={f"node{k}": 1}, object_store_memory=80 << 20)
-                       for k in range(1, nodes)]
+                "object_store_memory": 80 << 20, **node_ports()})
+            workers = [cluster.add_node(num_cpus=1, resources={f"node{k}": 1}, object_store_memory=80 << 20,
+                                        **node_ports()) for k in range(1, nodes)]
             ray.init(address=cluster.address)
             cluster.wait_for_nodes()
             return cluster, workers

@@ -14,7 +14,7 @@ import pytest
 
 DRIVER = Path(__file__).with_name("cluster_driver.py")
 # One three-node cluster serves the module: ~2 min on a quiet 2-core machine, more under load.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ Public surface (tested in tests/executor/test_public_api.py):
 
     ExecutorStep, output_path_of, this_output_path   declare steps and their dependencies
     prefix_path                                       a fixed input under the prefix, not a step's output
+    register_encoding                                 how values of a library type become part of an id
     execution_only, secret, Resources                 fields outside identity; what a step needs
     executor_main                                     the CLI entry point of an experiment file
     plan, run, materialize, Options                   the Python API executor_main is built on
@@ -25,6 +26,7 @@ Exceptions:
 from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, load_result, materialize,
                           plan, run)
 from executor.cli import executor_main
+from executor.core.encodings import register_encoding
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
 from executor.engine.location import open_file
 from executor.engine.parallel import map_shards
@@ -55,6 +57,7 @@ __all__ = [
     "output_path_of",
     "plan",
     "prefix_path",
+    "register_encoding",
     "run",
     "secret",
     "this_output_path",

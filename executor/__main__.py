@@ -1,21 +1,29 @@
-"""`python -m executor <command>`: reproducibility and inspection tools over experiments and prefixes.
+"""`stepgraph <command>` (alias: `python -m executor <command>`): one command line over experiments and prefixes.
 
-    check   experiments/                       CI: every experiment's ids vs its committed plan (exit 3 on change)
-    plan    experiments/foo.py [-- FLAGS]        print the plan file content (ids + identities) as JSON
-    adopt   --prefix P experiments/foo.py NAME --from OLD_STEP_ID [--reason TEXT] [-- FLAGS]
-    verify  PATH                                 check outputs against their manifests (exit 1 on problems)
-    gc      --prefix P experiments/a.py ... [--pin ID] [--delete --grace-hours H]
-    status  STEP_OUTPUT_PATH                     a step's status and record, readable
-    ps      --prefix P                           RUNNING leases under a prefix
-    repair  --delete-status STEP_OUTPUT_PATH     remove a corrupt (or abandoned) status so the step re-runs
-    doctor  [--prefix P] [--ray-address A]       versions, the prefix's conditional writes, Ray, shadowing packages
-    report  --prefix P [RUN]                     rebuild a run's HTML report (runs/<run>.html) from storage
+Every command takes --prefix P (default: env EXECUTOR_PREFIX, else cache/ in the project that
+holds the experiment, or the working directory's project). A step is named the same way
+everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Experiment flags
+(e.g. `--greeting Hi`) go after `--` and are honoured by every command that loads an experiment.
 
-Experiment flags (e.g. `--greeting Howdy`) go after `--`. Object-store prefixes take fsspec
-storage options as JSON with `--storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'`
-(default: the EXECUTOR_STORAGE_OPTIONS variable that runs read, or the usual environment variables
-of gcsfs/s3fs). Exit codes: 0 ok, 1 problems found,
-2 usage or config error, 3 plan changes.
+    run      EXPERIMENT [FLAGS...]                 run an experiment (as `python EXPERIMENT FLAGS`)
+    status   [EXPERIMENT | STEP] [--json]          every step under the prefix (or of the experiment)
+    runs     [--json] [--limit N]                  the run history under the prefix
+    ps                                             RUNNING leases under the prefix
+    explain  EXPERIMENT STEP                       why STEP's id differs from its nearest earlier version
+    graph    EXPERIMENT FILE                       draw the plan (.html, .svg, .png)
+    plan     EXPERIMENT                            the plan file content (ids + identities) as JSON
+    check    PATHS...                              CI: ids vs the committed plan files (exit 3 on change)
+    adopt    EXPERIMENT STEP --from OLD --reason TEXT [--dry-run] [--with-dependents] [--force]
+    verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
+    gc       EXPERIMENT... [--pin ID] [--delete --grace-hours H]   outputs no experiment reaches
+    repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
+    report   [RUN]                                 rebuild a run's HTML report (runs/<run>.html) from storage
+    doctor   [--ray-address A]                     versions, the prefix's conditional writes, Ray, shadowing packages
+    completion bash|zsh                            a shell completion script (eval "$(stepgraph completion bash)")
+
+Object-store prefixes take fsspec storage options from the EXECUTOR_STORAGE_OPTIONS variable
+(a JSON object, as runs read it) or `--storage-options JSON`.
+Exit codes: 0 ok, 1 problems found (or steps failed), 2 usage or config error, 3 plan changes.
 """
 
 from __future__ import annotations
@@ -23,87 +31,139 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from executor.core.errors import ExecutorError
 from executor.engine import location
 from executor.tools import commands, doctor
 
+PROG = "stepgraph"
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("stepgraph")
+    except PackageNotFoundError:  # a checkout that was never installed
+        return "unknown (not installed)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a did-you-mean for mistyped options (argparse only does it for commands)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        import difflib
+        import re
+
+        match = re.search(r"unrecognized arguments: (\S+)", message)
+        if match:
+            parsers = [self, *(p for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                               for p in a.choices.values())]
+            options = sorted({s for parser in parsers for a in parser._actions for s in a.option_strings})
+            close = difflib.get_close_matches(match.group(1).split("=")[0], options, n=1)
+            if close:
+                message += f"; did you mean {close[0]}?"
+        super().error(message)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command", parser_class=_Parser)
 
-    def command(name: str, help_text: str, storage: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, handler: Callable, *, storage: bool = True,
+                prefix: bool = True) -> argparse.ArgumentParser:
+        """One subcommand; every command shares --prefix and --storage-options. Add new ones here."""
         p = sub.add_parser(name, help=help_text, description=help_text)
+        if prefix:
+            p.add_argument("--prefix", help="where outputs live (default: env EXECUTOR_PREFIX, else cache/ in the "
+                                            "experiment's project)")
         if storage:
             p.add_argument("--storage-options", default=None, metavar="JSON",
                            help="fsspec storage options for an object-store prefix, as JSON")
+        p.set_defaults(handler=handler)
         return p
 
-    p = command("check", "CI: compare every experiment's step ids with its committed plan file", storage=False)
-    p.add_argument("paths", nargs="+", help="experiment files or directories (e.g. experiments/)")
-    p.set_defaults(handler=commands.cmd_check)
-
-    p = command("plan", "print an experiment's plan (ids and identity documents) as JSON", storage=False)
+    p = command("run", "run an experiment: the same as `python EXPERIMENT FLAGS...`", commands.cmd_run,
+                storage=False)
     p.add_argument("experiment")
-    p.set_defaults(handler=commands.cmd_plan)
+    p.add_argument("flags", nargs=argparse.REMAINDER, help="executor and experiment flags (see `run EXPERIMENT "
+                                                           "--help`)")
 
-    p = command("adopt", "declare a step's new id equivalent to an existing completed output")
-    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p = command("status", "every step under the prefix (or of an experiment, or one step): state, when, "
+                          "duration, attempts, last error, writing run", commands.cmd_status)
+    p.add_argument("target", nargs="?", help="an experiment file, a step (name or step id), or a step's path")
+    p.add_argument("--json", action="store_true", help="one JSON object per step, as a list")
+
+    p = command("runs", "the run history under the prefix: when, who, what each run did", commands.cmd_runs)
+    p.add_argument("--json", action="store_true", help="the runs as a JSON list")
+    p.add_argument("--limit", type=int, default=20, help="newest N runs (default 20; 0: all)")
+
+    p = command("ps", "RUNNING leases under the prefix", commands.cmd_ps)
+
+    p = command("explain", "why a step's id differs from its nearest earlier version", commands.cmd_explain)
+    p.add_argument("experiment")
+    p.add_argument("step", help="step name or step id")
+
+    p = command("graph", "draw an experiment's plan coloured by decision", commands.cmd_graph)
+    p.add_argument("experiment")
+    p.add_argument("file", help="output picture: .html, .svg or .png")
+
+    p = command("plan", "print an experiment's plan (ids and identity documents) as JSON", commands.cmd_plan,
+                storage=False, prefix=False)
+    p.add_argument("experiment")
+
+    p = command("check", "CI: compare every experiment's step ids with its committed plan file", commands.cmd_check,
+                storage=False, prefix=False)
+    p.add_argument("paths", nargs="+", help="experiment files or directories (e.g. experiments/)")
+
+    p = command("adopt", "declare a step's new id equivalent to an existing completed output", commands.cmd_adopt)
     p.add_argument("experiment", help="the experiment file declaring the step")
-    p.add_argument("name", help="the step's name (or its new step id)")
+    p.add_argument("name", metavar="step", help="the step (name or its new step id)")
     p.add_argument("--from", dest="from_", required=True, metavar="OLD_STEP_ID",
                    help="the completed output to adopt: its step id (or output path under the prefix)")
-    p.add_argument("--reason", help="why the two are equivalent (recorded)")
-    p.set_defaults(handler=commands.cmd_adopt)
+    p.add_argument("--reason", help="why the two are equivalent (required; recorded)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be adopted; write nothing")
+    p.add_argument("--with-dependents", action="store_true",
+                   help="also adopt each dependent's new id from the output that consumed the old one")
+    p.add_argument("--force", action="store_true",
+                   help="adopt across a different step name or config type (needs --reason)")
 
-    p = command("verify", "check step outputs against the manifests in their records")
-    p.add_argument("path", help="a step's output directory, or a prefix (every completed step under it)")
+    p = command("verify", "check step outputs against the manifests in their records", commands.cmd_verify)
+    p.add_argument("path", nargs="?", help="a step (name, step id or path); default: every step under the prefix")
     p.add_argument("-v", "--verbose", action="store_true", help="also list steps that were not verified, and why")
-    p.set_defaults(handler=commands.cmd_verify)
 
-    p = command("gc", "list (and with --delete remove) outputs no given experiment reaches")
-    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
-    p.add_argument("experiments", nargs="+", help="experiment files whose steps are kept")
+    p = command("gc", "list (and with --delete remove) outputs no given experiment reaches", commands.cmd_gc)
+    p.add_argument("experiments", nargs="+", help="experiment files whose steps are kept (with the flags after --)")
     p.add_argument("--pin", action="append", default=[], metavar="STEP_ID", help="also keep this output (repeatable)")
     p.add_argument("--delete", action="store_true", help="delete the unreachable outputs (default: only list)")
     p.add_argument("--grace-hours", type=float, default=24.0,
                    help="with --delete: keep outputs written less than this many hours ago (default 24)")
-    p.set_defaults(handler=commands.cmd_gc)
 
-    p = command("status", "show a step's status and record")
-    p.add_argument("path", help="the step's output directory (or its .executor/status.json)")
-    p.set_defaults(handler=commands.cmd_status)
-
-    p = command("ps", "list RUNNING leases under a prefix")
-    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
-    p.set_defaults(handler=commands.cmd_ps)
-
-    p = command("repair", "repair stored state by hand")
-    p.add_argument("--delete-status", required=True, metavar="STEP_OUTPUT_PATH",
+    p = command("repair", "repair stored state by hand", commands.cmd_repair)
+    p.add_argument("--delete-status", required=True, metavar="STEP",
                    help="delete this step's status.json (corrupt or abandoned); the step re-runs")
     p.add_argument("--force", action="store_true", help="delete even a RUNNING status (only if its runner is gone)")
-    p.set_defaults(handler=commands.cmd_repair)
 
-    p = command("doctor", "check versions, the prefix's conditional writes, the Ray address and shadowing packages")
-    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p = command("doctor", "check versions, the prefix's conditional writes, the Ray address and shadowing packages",
+                doctor.cmd_doctor)
     p.add_argument("--ray-address", help="a cluster to probe (default: RAY_ADDRESS)")
-    p.set_defaults(handler=doctor.cmd_doctor)
 
-    p = command("report", "rebuild a run's HTML report (runs/<run>.html) from storage")
-    p.add_argument("--prefix", help="where outputs live (default: EXECUTOR_PREFIX or cache/)")
+    p = command("report", "rebuild a run's HTML report (runs/<run>.html) from storage", commands.cmd_report)
     p.add_argument("run", nargs="?", help="a run file name or run id under <prefix>/runs (default: the latest)")
-    p.set_defaults(handler=commands.cmd_report)
+
+    p = command("completion", "print a shell completion script", commands.cmd_completion, storage=False, prefix=False)
+    p.add_argument("shell", choices=["bash", "zsh"])
+    p.set_defaults(build_parser=build_parser)  # completion is generated from this very parser
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     experiment_args: list[str] = []
-    if "--" in argv:
+    if argv[:1] != ["run"] and "--" in argv:
         cut = argv.index("--")
         argv, experiment_args = argv[:cut], argv[cut + 1:]
     try:
@@ -111,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0) and commands.EXIT_USAGE
     args.experiment_args = experiment_args
+    if args.command != "run" and experiment_args and not commands.loads_experiment(args):
+        print(f"error: {PROG} {args.command} loads no experiment; flags after -- ({' '.join(experiment_args)}) "
+              f"would be ignored", file=sys.stderr)
+        return commands.EXIT_USAGE
     if hasattr(args, "storage_options"):  # the flag, else the same variable the runs read
         try:
             args.storage_options = location.storage_options_from(args.storage_options, os.environ)
@@ -120,5 +184,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return commands.guarded(args.handler, args)
 
 
+def entry() -> None:
+    """The `stepgraph` console script: main(), and a reader that closes the pipe is no error."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `stepgraph status | head`: stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 141
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -28,6 +28,7 @@ from executor.engine import outputs
 from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.report import ConsoleReporter, plan_rows
+from executor.engine.regions import note_cross_region_reads
 from executor.engine.snapshot import read_snapshot
 from executor.engine.timeline import TimelineRecorder
 from executor.tools.run_report import write_report
@@ -37,7 +38,7 @@ from executor.tools.run_report import write_report
 class Options:
     """How to plan and run; the same meaning as the executor flags of the same names."""
 
-    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ (made absolute)
+    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ in the script's project (absolute)
     only: Optional[str] = None  # regex over step names: these plus what they need
     force_failed: bool = True  # retry steps whose previous attempt failed
     force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
@@ -46,6 +47,7 @@ class Options:
     runner: str = "ray"  # ray | inline
     lease_ttl: float = 60.0
     heartbeat_interval: float = 15.0
+    cross_region_budget_gb: float = 10.0  # refuse a run reading more than this from buckets in other locations
     storage_options: Optional[dict] = None  # fsspec options; None: env EXECUTOR_STORAGE_OPTIONS
 
 
@@ -124,6 +126,8 @@ class RunResult(_Steps):
     run_id: Optional[str] = None
     run_file: Optional[str] = None  # None when nothing needed running (nothing is written then)
     interrupted: bool = False
+    signum: Optional[int] = None  # the signal that interrupted the run (SIGINT, SIGTERM)
+    runner_error: Optional[str] = None  # the run loop itself broke; every running step was failed
 
     @property
     def failed(self) -> list[StepReport]:
@@ -135,8 +139,11 @@ class RunResult(_Steps):
 
     @property
     def exit_code(self) -> int:
-        """The CLI's exit code for this run: 0 all done, 1 a step failed, 130 interrupted."""
-        return 130 if self.interrupted else (1 if self.failed else 0)
+        """The CLI's exit code for this run: 0 all done, 1 a step failed (or the runner broke),
+        128 + the signal's number when a signal stopped it (130 Ctrl-C, 143 SIGTERM)."""
+        if self.interrupted:
+            return 128 + (self.signum or 2)
+        return 1 if (self.failed or self.runner_error) else 0
 
     def raise_on_failure(self) -> "RunResult":
         if not self.ok:
@@ -190,7 +197,7 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
 def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dict, Any, Any]:
     """The prefix, its storage options, coordination store and filesystem (once per call)."""
     environ = os.environ if environ is None else environ
-    prefix = resolve_prefix(options.prefix, environ)
+    prefix = resolve_prefix(options.prefix, environ, main_file_path())
     storage_options = (dict(options.storage_options) if options.storage_options is not None
                        else storage_options_from_env(prefix, environ))
     store, fs = open_prefix(prefix, environ, storage_options)
@@ -240,9 +247,13 @@ def materialize(step: ExecutorStep, options: Options | None = None, **kwargs: An
 
 def run_graph(graph: Graph, options: Options, *, description: str | None = None,
               environ: Mapping[str, str] | None = None, reporter: Any = None,
-              main_file: str | None = None) -> RunResult:
+              main_file: str | None = None, secret_flags: Iterable[str] = ()) -> RunResult:
+    """`secret_flags`: flag names whose values are redacted from the recorded argv (the CLI passes
+    the experiment config's `secret(...)` fields)."""
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
+    if options.max_concurrent < 1:
+        raise ExecutorError(f"max_concurrent must be at least 1 (got {options.max_concurrent})")
     main_file = main_file or main_file_path()
     reporter = reporter or ConsoleReporter()
     started = time.time()
@@ -261,10 +272,29 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
             reporter.info(f"all {len(result.steps)} step(s) already succeeded; nothing to do "
                           f"({time.time() - started:.2f}s)")
         return result
-    return _execute(graph, planned, options, description, main_file, reporter)
+    from executor.engine.signals import SignalGuard
+
+    with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/signals.py)
+        return _execute(graph, planned, options, description, main_file, reporter, guard, frozenset(secret_flags))
 
 
-def _make_runner_factory(options: Options, reporter: Any) -> tuple[Any, list[Any]]:
+NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs
+
+
+def _what_changed(graph: Graph, plan_: Any, prefix: str, main_file: str | None, reporter: Any,
+                  storage_options: dict | None) -> None:
+    """A real run says what changed since the nearest earlier version, as a dry run does (issue 19.8)."""
+    from executor.tools.explain import print_dry_run_notes
+
+    new = sum(d.action == Action.RUN and d.observed.status is None for d in plan_.decisions.values())
+    if new > NOTES_UP_TO:
+        reporter.info(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
+    elif new:
+        print_dry_run_notes(graph, plan_, prefix, main_file, reporter, storage_options)
+
+
+def _make_runner_factory(options: Options, reporter: Any, guard: Any = None,
+                         prefix: str = "") -> tuple[Any, list[Any]]:
     started_runner: list[Any] = []
 
     def make_runner():
@@ -273,7 +303,9 @@ def _make_runner_factory(options: Options, reporter: Any) -> tuple[Any, list[Any
         if options.runner == "inline":
             from executor.engine.runner.inline import InlineRunner
 
-            started_runner.append(InlineRunner(max_workers=options.max_concurrent))
+            # each step in a child process that stops itself if this one goes silent for half the TTL
+            started_runner.append(InlineRunner(isolate=not prefix.startswith("memory://"),
+                                               silence_limit_s=options.lease_ttl / 2))
             return started_runner[0]
         from executor.engine.runner.ray_runner import RayRunner
 
@@ -284,32 +316,38 @@ def _make_runner_factory(options: Options, reporter: Any) -> tuple[Any, list[Any
             shared_filesystem=os.environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
             colocate_hosts=os.environ.get("EXECUTOR_COLOCATE_HOSTS") == "1",
             notify=reporter.warning))
+        if guard is not None:
+            guard.install()  # ray.init sets its own SIGTERM handler
         return started_runner[0]
 
     return make_runner, started_runner
 
 
 def _execute(graph: Graph, planned: PlanResult, options: Options, description: str | None,
-             main_file: str | None, reporter: Any) -> RunResult:
+             main_file: str | None, reporter: Any, guard: Any, secret_flags: frozenset[str]) -> RunResult:
     from executor.engine.execute import Execution, RunContext
     from executor.engine.provenance import invocation
+    from executor.engine.signals import exit_code_for, reason_for, signum_of
 
     prefix, plan_, store, fs = planned.prefix, planned.plan, planned.store, planned.fs
     outputs.check_writable(prefix)
     if prefix.startswith("memory://") and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     reporter.print_plan(plan_, prefix, title=description)
+    _what_changed(graph, plan_, prefix, main_file, reporter, planned.storage_options)
+    note_cross_region_reads(plan_, prefix, reporter, options.cross_region_budget_gb)
     experiment = Path(main_file).stem if main_file else "experiment"
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
-    info = invocation(main_file)
+    info = invocation(main_file, secret_flags)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
-    if sys.stdout.isatty() and type(reporter) is ConsoleReporter:  # issue 4: live view on a terminal
+    if type(reporter) is ConsoleReporter:  # a live view on a terminal; "still running" lines elsewhere
         from executor.engine.live import LiveReporter
 
-        reporter = LiveReporter(console=reporter.console, plan=plan_)
+        every = float(os.environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30)
+        reporter = LiveReporter(console=reporter.console, plan=plan_, still_running_every_s=every)
     reporter = timeline = TimelineRecorder(reporter)  # lease waits, starts and ends for the run report
-    make_runner, started_runner = _make_runner_factory(options, reporter)
+    make_runner, started_runner = _make_runner_factory(options, reporter, guard, prefix)
 
     def shutdown_runner() -> None:
         if started_runner:
@@ -321,10 +359,10 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
                 if d.action in (Action.RUN, Action.WAIT)]
     try:
         problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         shutdown_runner()
         reporter.info("interrupted while starting Ray; nothing ran")
-        return RunResult(prefix, planned.steps, graph, interrupted=True)
+        return RunResult(prefix, planned.steps, graph, interrupted=True, signum=signum_of(e))
     except BaseException:
         shutdown_runner()
         raise
@@ -333,8 +371,10 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         where = "the in-process runner" if options.runner == "inline" else "the cluster"
         raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
+    keeper = LeaseKeeper(store, settings)
+    guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
     ctx = RunContext(prefix=prefix, store=store, fs=fs, owner=owner,
-                     keeper=LeaseKeeper(store, settings), watch=StalenessWatch(settings.ttl_s),
+                     keeper=keeper, watch=StalenessWatch(settings.ttl_s),
                      runner_factory=make_runner, reporter=reporter, invocation=info, main_file=main_file,
                      max_concurrent=options.max_concurrent)
     run_ref = RunRecordRef(experiment, run_id)
@@ -345,6 +385,8 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
                 "graph": {d.node.step_id: [plan_.decisions[x].node.step_id for x in d.node.deps if x in plan_.decisions]
                           for d in plan_.decisions.values()}}
     run_path = outputs.join(prefix, run_ref.key)
+    guard.on_force(lambda signum: "exit_code" in run_file or outputs.write_json(fs, run_path, to_json_bytes(
+        {**run_file, "finished_at": time.time(), "exit_code": exit_code_for(signum), "forced_exit": True})))
     try:
         outputs.write_json(fs, run_path, to_json_bytes(run_file))
         summary = Execution(graph, plan_, ctx).run()
@@ -354,7 +396,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         getattr(reporter, "close", lambda: None)()
 
     failed = summary.failed
-    code = 130 if summary.interrupted else (1 if failed else 0)
+    code = summary.exit_code
+    if summary.runner_error:
+        run_file["runner_error"] = summary.runner_error
     run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
                     outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors,
                     timeline=timeline.events())
@@ -363,9 +407,17 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         _report(prefix, d, status=summary.states[d.node.step_id].value, error=summary.errors.get(d.node.step_id),
                 ran_here=d.node.step_id in ran_here, output_path=summary.output_paths.get(d.node.step_id))
         for d in plan_.decisions.values()), graph, run_id=run_id, run_file=run_path,
-        interrupted=summary.interrupted)
+        interrupted=summary.interrupted, signum=summary.signum, runner_error=summary.runner_error)
     run_file["steps"] = [_run_file_entry(s) for s in result.steps]
-    outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    try:
+        outputs.write_json(fs, run_path, to_json_bytes(run_file))
+    except Exception as e:  # noqa: BLE001 - the steps' statuses are final already; say so, keep the code
+        reporter.warning(f"could not write the run record {run_path}: {type(e).__name__}: {e}")
+    getattr(reporter, "print_run_end", lambda *a: None)(plan_, summary.states, summary.errors)
+    if not sys.stdout.isatty():  # Ray's forwarding of worker output can miss a pipe: the targets' own words
+        from executor.engine.report import echo_step_logs
+
+        echo_step_logs(reporter, graph, summary.ran_here, fs, prefix)
     try:
         report_path = write_report(prefix, run_path, fs=fs)
     except Exception as e:  # the report is a convenience; the run file holds the facts

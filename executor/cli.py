@@ -1,7 +1,7 @@
 """The command line of an experiment file: flags -> graph -> the Python API (executor.api) -> exit code.
 
 Exit codes: 0 all done; 1 one or more steps failed; 2 usage or config error (nothing ran);
-3 --check found changed ids; 130 interrupted.
+3 --check found changed ids; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from executor import api, flags
 from executor.engine import location
@@ -18,10 +18,10 @@ from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefixes import DEFAULT_PREFIX, resolve_prefix, storage_options_from_env  # noqa: F401
-from executor.engine.report import ConsoleReporter, plan_json
+from executor.engine.report import ConsoleReporter, write_plan_json
 from executor.engine.store import StoreError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 
 
 def _flag(default: Any, help_text: str) -> Any:
@@ -36,15 +36,17 @@ class ExecutorOptions:
                                         "(default: env EXECUTOR_PREFIX, else cache/)")
     dry_run: bool = _flag(False, "print the plan with a reason per step; write nothing")
     json: bool = _flag(False, "with --dry-run: the plan as JSON")
-    only: Optional[str] = _flag(None, "regex over step names: run these plus what they need")
+    only: Optional[str] = _flag(None, "a step name, or a regex over names: run these plus what they need")
     force_failed: bool = _flag(True, "retry steps whose previous attempt failed (false: leave them failed)")
-    force_run: Optional[str] = _flag(None, "regex: re-run matching steps even when they succeeded")
+    force_run: Optional[str] = _flag(None, "a step name, or a regex over names: re-run these even when they succeeded (and what consumed their changed outputs)")
     max_concurrent: int = _flag(8, "steps running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
-    runner: str = _flag("ray", "ray | inline (in-process, for debugging)")
+    runner: Literal["ray", "inline"] = _flag("ray", "ray | inline (in-process, for debugging)")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
+    cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
+                                                "from buckets in another location than the prefix's")
     check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
@@ -64,32 +66,41 @@ def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions,
                             f"same name; rename them in the experiment's config class")
     normalized = flags.normalize(list(argv), flags.bool_fields(ExecutorOptions) | flags.bool_fields(user_class))
     mine, rest = flags.split(normalized, flags.top_level_fields(ExecutorOptions))
-    if rest and user_class is None:
-        unknown = [a for a in rest if a.startswith("--")] or rest
-        raise ExecutorError(f"unknown argument(s) {' '.join(unknown)}; run with --help for the flags")
-    options = flags.parse(ExecutorOptions, mine)
+    known = {**flags.field_types(ExecutorOptions), **flags.field_types(user_class)}
+    for arg in rest[::2]:  # an unknown flag is named with its nearest spelling among all flags
+        if not arg.startswith("--") or arg[2:] not in known:
+            raise flags.unknown_flag(arg, known)
+    options = check_options(flags.parse(ExecutorOptions, mine))
     user = None
     if user_class is not None:
         user = flags.parse(user_class, rest, None if isinstance(user_config, type) else user_config)
     return options, user
 
 
-def _help(user_config: Any) -> None:
-    import draccus
+def check_options(options: ExecutorOptions) -> ExecutorOptions:
+    """Values draccus used to coerce silently are refused, naming the flag and the fix (issue 12.9)."""
+    if options.prefix is not None and not options.prefix.strip():
+        raise ExecutorError("--prefix '': an empty prefix; give a directory, gs://…, s3://… or memory://…")
+    if options.max_concurrent < 1:
+        raise ExecutorError(f"--max-concurrent {options.max_concurrent}: must be at least 1")
+    if options.lease_ttl <= 0 or options.heartbeat_interval <= 0:
+        raise ExecutorError("--lease-ttl and --heartbeat-interval must be positive (seconds)")
+    lonely = [f for f, on in (("--json", options.json), ("--graph", options.graph)) if on]
+    if lonely and not (options.dry_run or (options.json and (options.check or options.explain))):
+        raise ExecutorError(f"{' and '.join(lonely)} only apply to a dry run; add --dry-run")
+    return options
 
-    print("Executor flags (both `--dry-run` and `--dry_run true` spellings work):")
-    for f in dataclasses.fields(ExecutorOptions):
-        default = "" if f.default is None else f" [default: {f.default}]"
-        print(f"  --{f.name.replace('_', '-'):<20} {f.metadata['help']}{default}")
-    print(f"  {location.FLAG:<22} JSON fsspec options for a gs:// or s3:// prefix (endpoint_url, key, secret, "
+
+def _help(user_config: Any) -> None:
+    print("Executor flags (`--dry-run`, `--no-dry-run`, `--dry-run=false` and `--dry_run true` all work):")
+    for flag, kind, text in flags.field_help(ExecutorOptions):
+        print(f"  {flag} {kind:<10} {text}")
+    print(f"  {location.FLAG} JSON       fsspec options for a gs:// or s3:// prefix (endpoint_url, key, secret, "
           f"token, ...; default: env {location.ENV_VAR}); never recorded")
     if user_config is not None:
         print("\nExperiment flags:")
-        cls = user_config if isinstance(user_config, type) else type(user_config)
-        try:
-            draccus.parse(config_class=cls, args=["--help"])
-        except SystemExit:
-            pass
+        for flag, kind, text in flags.field_help(user_config):
+            print(f"  {flag} {kind:<10} {text}")
 
 
 def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[ExecutorStep]] | None = None,
@@ -100,7 +111,22 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
     `steps` may be a callable taking the experiment's own config (a dataclass whose fields
     become flags, given as `config=`) and returning the steps.
     """
-    sys.exit(run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv))
+    from executor.engine import signals
+
+    signals.own_process()  # SIGINT/SIGTERM end this process's runs cleanly and promptly
+    try:
+        code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `python foo.py --dry-run | head`: the reader left; no traceback (issue 19.10)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # Everything is released and recorded; skip interpreter teardown, where Ray's exit hooks
+        # can hang a driver whose tasks were just cancelled (issue 12): a signal ends the process now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def run(steps: Any, description: str | None = None, *, config: Any = None, argv: Sequence[str] = (),
@@ -119,7 +145,10 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
-        return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag)
+        from executor.engine.provenance import secret_flag_names
+
+        return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag,
+                          secret_flag_names(config))
     except ExecutorError as e:
         return _usage(str(e))
     except StoreError as e:
@@ -140,40 +169,43 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
                main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter,
-               storage_flag: str | None = None) -> int:
+               storage_flag: str | None = None, secret_flags: frozenset[str] = frozenset()) -> int:
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
         return run_check(graph, main_file, update=options.update_plan, reporter=reporter)
+    # the default prefix is cache/ in the project holding the experiment, wherever it runs from (19.4)
+    options = dataclasses.replace(options, prefix=resolve_prefix(options.prefix, environ, main_file))
     if options.explain:
         from executor.tools.explain import run_explain
 
-        prefix = resolve_prefix(options.prefix, environ)
+        prefix = options.prefix
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
                            storage_options=storage_options_from_env(prefix, environ, storage_flag))
     if options.dry_run:
         return _dry_run(graph, options, description, main_file, environ, reporter, storage_flag)
     return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,
-                         reporter=reporter, main_file=main_file).exit_code
+                         reporter=reporter, main_file=main_file, secret_flags=secret_flags).exit_code
 
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
              environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
-    from rich.console import Console
-
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
     planned = api.plan_graph(graph, api_options(options, storage_flag), environ=environ)
     plan, prefix = planned.plan, planned.prefix
-    warn_drift(plan, prefix, planned.fs, ConsoleReporter(Console(stderr=True)) if options.json else reporter)
+    warn_drift(plan, prefix, planned.fs, ConsoleReporter(stderr=True) if options.json else reporter)
     if options.json:
-        print(plan_json(plan, prefix))
+        write_plan_json(plan, prefix, sys.stdout)
     else:
         from executor.tools.explain import print_dry_run_notes
 
         reporter.info(f"prefix: {prefix}")
         reporter.print_plan(plan, prefix, title=description)
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
+        from executor.engine.regions import note_cross_region_reads
+
+        note_cross_region_reads(plan, prefix, reporter)
     if options.graph:
         from executor.tools.draw import draw_plan
 

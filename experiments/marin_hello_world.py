@@ -5,7 +5,7 @@ Marin file, line by line (the README's "Coming from Marin" has the full table):
 
 - imports come from `executor` instead of `marin.execution.executor`; the names are the same
   (`ExecutorStep`, `executor_main`, `output_path_of`, `this_output_path`);
-- files are opened with `executor.engine.location.open_file` (the run's storage options applied)
+- files are opened with `executor.open_file` (the run's storage options applied)
   instead of `open_url`;
 - nothing is marked `versioned(...)`: the whole config is hashed (`n` is part of the id here
   because it is a config field; mark a field `execution_only(...)` to leave it out);
@@ -20,8 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from executor import ExecutorStep, executor_main, output_path_of, this_output_path
-from executor.engine.location import open_file
+from executor import ExecutorStep, executor_main, open_file, output_path_of, this_output_path
 
 
 @dataclass(frozen=True)

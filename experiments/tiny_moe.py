@@ -62,6 +62,9 @@ def summarize(config: SummaryConfig) -> dict:
     if mc:
         lines.append(f"  {mc['task']}: acc {mc['acc']:.2f} (acc_norm {mc['acc_norm']:.2f}, chance {mc['chance']:.2f}, "
                      f"{mc['items']} items, {mc['num_fewshot']}-shot)")
+    for task, scores in results.get("lm_eval", {}).items():
+        lines.append(f"  lm-eval {task}: acc {scores['acc']:.2f} (acc_norm {scores['acc_norm']:.2f}, "
+                     f"{scores['items']} items, 0-shot)" if isinstance(scores, dict) else f"  lm-eval: {scores}")
     lines += [f"  metrics:  {config.train_path}/metrics.jsonl", f"  results:  {config.eval_path}/results.json"]
     text = "\n".join(lines)
     with open_file(f"{config.output_path}/summary.txt", "w") as f:
@@ -101,7 +104,8 @@ def build(options: TinyMoeOptions) -> list[ExecutorStep]:
                            resources=Resources(cpus=2))
     evaluation = ExecutorStep("eval/tiny_moe", evaluate,
                               EvalConfig(train_path=output_path_of(trained), cache_path=output_path_of(tokens),
-                                         output_path=this_output_path(), max_eval_tokens=60_000))
+                                         output_path=this_output_path(), max_eval_tokens=60_000,
+                                         lm_eval_tasks=("shakespeare_completions",)))
     summary = ExecutorStep("summary/tiny_moe", summarize,
                            SummaryConfig(eval_path=output_path_of(evaluation), train_path=output_path_of(trained),
                                          output_path=this_output_path()))

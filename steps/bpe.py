@@ -5,19 +5,23 @@ The end-of-document token is a special token; it must be in the vocabulary.
 
 `BatchEncoder` gives the same ids as `Tokenizer.encode_batch_fast`, several times faster for the
 common case: HF's byte-level encoding is a concatenation, over the GPT-2 regex pre-tokens of the
-text, of the BPE of each pre-token. For ASCII text that pattern is plain `re` (no Unicode classes),
-so we split in Python and look each pre-token's ids up in a cache, asking HF only for pre-tokens
-not seen yet. Any text where that equivalence is not certain (non-ASCII or control characters,
-an added token's text inside it, a tokenizer with another pre-tokenizer or a normaliser) goes
-through HF unchanged.
+text, of the BPE of each pre-token. We split with the same pattern in Python's `re` (explicit
+Unicode classes, each character checked against HF's pre-tokenizer once) and look each
+pre-token's ids up in a cache, asking HF only for pre-tokens not seen yet. Any text where that
+equivalence is not certain (a character the engines classify differently, an added token's text
+inside it, a tokenizer with another pre-tokenizer or a normaliser) goes through HF unchanged.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import unicodedata
 from itertools import chain
 from typing import Iterable
+
+import numpy as np
 
 
 from executor.engine import location
@@ -65,19 +69,67 @@ def eos_id_of(tokenizer: Tokenizer, eos_token: str, where: str) -> int:
 
 
 # HF ByteLevel's pattern is  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-# On text made only of printable ASCII, tab, LF and CR, \p{L} is [A-Za-z], \p{N} is [0-9] and \s is
-# [\t\n\r ], which gives this pattern exactly.
-_ASCII_PRETOKEN = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t\n\r A-Za-z0-9]+"
-                             r"|[\t\n\r ]+(?![^\t\n\r ])|[\t\n\r ]+")
-_NOT_PLAIN_ASCII = re.compile(r"[^\t\n\r\x20-\x7e]")
+# evaluated by Oniguruma. Its matches depend only on each character's class (letter, number,
+# whitespace, other), so the same pattern written with explicit character classes in Python's
+# `re` splits identically on every text whose characters are classified alike by both engines.
+# Python's classes come from `unicodedata`; each character met is checked once against HF's own
+# pre-tokenizer (probe strings around it), and a text holding a character that disagrees, or one
+# not checkable, goes through HF unchanged.
 _GPT2_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+_PROBES = ("a{}a", "1{}1", "!{}!", " {} ", "{}{}", "'{}s")
+_LONG_TEXT_CHARS = 1 << 20
+# Split points of a long text where every pre-token ends (see _windows): before the space of
+# "letter space letter", and after the newline of "printable newline printable" (ASCII neighbours).
+_SAFE_SPLIT = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])|(?<=[!-~]\n)(?=[!-~])")
+
+
+@functools.lru_cache(maxsize=1)
+def _python_pretoken_pattern() -> tuple[re.Pattern, dict[str, str]]:
+    """The ByteLevel pattern with explicit Unicode classes for Python's `re`."""
+    ranges: dict[str, list[list[int]]] = {"L": [], "N": [], "S": []}
+    for code in range(0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        c = chr(code)
+        category = unicodedata.category(c)
+        cls = "L" if category[0] == "L" else "N" if category[0] == "N" else "S" if c.isspace() else None
+        if cls is None:
+            continue
+        spans = ranges[cls]
+        if spans and spans[-1][1] == code - 1:
+            spans[-1][1] = code
+        else:
+            spans.append([code, code])
+    classes = {k: "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+                          for a, b in spans) for k, spans in ranges.items()}
+    L, N, S = classes["L"], classes["N"], classes["S"]
+    pattern = re.compile(f"'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+")
+    return pattern, classes
+
+
+def _windows(text: str, max_chars: int) -> list[tuple[int, int]]:
+    """[start, end) pieces of `text`, each ending where a pre-token ends, most under `max_chars`."""
+    pieces, start = [], 0
+    while len(text) - start > max_chars:
+        found = _SAFE_SPLIT.search(text, start + max_chars // 2, start + max_chars)
+        if found is None:
+            found = _SAFE_SPLIT.search(text, start + max_chars)
+            if found is None:
+                break
+        pieces.append((start, found.start()))
+        start = found.start()
+    pieces.append((start, len(text)))
+    return pieces
 
 
 class BatchEncoder:
-    """`encode_batch(texts) -> ids per text`, identical to `Tokenizer.encode_batch_fast(texts)` ids."""
+    """`encode_batch(texts) -> ids per text`, identical to `Tokenizer.encode_batch_fast(texts)` ids.
+
+    Texts over `long_text_chars` are encoded piece by piece (split where a pre-token ends, so the
+    ids are the same) and come back as a uint32 array, which bounds memory on huge documents."""
 
     def __init__(self, tokenizer_json: str, max_cached_pretokens: int = 1_000_000,
-                 tokenizer: Tokenizer | None = None):
+                 tokenizer: Tokenizer | None = None, long_text_chars: int = _LONG_TEXT_CHARS):
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_str(tokenizer_json)
         spec = json.loads(tokenizer_json)
         pre = spec.get("pre_tokenizer") or {}
@@ -85,27 +137,46 @@ class BatchEncoder:
                     and not spec["model"].get("dropout")
                     and all(pre.get(k) == v for k, v in _GPT2_BYTE_LEVEL.items()))
         self._added = [t["content"] for t in spec.get("added_tokens", [])]
+        # a split inside an added token's text would change the ids: only split when none can span one
+        self._can_split = eligible and not any(any(ch.isspace() for ch in a) for a in self._added)
+        self.long_text_chars = long_text_chars
         self._pieces: Tokenizer | None = None
         if eligible:
             self._pieces = Tokenizer.from_str(tokenizer_json)
             self._pieces.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+            self._hf_pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+            self._pattern, _ = _python_pretoken_pattern()
+        self._verified: set[str] = set()
+        self._disagreeing: set[str] = set()
         self._cache: dict[str, list[int]] = {}
         self._max_cached = max_cached_pretokens
 
-    def _fast_path_applies(self, text: str) -> bool:
-        return _NOT_PLAIN_ASCII.search(text) is None and not any(a in text for a in self._added)
+    def _agrees_with_hf(self, c: str) -> bool:
+        try:
+            for probe in _PROBES:
+                text = probe.format(c, c)
+                ours = [m.span() for m in self._pattern.finditer(text)]
+                if ours != [span for _, span in self._hf_pre.pre_tokenize_str(text)]:
+                    return False
+        except Exception:  # noqa: BLE001 - a character HF cannot take (e.g. a lone surrogate)
+            return False
+        return True
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        if self._pieces is None:
-            return [e.ids for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
-        out: list[list[int] | None] = [None] * len(texts)
-        slow = [i for i, t in enumerate(texts) if not self._fast_path_applies(t)]
-        if slow:
-            for i, e in zip(slow, self.tokenizer.encode_batch_fast([texts[i] for i in slow], add_special_tokens=False)):
-                out[i] = e.ids
-        slow_set = set(slow)
-        fast = [i for i in range(len(texts)) if i not in slow_set]
-        split = [_ASCII_PRETOKEN.findall(texts[i]) for i in fast]
+    def _fast_path_applies(self, text: str) -> bool:
+        chars = set(text)
+        new = chars - self._verified
+        if new:
+            if new & self._disagreeing:
+                return False
+            for c in new:
+                (self._verified if self._agrees_with_hf(c) else self._disagreeing).add(c)
+            if new & self._disagreeing:
+                return False
+        return not any(a in text for a in self._added)
+
+    def _encode_pieces(self, texts: list[str]) -> list[list[int]]:
+        """Ids of texts that take the fast path: split in Python, BPE of each pre-token cached."""
+        split = [self._pattern.findall(t) for t in texts]
         if len(self._cache) > self._max_cached:
             self._cache.clear()
         cache = self._cache
@@ -115,6 +186,36 @@ class BatchEncoder:
             encoded = self._pieces.encode_batch_fast(missing, add_special_tokens=False)
             cache.update(zip(missing, (e.ids for e in encoded)))
         lookup = cache.__getitem__
-        for i, pieces in zip(fast, split):
-            out[i] = list(chain.from_iterable(map(lookup, pieces)))
+        return [list(chain.from_iterable(map(lookup, pieces))) for pieces in split]
+
+    def _encode_short(self, texts: list[str]) -> list[list[int]]:
+        if self._pieces is None:
+            return [e.ids for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        out: list[list[int] | None] = [None] * len(texts)
+        fast = [self._fast_path_applies(t) for t in texts]
+        slow = [i for i, f in enumerate(fast) if not f]
+        if slow:
+            for i, e in zip(slow, self.tokenizer.encode_batch_fast([texts[i] for i in slow], add_special_tokens=False)):
+                out[i] = e.ids
+        quick = [i for i, f in enumerate(fast) if f]
+        for i, ids in zip(quick, self._encode_pieces([texts[i] for i in quick])):
+            out[i] = ids
         return out  # type: ignore[return-value]
+
+    def _encode_long(self, text: str) -> np.ndarray:
+        parts = [np.asarray(self._encode_short([text[a:b]])[0], np.uint32)
+                 for a, b in _windows(text, self.long_text_chars)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint32)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int] | np.ndarray]:
+        long = [i for i, t in enumerate(texts) if len(t) > self.long_text_chars] if self._can_split else []
+        if not long:
+            return self._encode_short(texts)  # type: ignore[return-value]
+        long_set = set(long)
+        short = [i for i in range(len(texts)) if i not in long_set]
+        out: list = [None] * len(texts)
+        for i, ids in zip(short, self._encode_short([texts[i] for i in short])):
+            out[i] = ids
+        for i in long:
+            out[i] = self._encode_long(texts[i])
+        return out

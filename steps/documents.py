@@ -1,4 +1,9 @@
-"""Reading and writing document shards: JSONL, optionally .gz or .zst, one {"id", "text", ...} a line.
+"""Reading and writing document shards: JSONL (optionally .gz or .zst, one {"id", "text", ...} a line)
+or Parquet (`text_column`/`id_column` read by row group).
+
+A big file is read as several `DocumentShard`s (`plan_document_shards`): byte ranges of an
+uncompressed JSONL file (line-aligned: a line belongs to the range its first byte is in) or runs of
+a Parquet file's row groups, so one huge file uses every core.
 
 Every data step reads its input through `list_document_files` + `read_documents` and writes through
 `write_documents`, so bad input is reported the same way everywhere: an error naming the file, the
@@ -9,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import os
 import tempfile
@@ -40,7 +46,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 OnBadLine = Literal["error", "skip"]
-DOCUMENT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
+DOCUMENT_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".parquet")
 
 
 class BadInputError(ValueError):
@@ -133,6 +139,11 @@ def open_binary_lines(path: str) -> io.BufferedIOBase:
 
 def count_records(path: str) -> int:
     """The number of non-blank lines of a file (documents, before any are found malformed)."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        with location.open_file(path, "rb") as f:
+            return pq.ParquetFile(f).metadata.num_rows
     with open_binary_lines(path) as f:
         return sum(1 for line in f if line.strip())
 
@@ -150,6 +161,10 @@ def read_documents(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats
         raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
     stats = stats if stats is not None else ReadStats()
     first, last = records if records is not None else (0, None)
+    if path.endswith(".parquet"):
+        docs = _read_parquet(DocumentShard(path), stats)
+        yield from itertools.islice(docs, first, last)
+        return
     record = -1
     with open_binary_lines(path) as f:
         for line_number, line in enumerate(f, start=1):
@@ -160,25 +175,150 @@ def read_documents(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats
                 continue
             if last is not None and record >= last:
                 break
-            problem = None
-            try:
-                doc = _loads(line)
-            except _JSONError as e:
-                problem = f"not valid UTF-8 JSON ({e})"
-            else:
-                problem = _document_problem(doc)
-            if problem is not None:
-                where = f"{path}:{line_number}"
-                if on_bad_line == "skip":
-                    stats.skip(where, problem)
-                    continue
-                raise BadInputError(f"{where}: {problem}; line starts {line[:120]!r}. Fix the line, "
-                                    f"or set on_bad_line='skip' to count and skip bad lines")
-            if not isinstance(doc["id"], str):
-                doc["id"] = str(doc["id"])
-            stats.documents += 1
-            stats.bytes += len(line)
-            yield doc
+            doc = _parse_line(line, f"{path}:{line_number}", on_bad_line, stats)
+            if doc is not None:
+                yield doc
+
+
+def _parse_line(line: bytes, where: str, on_bad_line: OnBadLine, stats: ReadStats) -> dict[str, Any] | None:
+    """The document on one JSONL line, or None when it is bad and `on_bad_line` is "skip"."""
+    try:
+        doc = _loads(line)
+    except _JSONError as e:
+        problem: str | None = f"not valid UTF-8 JSON ({e})"
+    else:
+        problem = _document_problem(doc)
+    if problem is not None:
+        if on_bad_line == "skip":
+            stats.skip(where, problem)
+            return None
+        raise BadInputError(f"{where}: {problem}; line starts {line[:120]!r}. Fix the line, "
+                            f"or set on_bad_line='skip' to count and skip bad lines")
+    if not isinstance(doc["id"], str):
+        doc["id"] = str(doc["id"])
+    stats.documents += 1
+    stats.bytes += len(line)
+    return doc
+
+
+@dataclass(frozen=True)
+class DocumentShard:
+    """A piece of one input file: bytes [start, end) of a JSONL file, or row groups [start, end)
+    of a Parquet file (end None: to the end of the file)."""
+
+    path: str
+    start: int = 0
+    end: int | None = None
+    text_column: str = "text"
+    id_column: str = "id"
+
+    @property
+    def whole_file(self) -> bool:
+        return self.start == 0 and self.end is None
+
+
+def plan_document_shards(files: list[str], shard_bytes: int, text_column: str = "text",
+                         id_column: str = "id") -> list[DocumentShard]:
+    """The shards that read `files` in order, none much larger than `shard_bytes` when the file
+    allows it (compressed JSONL cannot be split: one shard per file)."""
+    shards: list[DocumentShard] = []
+    for path in files:
+        fs, target = location.url_to_fs(path)
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            with fs.open(target, "rb") as f:
+                meta = pq.ParquetFile(f).metadata
+            groups, first, size = meta.num_row_groups, 0, 0
+            for g in range(groups):
+                size += meta.row_group(g).total_byte_size
+                if size >= shard_bytes and g + 1 < groups:
+                    shards.append(DocumentShard(path, first, g + 1, text_column, id_column))
+                    first, size = g + 1, 0
+            shards.append(DocumentShard(path, first, None, text_column, id_column))
+        elif path.endswith(".jsonl"):
+            size = fs.size(target)
+            pieces = max(1, -(-size // max(1, shard_bytes)))
+            bounds = [size * k // pieces for k in range(pieces)] + [None]
+            shards.extend(DocumentShard(path, bounds[k], bounds[k + 1], text_column, id_column)
+                          for k in range(pieces))
+        else:
+            shards.append(DocumentShard(path, 0, None, text_column, id_column))
+    return shards
+
+
+def shard_names(shards: list[DocumentShard]) -> list[str]:
+    """Output names: the file's stem, with `.<part>` when the file is read as several shards;
+    prefixed by position when two stems collide."""
+    parts: dict[str, int] = {}
+    for shard in shards:
+        parts[shard.path] = parts.get(shard.path, 0) + 1
+    seen: dict[str, int] = {}
+    names = []
+    for shard in shards:
+        k = seen[shard.path] = seen.get(shard.path, -1) + 1
+        names.append(shard_stem(shard.path) + (f".{k:05d}" if parts[shard.path] > 1 else ""))
+    if len(set(names)) == len(names):
+        return names
+    return [f"{i:05d}-{n}" for i, n in enumerate(names)]
+
+
+def read_shard(shard: DocumentShard, on_bad_line: OnBadLine = "error",
+               stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the documents of one shard in order (see `read_documents` for what is checked)."""
+    stats = stats if stats is not None else ReadStats()
+    if shard.path.endswith(".parquet"):
+        return _read_parquet(shard, stats)
+    if shard.whole_file:
+        return read_documents(shard.path, on_bad_line, stats)
+    return _read_byte_range(shard, on_bad_line, stats)
+
+
+def _read_byte_range(shard: DocumentShard, on_bad_line: OnBadLine, stats: ReadStats) -> Iterator[dict[str, Any]]:
+    if on_bad_line not in ("error", "skip"):
+        raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
+    with location.open_file(shard.path, "rb") as f:
+        position = shard.start
+        if shard.start > 0:  # the line under way at `start` belongs to the previous shard
+            f.seek(shard.start - 1)
+            if f.read(1) != b"\n":
+                position += len(f.readline())
+        end = shard.end if shard.end is not None else float("inf")
+        while position < end:
+            line = f.readline()
+            if not line:
+                break
+            where = f"{shard.path}@byte{position}"
+            position += len(line)
+            if line.strip():
+                doc = _parse_line(line, where, on_bad_line, stats)
+                if doc is not None:
+                    yield doc
+
+
+def _read_parquet(shard: DocumentShard, stats: ReadStats) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    with location.open_file(shard.path, "rb") as f:
+        parquet = pq.ParquetFile(f)
+        names = parquet.schema_arrow.names
+        for column in (shard.text_column, shard.id_column):
+            if column not in names:
+                raise BadInputError(f"{shard.path}: no column {column!r} (columns: {names[:10]}); "
+                                    f"set text_column/id_column to the file's text and id columns")
+        end = parquet.metadata.num_row_groups if shard.end is None else shard.end
+        for group in range(shard.start, end):
+            table = parquet.read_row_group(group, columns=[shard.id_column, shard.text_column])
+            ids = table.column(shard.id_column).to_pylist()
+            texts = table.column(shard.text_column).to_pylist()
+            for row, (doc_id, text) in enumerate(zip(ids, texts)):
+                if not isinstance(text, str) or doc_id is None:
+                    raise BadInputError(f"{shard.path}: row group {group} row {row}: "
+                                        f"{shard.text_column!r} must be a string and {shard.id_column!r} set "
+                                        f"(got {type(text).__name__}, {doc_id!r})")
+                stats.documents += 1
+                stats.bytes += len(text)
+                yield {"id": str(doc_id), "text": text}
 
 
 def _document_problem(doc: Any) -> str | None:
@@ -196,7 +336,8 @@ def _document_problem(doc: Any) -> str | None:
 
 
 def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -> int:
-    """Write documents as JSONL (.zst/.gz by suffix) atomically: a temporary name, then rename.
+    """Write documents as JSONL (.zst/.gz by suffix) or Parquet (.parquet: `id`, `text` columns)
+    atomically: a temporary name, then rename.
 
     Returns the number of documents written. A reader never sees a partly written file.
     """
@@ -207,23 +348,18 @@ def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -
     count = 0
     try:
         with fs.open(tmp, "wb") as raw:
-            if target.endswith(".zst"):
+            if target.endswith(".parquet"):
+                count = _write_parquet(raw, docs)
+            elif target.endswith(".zst"):
                 out: Any = zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False)
             elif target.endswith(".gz"):
                 out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level)
             else:
                 out = raw
-            buffer: list[bytes] = []
-            for doc in docs:
-                buffer.append(_dumps(doc))
-                count += 1
-                if len(buffer) >= 1024:
-                    out.write(b"\n".join(buffer) + b"\n")
-                    buffer.clear()
-            if buffer:
-                out.write(b"\n".join(buffer) + b"\n")
-            if out is not raw:
-                out.close()
+            if not target.endswith(".parquet"):
+                count = _write_lines(out, docs)
+                if out is not raw:
+                    out.close()
         fs.mv(tmp, target)
     except BaseException:
         try:
@@ -231,6 +367,35 @@ def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -
         except (FileNotFoundError, OSError):
             pass
         raise
+    return count
+
+
+def _write_lines(out: Any, docs: Iterable[dict[str, Any]]) -> int:
+    count = 0
+    buffer: list[bytes] = []
+    for doc in docs:
+        buffer.append(_dumps(doc))
+        count += 1
+        if len(buffer) >= 1024:
+            out.write(b"\n".join(buffer) + b"\n")
+            buffer.clear()
+    if buffer:
+        out.write(b"\n".join(buffer) + b"\n")
+    return count
+
+
+def _write_parquet(raw: Any, docs: Iterable[dict[str, Any]], rows_per_group: int = 8192) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+    count = 0
+    with pq.ParquetWriter(raw, schema, compression="zstd") as writer:
+        iterator = iter(docs)
+        while batch := list(itertools.islice(iterator, rows_per_group)):
+            writer.write_table(pa.table({"id": [d["id"] for d in batch], "text": [d["text"] for d in batch]},
+                                        schema=schema))
+            count += len(batch)
     return count
 
 

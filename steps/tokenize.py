@@ -53,7 +53,10 @@ class TokenizeConfig:
     on_bad_line: OnBadLine = "error"
     batch_docs: int = execution_only(1024)
     fast_ascii_encoding: bool = execution_only(True)
-    """Encode plain-ASCII texts through steps.bpe.BatchEncoder (same ids, several times faster)."""
+    """Encode through steps.bpe.BatchEncoder (same ids as HF, faster; any Unicode text, and huge
+    documents piece by piece in bounded memory)."""
+    batch_chars: int = execution_only(8 << 20)
+    """A batch is encoded once it holds this many characters (or batch_docs documents)."""
     num_cpus_per_shard: float = execution_only(1)
 
     def __post_init__(self) -> None:
@@ -159,11 +162,15 @@ class _SplitBuffer:
         self.lengths: list[int] = []
         self.doc_bytes: list[int] = []
 
-    def add(self, ids: list[list[int]], byte_lengths: list[int], eos_id: int, dtype: np.dtype) -> None:
+    def add(self, ids: list, byte_lengths: list[int], eos_id: int, dtype: np.dtype) -> None:
         if not ids:
             return
-        flat = np.fromiter(itertools.chain.from_iterable(i + [eos_id] for i in ids), dtype,
-                           sum(len(i) for i in ids) + len(ids))
+        if any(isinstance(i, np.ndarray) for i in ids):  # a huge document's ids come as an array
+            eos = np.array([eos_id], dtype)
+            flat = np.concatenate([part for i in ids for part in (np.asarray(i, dtype), eos)])
+        else:
+            flat = np.fromiter(itertools.chain.from_iterable(i + [eos_id] for i in ids), dtype,
+                               sum(len(i) for i in ids) + len(ids))
         self.tokens.append(flat)
         self.lengths.extend(len(i) + 1 for i in ids)
         self.doc_bytes.extend(byte_lengths)
@@ -201,13 +208,15 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
                                [len(batch[k]["text"].encode("utf-8")) for k in chosen], eos_id, dtype)
 
     batch: list[dict] = []
+    chars = 0
     for path, first, end in job.pieces:
         for doc in read_documents(path, config.on_bad_line, stats, records=(first, end)):
             split = "validation" if is_validation(doc["id"], config.validation_fraction, config.split_seed) else "train"
             batch.append({"text": doc["text"], "split": split})
-            if len(batch) >= config.batch_docs:
+            chars += len(doc["text"])
+            if len(batch) >= config.batch_docs or chars >= config.batch_chars:
                 flush(batch)
-                batch = []
+                batch, chars = [], 0
     if batch:
         flush(batch)
     entries = {split: buffers[split].write(token_cache.join(job.output_path, split), job.name, dtype)

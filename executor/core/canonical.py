@@ -162,7 +162,9 @@ class CanonicalEncoder:
                 return "[" + ",".join([text(x) for x in v]) + "]"
             if kind == _TUPLE:
                 return '{"tuple":[' + ",".join([text(x) for x in v]) + "]}"
-        except _Unencodable:
+            if kind == _DICT:  # a key that is not a str fails in _string (TypeError)
+                return '{"dict":{' + ",".join([_string(k) + ":" + text(v[k]) for k in sorted(v)]) + "}}"
+        except (_Unencodable, TypeError):
             pass  # encode again, one child at a time, to name the field that failed
         return self._container_naming_fields(v, t, kind)
 

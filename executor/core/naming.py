@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-_module_names: dict[str, str] = {}  # module name -> canonical name (never for __main__, which changes)
+_module_names: dict[str, str] = {}  # module name -> canonical name (__main__ is named per class)
 
 
 def module_name_of_file(path: str) -> str:
@@ -35,17 +35,35 @@ def canonical_module_name(module: str) -> str:
     known = _module_names.get(module)
     if known is not None:
         return known
-    loaded = sys.modules.get(module)
-    path = getattr(loaded, "__file__", None)
+    path = getattr(sys.modules.get(module), "__file__", None)
     name = module
     if path:
         by_file = module_name_of_file(path)
-        if module == "__main__" or by_file.endswith("." + module):
+        if by_file.endswith("." + module):
             name = by_file
-    if module != "__main__":  # __main__ is a different module for each experiment loaded in-process
-        _module_names[module] = name
+    _module_names[module] = name
     return name
 
 
+def main_module_name(cls: type) -> str:
+    """The module name of a class defined in the script being run (`__module__ == "__main__"`).
+
+    The script is the `__main__` module's file when that module holds the class, as under
+    `python exp.py`, `python -m pkg.exp` and runpy; otherwise `sys.argv[0]`, which tools that run a
+    script inside their own `__main__` (`python -m cProfile exp.py`, pdb, coverage) point at it.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None:  # a notebook or `python -c`: there is no file to name it by
+        return "__main__"
+    top = cls.__qualname__.split(".", 1)[0]
+    if getattr(main, top, None) is not cls and sys.argv and sys.argv[0].endswith(".py") \
+            and os.path.isfile(sys.argv[0]):
+        path = sys.argv[0]
+    return module_name_of_file(path)
+
+
 def qualified_name(cls: type) -> str:
-    return f"{canonical_module_name(cls.__module__)}.{cls.__qualname__}"
+    module = cls.__module__
+    name = main_module_name(cls) if module == "__main__" else canonical_module_name(module)
+    return f"{name}.{cls.__qualname__}"

@@ -44,6 +44,9 @@ class Decision:
     action: Action
     reason: str
     observed: Observed = field(default_factory=lambda: Observed(None))
+    recheck: tuple[str, ...] = ()  # SKIP for now; dependencies (digests) that re-run in this plan:
+    #                                if the output one of them commits differs from what this step
+    #                                consumed, the step re-runs once they finish (staleness by content)
 
 
 @dataclass(frozen=True)
@@ -58,21 +61,55 @@ class Plan:
         return any(d.action in (Action.RUN, Action.WAIT) for d in self.decisions.values())
 
 
-def select(graph: Graph, only: str | None) -> list[str]:
-    """Digests to consider: the targets' closure, or the --only matches' closure."""
-    if only is None:
-        wanted = graph.closure(graph.targets)
-        return [d for d in graph.nodes if d in wanted]
+def match_steps(graph: Graph, pattern: str, flag: str) -> list[str]:
+    """Digests of the steps `pattern` names: an exact name or step id selects exactly those steps
+    (`isoflop/eval-3e+10-d32` is a name, though `+` is a regex quantifier); otherwise it is a regex
+    searched in each name. Matching nothing, or a bad regex, is a GraphError listing the names."""
+    exact = [d for d, n in graph.nodes.items() if pattern in (n.name, n.step_id)]
+    if exact:
+        return exact
     try:
-        pattern = re.compile(only)
+        compiled = re.compile(pattern)
     except re.error as e:
-        raise GraphError(f"--only {only!r} is not a valid regular expression: {e}") from None
-    matched = [d for d, n in graph.nodes.items() if pattern.search(n.name)]
+        raise GraphError(f"{flag} {pattern!r} names no step and is not a valid regular expression ({e}); "
+                         f"quote a name exactly, or escape regex characters") from None
+    matched = [d for d, n in graph.nodes.items() if compiled.search(n.name)]
     if not matched:
         names = ", ".join(sorted(n.name for n in graph.nodes.values()))
-        raise GraphError(f"--only {only!r} matches no step; steps are: {names}")
+        raise GraphError(f"{flag} {pattern!r} matches no step; steps are: {names}")
+    return matched
+
+
+def select(graph: Graph, only: str | None) -> list[str]:
+    """Digests to consider: the targets' closure, or the --only matches' closure."""
+    matched = graph.targets if only is None else match_steps(graph, only, "--only")
     wanted = graph.closure(matched)
     return [d for d in graph.nodes if d in wanted]
+
+
+def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str, Decision],
+               snapshot: dict[str, Observed], observed: Observed) -> Decision:
+    """SKIP, unless a dependency's committed output is no longer the one this output consumed."""
+    consumed = status.inputs or {}  # statuses written before content tracking have none: trusted
+    rerunning = []
+    for dep in node.deps:
+        if dep not in consumed:
+            continue
+        dep_decision = decisions.get(dep)
+        if dep_decision is not None and (dep_decision.action == Action.RUN or dep_decision.recheck):
+            rerunning.append(dep)
+            continue
+        dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep, Observed(None))).status
+        now_there = dep_status.content_sha256 if dep_status is not None else None
+        if now_there is not None and now_there != consumed[dep]:
+            return Decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
+                                              f"output was made, and its output changed", observed)
+    alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
+    if rerunning:
+        names = ", ".join(graph.nodes[d].name for d in rerunning)
+        return Decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
+                        observed, recheck=tuple(rerunning))
+    return Decision(node, Action.SKIP, f"succeeded{alias}", observed)
 
 
 def describe_owner(status: Status, now: float | None) -> str:
@@ -88,9 +125,12 @@ def plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions
 
 
 def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOptions) -> Plan:
-    force_run = re.compile(options.force_run) if options.force_run else None
+    selected = select(graph, options.only)
+    forced = set(match_steps(graph, options.force_run, "--force-run")) if options.force_run else set()
+    if options.force_run and not forced & set(selected):
+        raise GraphError(f"--force-run {options.force_run!r} matches no step selected by --only {options.only!r}")
     decisions: dict[str, Decision] = {}
-    for digest in select(graph, options.only):
+    for digest in selected:
         node = graph.nodes[digest]
         observed = snapshot.get(digest, Observed(None))
         status = observed.status
@@ -108,11 +148,10 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
         elif status is None:
             decision = Decision(node, Action.RUN, "new: no previous attempt", observed)
         elif status.state == State.SUCCESS:
-            if force_run and force_run.search(node.name):
+            if digest in forced:
                 decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
             else:
-                alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
-                decision = Decision(node, Action.SKIP, f"succeeded{alias}", observed)
+                decision = _succeeded(graph, node, status, decisions, snapshot, observed)
         elif status.state == State.RUNNING:
             decision = Decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now), observed)
         elif options.force_failed:

@@ -55,6 +55,8 @@ class Status:
     traceback_tail: str | None = None
     alias_of: dict[str, str] | None = None
     function_sha256: str | None = None  # provenance of a SUCCESS: lets plans spot code drift without reading records
+    content_sha256: str | None = None  # of a SUCCESS: the output's manifest digest (see output_digest)
+    inputs: dict[str, str] | None = None  # of a SUCCESS: dependency digest -> its content_sha256 as consumed
     schema: int = STATUS_SCHEMA
 
     def to_bytes(self) -> bytes:
@@ -86,7 +88,8 @@ def parse_status(data: bytes, where: str) -> Status:
             owner=Owner(**owner) if owner else None, written_at=float(raw["written_at"]),
             started_at=raw.get("started_at"), error=raw.get("error"),
             traceback_tail=raw.get("traceback_tail"), alias_of=raw.get("alias_of"),
-            function_sha256=raw.get("function_sha256"), schema=schema,
+            function_sha256=raw.get("function_sha256"), content_sha256=raw.get("content_sha256"),
+            inputs=raw.get("inputs"), schema=schema,
         )
     except StatusError:
         raise
@@ -104,6 +107,15 @@ class RunRecordRef:
     @property
     def key(self) -> str:
         return f"runs/{self.experiment}-{self.run_id}.json"
+
+
+def output_digest(manifest: list[dict[str, Any]]) -> str:
+    """What a step's output holds, as one digest: sha256 over its manifest's paths and checksums.
+    A re-run that writes identical bytes gets the same digest, so its dependents stay current."""
+    import hashlib
+
+    entries = sorted((e["path"], json.dumps(e.get("checksum"), sort_keys=True)) for e in manifest)
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
 
 
 def to_json_bytes(data: dict[str, Any]) -> bytes:

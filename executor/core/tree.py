@@ -1,7 +1,9 @@
 """The one walker over config trees (dataclasses, lists, tuples, dicts, sets).
 
-Discovery of dependencies, canonical encoding and placeholder resolution are all folds over the
-same traversal, so they can never disagree about what a config contains.
+Placeholder resolution and the tools' walks are folds over this traversal. The canonical encoder
+(canonical.py) walks the same structure with its own loop, specialised for speed (hashing is most
+of planning), and discovers dependencies as it hashes; tests/executor/test_canonical_reference.py
+holds the two walkers to the same answer.
 """
 
 from __future__ import annotations

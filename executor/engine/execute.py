@@ -2,7 +2,10 @@
 
 Only steps whose blocking dependencies are SUCCESS (observed on storage) are started. A failure
 blocks its dependents and lets other branches finish. A lost lease cancels the task and nothing
-is published. Ctrl-C cancels running tasks and releases leases as FAILED (interrupted).
+is published. An error while starting or committing one step (a storage error, an output-path
+clash) fails that step only; an error of the runner itself fails every running step. Ctrl-C or
+SIGTERM cancels running tasks and releases leases as FAILED with the reason. Whatever the ending,
+no lease this process took is left RUNNING.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from executor.core.graph import Graph, StepNode
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.core.plan import Action, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
-from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
+from executor.core.record import Owner, State, Status, StepRecord, output_digest, record_key, status_key
 from executor.engine.report import Reporter
-from executor.engine.results import encode_result
+from executor.engine import signals
+from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
 from executor.core.step import OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
-from executor.engine.store.base import CoordinationStore, StoreError
+from executor.engine.store.base import CoordinationStore
 from executor.core.tree import fold, resolve
 
 
@@ -53,6 +57,9 @@ class Tracked:
     ran_here: bool = False
     announced_wait: bool = False
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the runner's tries, with causes
+    content: str | None = None  # content_sha256 of its committed output, when known
+    consumed: dict[str, str] = field(default_factory=dict)  # dependency digest -> content it was started on
+    recheck: tuple[str, ...] = ()  # planned SKIP, unless these re-running dependencies change their output
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,15 @@ class RunSummary:
     ran_here: list[str] = field(default_factory=list)
     output_paths: dict[str, str] = field(default_factory=dict)  # by step_id, where known (adopted: the alias's)
     interrupted: bool = False
+    signum: int | None = None  # the signal that interrupted the run (SIGINT or SIGTERM)
+    runner_error: str | None = None  # the run loop itself failed: every running step was failed
+
+    @property
+    def exit_code(self) -> int:
+        """0 all done; 1 a step failed or the runner broke; 128+N stopped by signal N (130, 143)."""
+        if self.interrupted:
+            return signals.exit_code_for(self.signum or signals.signal.SIGINT)
+        return 1 if (self.failed or self.runner_error) else 0
 
     @property
     def failed(self) -> list[str]:
@@ -95,7 +111,9 @@ def is_not_secret(f: Any) -> bool:
 def config_to_json(config: Any) -> Any:
     """The resolved config as JSON for the record, with secret fields left out."""
     def leaf(v: Any, path: tuple) -> Any:
-        if v is None or isinstance(v, (bool, int, float, str)):
+        if isinstance(v, float):
+            return portable_float(v)
+        if v is None or isinstance(v, (bool, int, str)):
             return v
         if isinstance(v, enum.Enum):
             return v.name
@@ -125,6 +143,9 @@ class Execution:
                            and observed.status.state == State.SUCCESS)
             if state == NodeState.DONE:
                 t.output_path = self._output_path_from(decision.node, observed.status)
+                t.content = observed.status.content_sha256 if observed.status else None
+                if decision.recheck:  # decided once the re-running dependencies committed
+                    t.state, t.recheck = NodeState.PENDING, decision.recheck
             if state == NodeState.FAILED:
                 t.error = decision.reason
             self.tracked[digest] = t
@@ -167,10 +188,14 @@ class Execution:
                 self._start_ready()
                 self._collect_finished()
                 self._police_running()
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            self._interrupt()
-        except BaseException as e:  # the error propagates; our leases must not stay RUNNING for a TTL
+        except KeyboardInterrupt as e:
+            summary.interrupted, summary.signum = True, signals.signum_of(e)
+            self._interrupt(signals.reason_for(summary.signum))
+        except Exception as e:  # noqa: BLE001 - the loop or runner broke: end honestly, release every lease
+            summary.runner_error = f"{type(e).__name__}: {e}"
+            self.ctx.reporter.warning(f"the run stopped on an error of the runner itself: {summary.runner_error}")
+            self._interrupt(f"runner error: {summary.runner_error}"[:500])
+        except BaseException as e:  # SystemExit and the like propagate; our leases must not stay RUNNING
             self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
             raise
         finally:
@@ -210,7 +235,10 @@ class Execution:
             if deps == "blocked":
                 self._block(t)
             elif deps == "ready" and running < self.ctx.max_concurrent:
-                self._try_start(t)
+                try:
+                    self._try_start(t)
+                except Exception as e:  # noqa: BLE001 - storage error or clash: this step fails, not the run
+                    self._fail(t, StepOutcome(ok=False, error=f"could not start: {type(e).__name__}: {e}"))
                 running += t.state == NodeState.RUNNING
 
     def _block(self, t: Tracked) -> None:
@@ -236,12 +264,17 @@ class Execution:
             lease = self.ctx.keeper.acquire(key, self._new_status(t, 1), None)
             takeover = False
         elif status.state == State.SUCCESS:
+            if t.recheck and versioned.generation == t.first_generation:
+                t.force_run = self._stale_input(t, status) is not None
+                if not t.force_run:
+                    self._note(f"{t.node.name}: still current (its inputs' content is unchanged)")
             if t.force_run and versioned.generation == t.first_generation:
                 self._ensure_runner()
                 lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
                 takeover = False
             else:
                 t.state, t.output_path = NodeState.DONE, self._output_path_from(t.node, status)
+                t.content = status.content_sha256
                 if t.first_generation != versioned.generation:
                     self.ctx.reporter.step_done_elsewhere(t.node, status)
                 return
@@ -274,6 +307,23 @@ class Execution:
         self.ctx.watch.forget(key)
         self._submit(t, lease, takeover)
 
+    def _note(self, message: str) -> None:
+        from rich.markup import escape
+
+        info = getattr(self.ctx.reporter, "info", None)
+        (info or self.ctx.reporter.warning)(escape(message) if info else message)
+
+    def _stale_input(self, t: Tracked, status: Status) -> str | None:
+        """The name of a dependency whose committed output differs from what `status` consumed."""
+        for dep in t.recheck:
+            now_there = self.tracked[dep].content if dep in self.tracked else None
+            if now_there is not None and now_there != (status.inputs or {}).get(dep, now_there):
+                name = self.graph.nodes[dep].name
+                self._note(f"{t.node.name}: stale: dependency {name} was re-run and its output changed; "
+                           f"re-running")
+                return name
+        return None
+
     def _ensure_runner(self) -> None:
         """Start the runner (Ray can take a while) and the heartbeat before taking any lease."""
         if self.runner is None:
@@ -290,6 +340,8 @@ class Execution:
         t.output_path = self._own_path(node)
         resources = node.step.resources or Resources()
         t.user_retries_left = resources.retry_user_errors
+        t.consumed = {d: self.tracked[d].content for d in node.deps
+                      if d in self.tracked and self.tracked[d].content}
         try:
             config = self.resolve_config(node)
             if outputs.is_local(self.ctx.prefix):
@@ -313,7 +365,10 @@ class Execution:
         done_ids = {id(h) for h in done}
         for t in running:
             if id(t.handle) in done_ids:
-                self._finish(t, t.handle.outcome())
+                try:
+                    self._finish(t, t.handle.outcome())
+                except Exception as e:  # noqa: BLE001 - e.g. a storage error on its .executor/
+                    self._fail(t, StepOutcome(ok=False, error=f"could not commit: {type(e).__name__}: {e}"))
 
     def _police_running(self) -> None:
         """Cancel tasks whose lease was lost or whose declared timeout has passed."""
@@ -332,6 +387,12 @@ class Execution:
 
     def _finish(self, t: Tracked, outcome: StepOutcome) -> None:
         t.attempts.extend(outcome.attempts)
+        if not outcome.ok and not self.ctx.keeper.confirm(t.lease):
+            # Ended because its lease was lost (an inline step stops itself when its runner was
+            # paused past half the TTL): not the step's failure; re-read and follow the new owner.
+            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost")
+            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+            return
         if not outcome.ok:
             if not outcome.infrastructure and t.user_retries_left > 0:
                 t.user_retries_left -= 1
@@ -341,6 +402,10 @@ class Execution:
             self._fail(t, outcome)
             return
         result, result_type = encode_result(outcome.result)  # a dataclass: its fields as JSON data
+        result, problem = storable_result(result)
+        if problem:
+            self._fail(t, StepOutcome(ok=False, error=problem))
+            return
         # The record is written before the fenced commit, so confirm the lease first: a paused or
         # partitioned holder (silent past half the TTL, or its generation taken over) must not
         # overwrite the record of the runner that took over.
@@ -349,24 +414,28 @@ class Execution:
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
             return
         try:
-            self._write_record(t, result, result_type)
+            content = self._write_record(t, result, result_type)
         except Exception as e:  # noqa: BLE001
             self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
             return
         final = t.lease.status.next(state=State.SUCCESS, written_at=self.ctx.wall_clock(),
-                                    function_sha256=function_fingerprint(t.node.step.fn))
+                                    function_sha256=function_fingerprint(t.node.step.fn),
+                                    content_sha256=content, inputs=t.consumed or None)
         if self.ctx.keeper.finish(t.lease, final):
-            t.state = NodeState.DONE
+            t.state, t.content = NodeState.DONE, content
             self.ctx.reporter.step_succeeded(t.node, self.ctx.clock() - t.started, result)
         else:
             self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
             t.state, t.lease, t.handle = NodeState.PENDING, None, None
 
-    def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> None:
+    def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> str:
+        """Write record.json; returns the output's content digest (for the status)."""
         node = t.node
         deps = [{"name": self.graph.nodes[d].name, "step_id": self.graph.nodes[d].step_id,
-                 "digest": d, "path": self._dep_path(d), "blocking": d in node.deps}
+                 "digest": d, "path": self._dep_path(d), "blocking": d in node.deps,
+                 "content_sha256": t.consumed.get(d)}
                 for d in (*node.deps, *node.weak_deps)]
+        manifest = outputs.manifest(self.ctx.fs, t.output_path)
         record = StepRecord(
             step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity,
             config=config_to_json(t.handle.call.config), dependencies=deps,
@@ -374,12 +443,13 @@ class Execution:
                         "function": function_reference(node.step.fn, self.ctx.main_file),
                         "function_sha256": function_fingerprint(node.step.fn),
                         "description": node.step.description},
-            result=result, manifest=outputs.manifest(self.ctx.fs, t.output_path),
+            result=result, manifest=manifest,
             timings={"started_at": t.lease.status.started_at or 0.0,
                      "finished_at": self.ctx.wall_clock(), "seconds": self.ctx.clock() - t.started},
             attempt=t.lease.status.attempt, run_id=self.ctx.owner.run_id,
             extra={"attempts": t.attempts} if t.attempts else {}, result_type=result_type)
         outputs.write_json(self.ctx.fs, outputs.join(self.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
+        return output_digest(manifest)
 
     def _fail(self, t: Tracked, outcome: StepOutcome) -> None:
         tail = (outcome.traceback or "")[-2000:] or None
@@ -388,8 +458,10 @@ class Execution:
                                         written_at=self.ctx.wall_clock())
             try:
                 self.ctx.keeper.finish(t.lease, final)
-            except StoreError as e:
+            except Exception as e:  # noqa: BLE001 - storage down: the lease goes stale after its TTL
                 self.ctx.reporter.warning(f"{t.node.name}: could not record the failure: {e}")
+        if t.handle is not None and not t.handle.done():
+            t.handle.cancel()
         t.state, t.error = NodeState.FAILED, outcome.error
         self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
 
@@ -397,15 +469,12 @@ class Execution:
         running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
         # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
         # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
+        self.ctx.keeper.release_all(reason)
         for t in running:
-            if t.lease is not None:
-                final = t.lease.status.next(state=State.FAILED, error=reason,
-                                            written_at=self.ctx.wall_clock())
-                try:
-                    self.ctx.keeper.finish(t.lease, final)
-                except StoreError:
-                    pass
             t.state, t.error = NodeState.FAILED, reason
         for t in running:
             if t.handle is not None:
-                t.handle.cancel()
+                try:
+                    t.handle.cancel()
+                except Exception:  # noqa: BLE001 - the lease is already released; keep cancelling the rest
+                    pass

@@ -9,15 +9,25 @@ has not changed for a full TTL of *our* time. Clocks are injectable so tests nev
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
-from executor.core.record import Status
+from executor.core.record import State, Status
 from executor.engine.store.base import CoordinationStore, StoreError, Versioned
 
 Clock = Callable[[], float]
+
+
+@contextlib.contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release a lock acquired (with a timeout) just before."""
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -63,13 +73,14 @@ class LeaseKeeper:
         Returns None when another runner got there first: a normal outcome, not an error.
         """
         data = status.to_bytes()
+        sent = self.clock()  # the lease's age counts from before the write (see renew)
         if current is None:
             generation = self.store.create_if_absent(key, data)
         else:
             generation = self.store.replace_if_generation(key, data, current.generation)
         if generation is None:
             return None
-        lease = Lease(key, status, generation, self.clock())
+        lease = Lease(key, status, generation, sent)
         with self._held_lock:
             self._held[key] = lease
         return lease
@@ -89,6 +100,10 @@ class LeaseKeeper:
             if lease.lost or lease.key not in self._held:
                 return
             new = lease.status.next(written_at=self.wall_clock())
+            # Counted from before the write: a call that hangs (or a process paused mid-call) and
+            # then succeeds must not make the lease look freshly renewed — an observer may have
+            # judged it stale meanwhile, from the write's own time.
+            sent = self.clock()
             try:
                 generation = self.store.replace_if_generation(lease.key, new.to_bytes(), lease.generation)
             except StoreError:
@@ -97,7 +112,7 @@ class LeaseKeeper:
             if generation is None:
                 lease.lost_reason = "taken over by another runner (status changed under us)"
                 return
-            lease.status, lease.generation, lease.renewed_at = new, generation, self.clock()
+            lease.status, lease.generation, lease.renewed_at = new, generation, sent
             self._expire_if_silent(lease)
 
     def confirm(self, lease: Lease) -> bool:
@@ -126,12 +141,14 @@ class LeaseKeeper:
             return list(self._held.values())
 
     # -- ending ----------------------------------------------------------------------------
-    def finish(self, lease: Lease, final: Status) -> bool:
+    def finish(self, lease: Lease, final: Status, lock_timeout_s: float = -1) -> bool:
         """The fenced commit: CAS to a terminal status against our last generation.
 
         False (and nothing written) if the lease was lost; the caller must not publish.
         """
-        with lease.lock:
+        if not lease.lock.acquire(timeout=lock_timeout_s):
+            return False  # another thread is stuck writing this status: give up rather than hang
+        with _held(lease.lock):
             try:
                 if not self.is_valid(lease):
                     return False
@@ -144,6 +161,20 @@ class LeaseKeeper:
             finally:
                 with self._held_lock:
                     self._held.pop(lease.key, None)
+
+    def release_all(self, reason: str, lock_timeout_s: float = 2.0) -> list[str]:
+        """End every lease still held as FAILED with `reason` (Ctrl-C, SIGTERM, a runner error, a
+        forced exit). Returns the keys that could not be released (they go stale after the TTL)."""
+        left = []
+        for lease in self.held():
+            final = lease.status.next(state=State.FAILED, error=reason, written_at=self.wall_clock())
+            try:
+                released = self.finish(lease, final, lock_timeout_s)
+            except Exception:  # noqa: BLE001 - storage down: nothing more can be done from here
+                released = False
+            if not released and not lease.lost:
+                left.append(lease.key)
+        return left
 
     # -- heartbeat thread ------------------------------------------------------------------
     def start(self) -> None:

@@ -2,11 +2,13 @@
 
 On a terminal a rich `Live` panel sits under the usual event lines; elsewhere (pipes, CI logs)
 the reporter degrades to the plain lines of `ConsoleReporter` plus a one-line tally after each
-step ends.
+step ends, and every `still_running_every_s` (default 30 s) a "still running X (30s)" line, so a
+long step is never silent in a log.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -24,8 +26,11 @@ class LiveReporter(ConsoleReporter):
     """ConsoleReporter plus a live panel (terminal) or tally lines (anything else)."""
 
     def __init__(self, console: Console | None = None, plan: Plan | None = None, *,
-                 clock=time.monotonic, max_rows: int = 12, **kwargs: Any):
+                 clock=time.monotonic, max_rows: int = 12, still_running_every_s: float = 30.0, **kwargs: Any):
         super().__init__(console, **kwargs)
+        self.still_running_every_s = still_running_every_s
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
         self.clock, self.max_rows = clock, max_rows
         self.started = clock()
         self.state: dict[str, str] = {}  # digest -> waiting | running | done | failed | blocked
@@ -71,6 +76,25 @@ class LiveReporter(ConsoleReporter):
             self._live = Live(self, console=self.console, refresh_per_second=2, transient=True,
                               redirect_stdout=True, redirect_stderr=True)
             self._live.start()
+        elif (self._ticker is None and not self._closed and not self.console.is_terminal
+              and self.still_running_every_s > 0):
+            self._ticker = threading.Thread(target=self._still_running_lines, name="still-running", daemon=True)
+            self._ticker.start()
+
+    def still_running_line(self) -> str | None:
+        now = self.clock()
+        running = sorted(list(self.running_since.items()), key=lambda kv: kv[1])
+        if not running:
+            return None
+        shown = ", ".join(f"{self.names.get(d, d[:12])} ({now - since:.0f}s)" for d, since in running[:8])
+        more = f" and {len(running) - 8} more" if len(running) > 8 else ""
+        return f"  still running {shown}{more}; {self.tally()}"
+
+    def _still_running_lines(self) -> None:
+        while not self._stop.wait(self.still_running_every_s):
+            line = self.still_running_line()
+            if line:
+                self.console.print(escape(line))
 
     def _ended(self, node: Any, state: str) -> None:
         self.names.setdefault(node.digest, node.name)
@@ -78,11 +102,14 @@ class LiveReporter(ConsoleReporter):
         self.running_since.pop(node.digest, None)
         if self._live is not None:
             self._live.refresh()
-        elif not self.console.is_terminal:
+        elif not self.console.is_terminal and not self.compact:  # compact runs get ConsoleReporter's tally
             self.console.print(f"  [dim]progress: {self.tally()}[/]")
 
     def close(self) -> None:
         """Stop the live panel (the final tally is printed once, as a plain line)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
         if self._live is not None:
             self._live.stop()
             self._live = None

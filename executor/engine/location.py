@@ -10,12 +10,14 @@ hides the values) and register them before the step runs, so a step never sees i
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import fsspec
+if TYPE_CHECKING:  # imported where used: importing fsspec costs a tenth of a second a no-op run never needs
+    import fsspec
 
 from executor.core.errors import ExecutorError
 from executor.engine.store import CoordinationStore, StoreError, TransientStoreError, open_store as open_raw_store
@@ -147,6 +149,8 @@ def url_to_fs(url: str, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, st
     Local paths get a filesystem that creates parent directories on write, like object stores do.
     `overrides` (e.g. a download source's own options) take precedence over the registered ones.
     """
+    import fsspec
+
     if protocol_of(url) == "file":
         path = url.split("://", 1)[1] if "://" in url else url
         return fsspec.filesystem("file", auto_mkdir=True), path
@@ -160,6 +164,29 @@ def url_to_fs(url: str, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, st
                             f"in {FLAG} / {ENV_VAR} (see the gcsfs / s3fs documentation)") from None
 
 
+class DeferredFilesystem:
+    """Stands in for the fsspec filesystem of a location until an attribute of it is first used:
+    a no-op re-run reads statuses through the coordination store and never needs it (importing
+    fsspec costs a tenth of a second)."""
+
+    def __init__(self, url: str, overrides: Mapping[str, Any] | None = None):
+        self.url, self.overrides = url, dict(overrides or {})
+
+    @functools.cached_property
+    def opened(self) -> "fsspec.AbstractFileSystem":
+        return url_to_fs(self.url, **self.overrides)[0]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("url", "overrides", "opened"):  # (un)pickling, copying
+            raise AttributeError(name)
+        return getattr(self.opened, name)
+
+
+def opened(fs: Any) -> "fsspec.AbstractFileSystem":
+    """The real filesystem behind a DeferredFilesystem (any other filesystem as it is)."""
+    return fs.opened if isinstance(fs, DeferredFilesystem) else fs
+
+
 def bare_path(path: str) -> str:
     """The backend-local form of a path or URL, as listings return it (`gs://b/k/` -> `b/k`)."""
     return (url_to_fs(path)[1] if "://" in path else path).rstrip("/")
@@ -168,6 +195,8 @@ def bare_path(path: str) -> str:
 def open_file(url: str, mode: str = "rb", *, storage_options: Mapping[str, Any] | None = None,
               **kwargs: Any) -> fsspec.core.OpenFile:
     """`fsspec.open` with this process's options for `url` (kwargs: encoding, compression, ...)."""
+    import fsspec
+
     fs, path = url_to_fs(url, **dict(storage_options or {}))
     return fsspec.core.OpenFile(fs, path, mode=mode, **kwargs)
 
@@ -209,7 +238,7 @@ def open_location(prefix: str, options: Mapping[str, Any] | None = None, *,
     """Register `options` for this process, then (store, filesystem) for `prefix`."""
     use_storage_options(prefix, options)
     store = open_store(prefix, options, environ=environ)
-    return store, url_to_fs(prefix)[0]
+    return store, DeferredFilesystem(prefix)  # type: ignore[return-value]
 
 
 def open_filesystem(prefix: str, options: Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:

@@ -6,13 +6,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
-
-import fsspec
+from typing import TYPE_CHECKING, Any
 
 from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR
 from executor.engine import location
+
+if TYPE_CHECKING:
+    import fsspec
 
 CHUNK = 1 << 20
 
@@ -33,9 +34,10 @@ def join(prefix: str, *parts: str | None) -> str:
     return "/".join([prefix.rstrip("/"), *(p.strip("/") for p in parts if p)])
 
 
-def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> fsspec.AbstractFileSystem:
-    fs, _ = location.url_to_fs(prefix, **(storage_options or {}))
-    return fs
+def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> "fsspec.AbstractFileSystem":
+    """The prefix's filesystem, opened (and fsspec imported) on first use: a no-op re-run, whose
+    statuses are read through the coordination store, never touches it."""
+    return location.DeferredFilesystem(prefix, dict(storage_options or {}))  # type: ignore[return-value]
 
 
 def check_writable(prefix: str) -> None:
@@ -53,9 +55,12 @@ def check_writable(prefix: str) -> None:
                             f"or set EXECUTOR_PREFIX to a directory you can write") from None
 
 
-def write_json(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+def write_json(fs: "fsspec.AbstractFileSystem", path: str, data: bytes) -> None:
     """Write a small file whole: to a temporary name, then moved into place where possible."""
-    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs = location.opened(fs)
+    if isinstance(fs, LocalFileSystem):
         tmp = f"{path}.tmp-{os.getpid()}"
         fs.pipe_file(tmp, data)
         os.replace(tmp, path)
@@ -63,14 +68,14 @@ def write_json(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)  # object stores replace objects atomically
 
 
-def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any | None:
+def read_json(fs: "fsspec.AbstractFileSystem", path: str) -> Any | None:
     try:
         return json.loads(fs.cat_file(path))
     except FileNotFoundError:
         return None
 
 
-def _checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any]) -> dict[str, str]:
+def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
     """A checksum from object metadata where the store has one, otherwise sha256 of the bytes."""
     for key, algorithm in (("crc32c", "crc32c"), ("md5Hash", "md5-base64")):
         if info.get(key):
@@ -85,7 +90,7 @@ def _checksum(fs: fsspec.AbstractFileSystem, path: str, info: dict[str, Any]) ->
     return {"algorithm": "sha256", "value": digest.hexdigest()}
 
 
-def manifest(fs: fsspec.AbstractFileSystem, output_path: str) -> list[dict[str, Any]]:
+def manifest(fs: "fsspec.AbstractFileSystem", output_path: str) -> list[dict[str, Any]]:
     """Every file under a step's output (except .executor/) with its size and checksum."""
     root = output_path.rstrip("/")
     try:

@@ -1,4 +1,4 @@
-"""Where a run's outputs go: the prefix (given, env EXECUTOR_PREFIX, or cache/), its storage
+"""Where a run's outputs go: the prefix (given, env EXECUTOR_PREFIX, or the project's cache/), its storage
 options (given, or env EXECUTOR_STORAGE_OPTIONS), and the coordination store and fsspec
 filesystem they open. Read once per invocation by the API and handed inward.
 """
@@ -12,8 +12,12 @@ from executor.engine import location, outputs
 DEFAULT_PREFIX = "cache"
 
 
-def resolve_prefix(prefix: str | None, environ: Mapping[str, str]) -> str:
-    return outputs.normalize_prefix(prefix or environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
+def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_file: str | None = None) -> str:
+    """The given prefix, else EXECUTOR_PREFIX, else cache/ in the project holding `experiment_file`
+    (the nearest folder above it with a pyproject.toml or .git; see executor/engine/project.py)."""
+    from executor.engine.project import default_prefix
+
+    return outputs.normalize_prefix(prefix or environ.get("EXECUTOR_PREFIX") or default_prefix(experiment_file))
 
 
 def storage_options_from_env(prefix: str, environ: Mapping[str, str], flag_value: str | None = None) -> dict[str, Any]:

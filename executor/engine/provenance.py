@@ -6,18 +6,21 @@ is recorded, never hashed into identities.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import hashlib
 import inspect
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
+import typing
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 from executor.engine import location
 
@@ -96,12 +99,74 @@ def user_and_host() -> dict[str, Any]:
     return {"user": user, "host": socket.gethostname(), "pid": os.getpid()}
 
 
-def invocation(main_file: str | None) -> dict[str, Any]:
-    """Everything about this run that a record or run file should carry."""
+REDACTED = "***"
+SECRET_LOOKING = re.compile(r"token|key|password|passwd|secret|credential", re.IGNORECASE)
+
+
+def secret_flag_names(config: Any) -> frozenset[str]:
+    """Dotted flag names (`token`, `train.api_key`) of the `secret(...)` fields of an experiment's
+    config dataclass (a class or an instance), nested dataclasses included."""
+    from executor.core.step import is_secret
+
+    names: set[str] = set()
+
+    def walk(cls: Any, prefix: str, depth: int) -> None:
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or depth > 8:
+            return
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: only this level's secrets count
+            hints = {}
+        for f in dataclasses.fields(cls):
+            if is_secret(f):
+                names.add(prefix + f.name)
+                continue
+            kind = hints.get(f.name, f.type)
+            if not isinstance(kind, type):  # an annotation that did not resolve: the default tells
+                default = f.default_factory if f.default_factory is not dataclasses.MISSING else type(f.default)
+                kind = default if isinstance(default, type) else None
+            walk(kind, f"{prefix}{f.name}.", depth + 1)
+
+    walk(config if isinstance(config, type) else type(config), "", 0)
+    return frozenset(names)
+
+
+def _flag_name(arg: str) -> str:
+    return arg.lstrip("-").split("=", 1)[0].replace("-", "_").lower()
+
+
+def _is_secret_flag(name: str, secret_names: Iterable[str]) -> bool:
+    return name in {n.lower() for n in secret_names} or bool(SECRET_LOOKING.search(name.rsplit(".", 1)[-1]))
+
+
+def redact_argv(argv: Sequence[str], secret_names: Iterable[str] = ()) -> list[str]:
+    """argv with the values of secret flags (declared `secret(...)`, or named like a token, key,
+    password or secret) replaced by `***`, in both `--flag VALUE` and `--flag=VALUE` spellings."""
+    secret_names = list(secret_names)
+    out: list[str] = []
+    redact_next = False
+    for arg in argv:
+        if redact_next and not arg.startswith("--"):
+            out.append(REDACTED)
+            redact_next = False
+            continue
+        redact_next = False
+        if arg.startswith("-") and len(arg) > 1 and _is_secret_flag(_flag_name(arg), secret_names):
+            if "=" in arg:
+                arg = arg.split("=", 1)[0] + "=" + REDACTED
+            else:
+                redact_next = True
+        out.append(arg)
+    return out
+
+
+def invocation(main_file: str | None, secret_names: Iterable[str] = ()) -> dict[str, Any]:
+    """Everything about this run that a record or run file should carry (argv with secrets redacted)."""
     directory = str(Path(main_file).resolve().parent) if main_file else os.getcwd()
     return {
         **user_and_host(),
-        "argv": location.redact_argv(list(sys.argv)),  # --storage-options may hold credentials
+        # secret flags, and --storage-options (which may hold credentials)
+        "argv": redact_argv(location.redact_argv(list(sys.argv)), secret_names),
         "cwd": os.getcwd(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
-from typing import Any, Protocol
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from executor.core.graph import StepNode
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, imported on first use: a no-op re-run or a JSON plan never needs rich."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+# Text that rich would print differently from print(): markup tags and :emoji: codes.
+_RICH_SYNTAX = re.compile(r"[\[\]]|:\S*:")
 
 ACTION_STYLE = {Action.RUN: "bold yellow", Action.SKIP: "green", Action.WAIT: "cyan",
                 Action.BLOCKED: "red", Action.STOP: "bold red"}
@@ -47,16 +58,38 @@ def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
     return rows
 
 
+def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
+    """The plan as one JSON document, written a step (one line) at a time: 10,000 steps are 5 MB,
+    and the compact per-row encoder is several times faster than an indented whole-document dump."""
+    out.write(f'{{"schema": 1, "prefix": {json.dumps(prefix)}, "steps": [')
+    separator = "\n"
+    for row in plan_rows(plan, prefix):
+        out.write(separator + json.dumps(row))
+        separator = ",\n"
+    out.write("\n]}\n")
+
+
 def plan_json(plan: Plan, prefix: str) -> str:
-    return json.dumps({"schema": 1, "prefix": prefix, "steps": plan_rows(plan, prefix)}, indent=1)
+    import io
+
+    buffer = io.StringIO()
+    write_plan_json(plan, prefix, buffer)
+    return buffer.getvalue()
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """A result value as echoed on the console: whole in the record, shortened here."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
 
 
 class ConsoleReporter:
     """Readable lines on the terminal; rich degrades to plain text when not on a TTY."""
 
     def __init__(self, console: Console | None = None, verbose_wait_s: float = 10.0,
-                 compact_above: int = 40, tally_every_s: float = 2.0):
-        self.console = console or Console(file=sys.stdout, highlight=False, soft_wrap=True)
+                 compact_above: int = 40, tally_every_s: float = 2.0, *, stderr: bool = False):
+        self._console = console  # made on first use (importing rich costs a tenth of a second)
+        self._stderr = stderr
         self.verbose_wait_s = verbose_wait_s
         self._last_wait_line: dict[str, float] = {}
         # Past `compact_above` steps to run, per-step start/finish lines give way to a tally line
@@ -67,6 +100,7 @@ class ConsoleReporter:
         self._tally = {"succeeded": 0, "running": 0}
         self._to_run = 0
         self._last_tally = 0.0
+        self.outcomes: dict[str, dict[str, Any]] = {}  # digest -> seconds, result, error: for the end table
 
     def print_plan(self, plan: Plan, prefix: str, title: str | None = None, max_rows: int = 60) -> None:
         decisions = list(plan.decisions.values())
@@ -76,6 +110,8 @@ class ConsoleReporter:
             counts = {a.value: n for a in Action if (n := sum(d.action == a for d in decisions))}
             self.console.print(f"{len(decisions)} steps: " + ", ".join(f"{n} {a}" for a, n in counts.items()))
             decisions = sorted(decisions, key=lambda d: d.action == Action.SKIP)
+        from rich.table import Table
+
         table = Table(title=title, show_lines=False, header_style="bold")
         for column in ("step", "id", "action", "reason"):
             table.add_column(column, overflow="fold")
@@ -95,7 +131,19 @@ class ConsoleReporter:
             t = self._tally
             self.console.print(f"[green]✔[/] {t['succeeded']}/{self._to_run} succeeded, {t['running']} running")
 
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=sys.stderr if self._stderr else sys.stdout, highlight=False,
+                                    soft_wrap=True)
+        return self._console
+
     def info(self, message: str) -> None:
+        if self._console is None and not _RICH_SYNTAX.search(message):  # what rich would print anyway
+            print(message, file=sys.stderr if self._stderr else sys.stdout)
+            return
         self.console.print(message)
 
     def step_started(self, node, attempt, takeover, output_path):
@@ -107,6 +155,7 @@ class ConsoleReporter:
         self.console.print(f"[yellow]▶[/] {escape(node.name)}{again}{how} → {escape(output_path)}")
 
     def step_succeeded(self, node, seconds, result):
+        self.outcomes[node.digest] = {"seconds": seconds, "result": result}
         self._tally["running"] -= 1
         self._tally["succeeded"] += 1
         if self.compact:
@@ -114,11 +163,13 @@ class ConsoleReporter:
             return
         summary = ""
         if isinstance(result, dict) and result:
-            items = [f"{k}={v}" for k, v in list(result.items())[:6] if isinstance(v, (int, float, str))]
+            items = [f"{str(k)[:40]}={_short(v)}" for k, v in list(result.items())[:6]
+                     if isinstance(v, (int, float, str))]
             summary = "  " + ", ".join(items) if items else ""
         self.console.print(f"[green]✔[/] {escape(node.name)} ({seconds:.1f}s){escape(summary)}")
 
     def step_failed(self, node, error, traceback_tail):
+        self.outcomes[node.digest] = {"error": error}
         self._tally["running"] = max(0, self._tally["running"] - 1)
         self.console.print(f"[bold red]✘ {escape(node.name)} failed:[/] {escape(error)}")
         if traceback_tail:
@@ -153,3 +204,61 @@ class ConsoleReporter:
 
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {escape(message)}")
+
+    def print_run_end(self, plan: Plan, states: dict[str, Any], errors: dict[str, str], max_rows: int = 60) -> None:
+        """The per-step table a real run ends with: what happened to each step, how long, its result.
+        Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results.
+        Past `max_rows` steps, the ones that ran or failed come first and the rest are counted."""
+        table = Table(title="this run", show_lines=False, header_style="bold")
+        for column in ("step", "outcome", "took"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("result", overflow="fold")
+        shown = sorted(plan.decisions.items(), key=lambda kv: kv[0] not in self.outcomes and
+                       getattr(states.get(kv[1].node.step_id), "value", None) == "succeeded")
+        for digest, d in shown[:max_rows]:
+            state = states.get(d.node.step_id)
+            state = getattr(state, "value", state)
+            seen = self.outcomes.get(digest, {})
+            if "seconds" in seen:
+                outcome, took = "[green]ran[/]", f"{seen['seconds']:.1f}s"
+            elif state == "succeeded":
+                outcome, took = ("skipped" if d.action == Action.SKIP else "done elsewhere"), "-"
+            else:
+                outcome, took = f"[red]{escape(str(state or d.action.value))}[/]", "-"
+            result = (result_text(seen.get("result")) if "seconds" in seen else
+                      "succeeded earlier" if outcome == "skipped" else escape(errors.get(d.node.step_id, "")))
+            table.add_row(escape(d.node.name), outcome, took, result)
+        self.console.print(table)
+        if len(shown) > max_rows:
+            self.console.print(f"… and {len(shown) - max_rows} more skipped steps (all: stepgraph status --prefix P)")
+
+
+def result_text(result: Any, limit: int = 300) -> str:
+    """A step's returned value as one plain line (the end table's `result` column)."""
+    if result is None:
+        return ""
+    if isinstance(result, dict):
+        text = ", ".join(f"{k}={v}" for k, v in result.items() if isinstance(v, (int, float, str, bool)))
+    else:
+        text = str(result)
+    return escape(text[:limit] + ("…" if len(text) > limit else ""))
+
+
+def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, prefix: str, lines: int = 40) -> None:
+    """The tail of each target step's latest attempt log (Ray runs write one), when it ran here:
+    what a final summary step printed reaches a piped log even if Ray's forwarding lost it."""
+    for digest in graph.targets:
+        node = graph.nodes[digest]
+        if node.step_id not in ran_here:
+            continue
+        logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
+                      key=lambda p: int(p.rsplit("-", 1)[-1].split(".")[0]))
+        if not logs:
+            continue  # the in-process runner prints straight to this process's output
+        try:
+            text = fs.cat_file(logs[-1]).decode(errors="replace").rstrip()
+        except OSError:
+            continue
+        if text:
+            reporter.info(f"output of {escape(node.name)} ({escape(logs[-1])}):")
+            reporter.info(escape("\n".join(text.splitlines()[-lines:])))

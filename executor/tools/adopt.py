@@ -7,6 +7,11 @@ and then a SUCCESS status with `alias_of = {step_id, digest, output_rel}` of the
 says "succeeded (adopted from …)", and a re-run skips. It refuses when the old output is not
 SUCCESS or the new id already has a status; the old output and its record are never touched.
 An alias of an alias points straight at the final output (always one hop).
+
+A reason is required. A source of another step name or config type is refused unless forced
+(with the reason). `dry_run` checks everything and writes nothing. `adopt_chain` also adopts each
+dependent whose new id differs only through the adopted step: its earlier output that consumed the
+adopted one, found by rewriting the new identity's dependency digests to the adopted ones.
 """
 
 from __future__ import annotations
@@ -51,11 +56,25 @@ def _relative(prefix: str, ref: str) -> str:
     return ref.strip("/")
 
 
+def _kind(identity: dict[str, Any] | None) -> str | None:
+    """The config's class name (without its module: moving a class is no change of kind)."""
+    config = (identity or {}).get("config")
+    kind = config.get("dataclass") if isinstance(config, dict) else None
+    return kind.rsplit(".", 1)[-1] if isinstance(kind, str) else None
+
+
 def adopt(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | None, declared_by: dict[str, Any],
-          storage_options: dict | None = None, now: float | None = None) -> Adoption:
+          storage_options: dict | None = None, now: float | None = None, force: bool = False,
+          dry_run: bool = False) -> Adoption:
     """Write the alias. Raises ExecutorError (nothing written) when the adoption is not safe."""
     now = time.time() if now is None else now
     node = pick_node(graph, name)
+    return _adopt_node(node, from_ref, prefix, reason=reason, declared_by=declared_by,
+                       storage_options=storage_options, now=now, force=force, dry_run=dry_run)
+
+
+def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | None, declared_by: dict[str, Any],
+                storage_options: dict | None, now: float, force: bool, dry_run: bool) -> Adoption:
     store = location.open_location(prefix, storage_options)[0]
     fs = location.open_filesystem(prefix, storage_options)
     old_rel = _relative(prefix, from_ref)
@@ -84,8 +103,21 @@ def adopt(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | 
                             f"declares ids that never ran. Its output stays as it is.")
 
     old_record = outputs.read_json(fs, outputs.join(prefix, record_key(target["output_rel"]))) or {}
-    differences = ([c.render() for c in diff_documents(old_record["identity"], node.identity)]
-                   if isinstance(old_record, dict) and "identity" in old_record else [])
+    old_identity = old_record.get("identity") if isinstance(old_record, dict) else None
+    differences = [c.render() for c in diff_documents(old_identity, node.identity)] if old_identity else []
+    old_name = target["step_id"].rsplit("-", 1)[0]
+    mismatch = []
+    if old_name != node.name:
+        mismatch.append(f"it is an output of step {old_name!r}, not {node.name!r}")
+    if old_identity and _kind(old_identity) != _kind(node.identity):
+        mismatch.append(f"its config is a {_kind(old_identity)}, not a {_kind(node.identity)}")
+    if mismatch and not force:
+        raise ExecutorError(f"refusing to adopt {target['step_id']} as {node.step_id}: {' and '.join(mismatch)}. "
+                            f"If they really are the same output, pass --force with a --reason")
+    if not (reason or "").strip():
+        raise ExecutorError("adopt needs --reason TEXT: why the two ids name the same output (it is recorded)")
+    if dry_run:
+        return Adoption(node, {**target, "reason": reason}, differences, "")
     who = f"{declared_by.get('user', '?')}@{declared_by.get('host', '?')}"
     alias_of = {**target, "declared_by": who, "declared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
                 "reason": reason or ""}
@@ -100,8 +132,54 @@ def adopt(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | 
     owner = Owner(run_id=run_id, host=str(declared_by.get("host", "?")), pid=int(declared_by.get("pid", 0)),
                   user=str(declared_by.get("user", "?")))
     status = Status(State.SUCCESS, node.digest, node.step_id, seq=0, attempt=0, owner=owner, written_at=now,
-                    started_at=now, alias_of=alias_of)
+                    started_at=now, alias_of=alias_of, content_sha256=old.content_sha256)
     if store.create_if_absent(new_key, status.to_bytes()) is None:
         raise ExecutorError(f"{node.step_id} got a status from another runner while adopting; nothing was "
                             f"declared (its own run will replace the adoption record)")
     return Adoption(node, alias_of, differences, record_path)
+
+
+def adopt_chain(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | None,
+                declared_by: dict[str, Any], storage_options: dict | None = None, now: float | None = None,
+                force: bool = False, dry_run: bool = False) -> tuple[list[Adoption], list[str]]:
+    """Adopt `name`, then every dependent whose earlier output consumed the adopted ones.
+    Returns (adoptions, notes on dependents that could not be adopted and why)."""
+    import json
+
+    from executor.tools.overview import step_rels
+
+    now = time.time() if now is None else now
+    first = adopt(graph, name, from_ref, prefix, reason=reason, declared_by=declared_by,
+                  storage_options=storage_options, now=now, force=force, dry_run=dry_run)
+    adoptions, notes = [first], []
+    old_digest = {first.node.digest: first.alias_of["digest"]}  # new digest -> the digest it now stands for
+    store, fs = location.open_location(prefix, storage_options)
+    rels = step_rels(prefix, storage_options)
+    for node in graph.nodes.values():  # topological order: a dependent after what it depends on
+        if node.digest in old_digest or not any(d in old_digest for d in node.deps):
+            continue
+        expected = json.dumps(node.identity, sort_keys=True)
+        for new, old in old_digest.items():
+            expected = expected.replace(new, old)
+        found = None
+        for rel in (r for r in rels if r.rsplit("-", 1)[0] == node.name):
+            record = outputs.read_json(fs, outputs.join(prefix, record_key(rel)))
+            if isinstance(record, dict) and json.dumps(record.get("identity"), sort_keys=True) == expected:
+                versioned = store.read(status_key(rel))
+                if versioned and parse_status(versioned.data, rel).state == State.SUCCESS:
+                    found = rel
+                    break
+        if found is None:
+            notes.append(f"{node.name}: no earlier output consumed the adopted one with an otherwise identical "
+                         f"identity; it will run")
+            continue
+        try:
+            adoption = _adopt_node(node, found, prefix, reason=f"{reason} (dependent of {first.node.name})",
+                                   declared_by=declared_by, storage_options=storage_options, now=now, force=False,
+                                   dry_run=dry_run)
+        except ExecutorError as e:
+            notes.append(f"{node.name}: not adopted: {e}")
+            continue
+        adoptions.append(adoption)
+        old_digest[node.digest] = adoption.alias_of["digest"]
+    return adoptions, notes

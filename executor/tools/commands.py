@@ -1,8 +1,8 @@
-"""The handlers behind `python -m executor <command>`: each takes parsed arguments, returns an exit code.
+"""The handlers behind `stepgraph <command>`: each takes parsed arguments, returns an exit code.
 
 Argument parsing lives in executor/__main__.py; the work lives in the modules named per command
-(plan_check, plan_file, adopt, verify, gc). What is here is presentation: reading a status,
-printing tables, turning errors into exit codes (0 ok, 1 problems found, 2 usage, 3 changes).
+(plan_check, plan_file, adopt, verify, gc, overview). What is here is presentation: reading a
+status, printing tables, turning errors into exit codes (0 ok, 1 problems found, 2 usage, 3 changes).
 """
 
 from __future__ import annotations
@@ -23,10 +23,34 @@ from executor.engine.store import StoreError
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CHANGED = 0, 1, 2, 3
 
 
-def default_prefix(prefix: str | None) -> str:
-    from executor.engine.prefixes import DEFAULT_PREFIX
+LOADING_COMMANDS = {"plan", "explain", "graph", "adopt", "gc"}  # and `status EXPERIMENT.py`
 
-    return outputs.normalize_prefix(prefix or os.environ.get("EXECUTOR_PREFIX") or DEFAULT_PREFIX)
+
+def default_prefix(prefix: str | None, experiment: str | None = None) -> str:
+    """--prefix, else EXECUTOR_PREFIX, else cache/ in the project holding the experiment (or the
+    working directory), as a run of that experiment would choose."""
+    from executor.engine.project import default_prefix as project_cache
+
+    return outputs.normalize_prefix(prefix or os.environ.get("EXECUTOR_PREFIX") or project_cache(experiment))
+
+
+def loads_experiment(args: Any) -> bool:
+    return args.command in LOADING_COMMANDS or (args.command == "status" and _is_experiment(args.target))
+
+
+def _is_experiment(target: str | None) -> bool:
+    return bool(target) and target.endswith(".py")
+
+
+def require_outputs(prefix: str, storage_options: dict | None) -> None:
+    """A prefix with no step output and no run file is most likely mistyped: say so (exit 2)."""
+    from executor.tools.overview import step_rels
+
+    fs = location.open_filesystem(prefix, storage_options)
+    if step_rels(prefix, storage_options) or fs.exists(outputs.join(prefix, "runs")):
+        return
+    raise ExecutorError(f"no stepgraph outputs under {prefix}; is the prefix right? (--prefix, or env "
+                        f"EXECUTOR_PREFIX; the default is cache/ in the experiment's project)")
 
 
 def _ago(then: float | None, now: float) -> str:
@@ -44,22 +68,71 @@ def _when(then: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(then)) if then else "?"
 
 
-def _step_path(path: str) -> str:
-    """A step output directory from a path to it or to its status file."""
-    path = path.rstrip("/")
-    suffix = f"/{EXECUTOR_DIR}/status.json"
-    if path.endswith(suffix):
-        path = path[: -len(suffix)]
-    return outputs.normalize_prefix(path) if outputs.is_local(path) else path
+def _step_path(args: Any, ref: str) -> str:
+    """A step's output directory from its name, step id or path (see executor/tools/step_ref.py)."""
+    from executor.tools.step_ref import step_path
+
+    return step_path(default_prefix(args.prefix), ref, args.storage_options)
+
+
+# -- run, explain, graph ----------------------------------------------------------------------------
+
+def cmd_run(args: Any) -> int:
+    """`python EXPERIMENT FLAGS...`, in this process: the experiment's own executor_main exits."""
+    import runpy
+    from pathlib import Path
+
+    file = Path(args.experiment)
+    if not file.is_file():
+        raise ExecutorError(f"experiment file {args.experiment} does not exist")
+    flags = list(args.flags[1:] if args.flags[:1] == ["--"] else args.flags)
+    if args.prefix:
+        flags += ["--prefix", args.prefix]
+    saved = (list(sys.argv), list(sys.path))
+    sys.argv = [str(file), *flags]
+    sys.path.insert(0, str(file.resolve().parent))
+    try:
+        runpy.run_path(str(file), run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
+    finally:
+        sys.argv[:], sys.path[:] = saved
+    raise ExecutorError(f"{file} never called executor_main(...)")
+
+
+def _load(args: Any, path: str | None = None):
+    from executor.tools.loading import load_experiment
+
+    return load_experiment(path or args.experiment, args.experiment_args)
+
+
+def cmd_explain(args: Any) -> int:
+    from executor.tools.explain import run_explain
+
+    loaded = _load(args)
+    prefix = default_prefix(args.prefix, loaded.path)
+    return run_explain(loaded.graph, args.step, prefix, loaded.path, storage_options=args.storage_options)
+
+
+def cmd_graph(args: Any) -> int:
+    from executor.core.plan import PlanOptions, plan_steps
+    from executor.engine.snapshot import read_snapshot
+    from executor.tools.draw import draw_plan
+
+    loaded = _load(args)
+    prefix = default_prefix(args.prefix, loaded.path)
+    store = location.open_location(prefix, args.storage_options)[0]
+    plan = plan_steps(loaded.graph, read_snapshot(store, loaded.graph.nodes.values()), PlanOptions(now=time.time()))
+    print(f"graph of {len(plan.decisions)} step(s) against {prefix} written to {draw_plan(plan, args.file)}")
+    return EXIT_OK
 
 
 # -- plan ---------------------------------------------------------------------------------------
 
 def cmd_plan(args: Any) -> int:
-    from executor.tools.loading import load_experiment
     from executor.tools.plan_file import dumps, plan_document
 
-    loaded = load_experiment(args.experiment, args.experiment_args)
+    loaded = _load(args)
     print(dumps(plan_document(loaded.graph, loaded.stem)), end="")
     return EXIT_OK
 
@@ -73,23 +146,43 @@ def cmd_check(args: Any) -> int:
 # -- adopt --------------------------------------------------------------------------------------
 
 def cmd_adopt(args: Any) -> int:
-    from executor.tools.adopt import adopt
-    from executor.tools.loading import load_experiment
     from executor.engine.provenance import git_state, user_and_host
+    from executor.tools.adopt import adopt_chain
 
-    prefix = default_prefix(args.prefix)
-    loaded = load_experiment(args.experiment, args.experiment_args)
+    loaded = _load(args)
+    prefix = default_prefix(args.prefix, loaded.path)
     declared_by = {**user_and_host(), "git": git_state(os.path.dirname(loaded.path)), "command": "adopt"}
-    result = adopt(loaded.graph, args.name, args.from_, prefix, reason=args.reason, declared_by=declared_by,
-                   storage_options=args.storage_options)
-    print(f"adopted: {result.node.step_id} is now an alias of {result.alias_of['step_id']} "
-          f"({prefix}/{result.alias_of['output_rel']})")
-    if result.differences:
-        print("identity differences the adoption declares irrelevant:")
-        for line in result.differences:
-            print(f"    {line}")
-    print(f"record: {result.record_path}; dependents now resolve to the adopted output and a re-run skips")
+    adoptions, notes = adopt_chain(loaded.graph, args.name, args.from_, prefix, reason=args.reason,
+                                   declared_by=declared_by, storage_options=args.storage_options, force=args.force,
+                                   dry_run=args.dry_run) if args.with_dependents else (
+        [_adopt_one(loaded.graph, args, prefix, declared_by)], [])
+    verb = "would adopt" if args.dry_run else "adopted"
+    for result in adoptions:
+        print(f"{verb}: {result.node.step_id} is now an alias of {result.alias_of['step_id']} "
+              f"({prefix}/{result.alias_of['output_rel']})")
+        if result.differences:
+            print("  identity differences the adoption declares irrelevant:")
+            for line in result.differences:
+                print(f"    {line}")
+    for note in notes:
+        print(f"  {note}")
+    if args.dry_run:
+        print("dry run: nothing written")
+        return EXIT_OK
+    waiting = [n.name for n in loaded.graph.nodes.values()
+               if any(d in {a.node.digest for a in adoptions} for d in n.deps)
+               and n.digest not in {a.node.digest for a in adoptions}]
+    print(f"record: {adoptions[0].record_path}. A re-run skips the adopted step(s)"
+          + (f"; {', '.join(waiting)} get new ids and will run (add --with-dependents to adopt their earlier "
+             f"outputs too)" if waiting and not args.with_dependents else ""))
     return EXIT_OK
+
+
+def _adopt_one(graph: Any, args: Any, prefix: str, declared_by: dict) -> Any:
+    from executor.tools.adopt import adopt
+
+    return adopt(graph, args.name, args.from_, prefix, reason=args.reason, declared_by=declared_by,
+                 storage_options=args.storage_options, force=args.force, dry_run=args.dry_run)
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -97,7 +190,7 @@ def cmd_adopt(args: Any) -> int:
 def cmd_verify(args: Any) -> int:
     from executor.tools.verify import verify_path
 
-    path = _step_path(args.path)
+    path = _step_path(args, args.path) if args.path else default_prefix(args.prefix)
     results = verify_path(path, args.storage_options)
     if not results:
         print(f"no step outputs found under {path}")
@@ -125,23 +218,29 @@ def cmd_verify(args: Any) -> int:
 
 def cmd_gc(args: Any) -> int:
     from executor.tools.gc import collect, experiment_outputs, sweep
-    from executor.tools.loading import load_experiment
 
-    prefix = default_prefix(args.prefix)
+    loaded = [_load(args, path) for path in args.experiments]  # with the flags after --, as they ran
+    prefix = default_prefix(args.prefix, loaded[0].path)
+    require_outputs(prefix, args.storage_options)
     roots: dict[str, str] = {}
-    for path in args.experiments:
-        for rel, why in experiment_outputs(path, load_experiment(path).graph).items():
+    for experiment in loaded:
+        for rel, why in experiment_outputs(experiment.path, experiment.graph).items():
             roots.setdefault(rel, why)
     report = collect(prefix, roots, args.pin, args.storage_options)
     print(f"prefix {prefix}: {len(report.kept_present)} output(s) reachable from "
           f"{len(args.experiments)} experiment(s) and {len(args.pin)} pin(s); "
           f"{len(report.garbage)} unreachable, {human_bytes(report.garbage_bytes)}")
     now = time.time()
+    commands_by_run = _run_commands(prefix, args.storage_options) if report.garbage else {}
     for o in report.garbage:
+        run_id = o.status.owner.run_id if o.status and o.status.owner else None
         print(f"    {human_bytes(o.size):>10}  {o.state:<9}  {_ago(o.last_written, now):>12}  {o.rel}")
+        if run_id in commands_by_run:
+            print(f"{'':>16}written by: {commands_by_run[run_id]}")
     if not args.delete:
         if report.garbage:
-            print(f"nothing deleted; add --delete (outputs older than --grace-hours {args.grace_hours:g}) to delete")
+            print(f"nothing deleted; add --delete (outputs older than --grace-hours {args.grace_hours:g}) to delete. "
+                  f"Outputs of runs with other flags are kept only when those flags follow --")
         return EXIT_OK
     sweep(report, grace_hours=args.grace_hours, now=now, storage_options=args.storage_options)
     for rel in report.deleted:
@@ -150,6 +249,13 @@ def cmd_gc(args: Any) -> int:
         print(f"kept {rel}: {why}")
     print(f"deleted {len(report.deleted)} output(s); kept {len(report.spared)} unreachable one(s)")
     return EXIT_OK
+
+
+def _run_commands(prefix: str, storage_options: dict | None) -> dict[str, str]:
+    """run id -> its command line, so gc shows which flags made an unreachable output."""
+    from executor.tools.overview import run_rows
+
+    return {r["run_id"]: " ".join(r.get("argv") or []) for r in run_rows(prefix, storage_options) if r.get("run_id")}
 
 
 # -- status, ps, repair ---------------------------------------------------------------------------
@@ -161,7 +267,51 @@ def _read_status(step_path: str, storage_options: dict | None):
 
 
 def cmd_status(args: Any) -> int:
-    path = _step_path(args.path)
+    """No target: every step under the prefix; an experiment: each of its steps; a step: its detail."""
+    from executor.tools import overview
+
+    if args.target and not _is_experiment(args.target):
+        return _step_status(args, _step_path(args, args.target))
+    if args.target:
+        loaded = _load(args, args.target)
+        prefix = default_prefix(args.prefix, loaded.path)
+        rows = overview.experiment_rows(loaded.graph, prefix, args.storage_options)
+    else:
+        prefix = default_prefix(args.prefix)
+        require_outputs(prefix, args.storage_options)
+        rows = overview.step_rows(prefix, overview.step_rels(prefix, args.storage_options), args.storage_options)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        print(f"prefix {prefix}")
+        overview.print_step_table(rows)
+    return EXIT_PROBLEMS if any(r["state"] in ("FAILED", "CORRUPT") for r in rows) else EXIT_OK
+
+
+def cmd_runs(args: Any) -> int:
+    from executor.tools import overview
+
+    prefix = default_prefix(args.prefix)
+    require_outputs(prefix, args.storage_options)
+    rows = overview.run_rows(prefix, args.storage_options, limit=max(0, args.limit))
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    elif not rows:
+        print(f"no runs recorded under {prefix}/runs")
+    else:
+        print(f"prefix {prefix}: newest first")
+        overview.print_run_table(rows)
+    return EXIT_OK
+
+
+def cmd_completion(args: Any) -> int:
+    from executor.tools.completion import script
+
+    print(script(args.shell, args.build_parser()))
+    return EXIT_OK
+
+
+def _step_status(args: Any, path: str) -> int:
     _, versioned = _read_status(path, args.storage_options)
     now = time.time()
     if versioned is None:
@@ -179,6 +329,8 @@ def cmd_status(args: Any) -> int:
     if status.alias_of:
         print(f"  alias of    {status.alias_of.get('step_id')} ({status.alias_of.get('output_rel')}), declared by "
               f"{status.alias_of.get('declared_by', '?')}: {status.alias_of.get('reason') or '(no reason given)'}")
+    if status.content_sha256:
+        print(f"  content     sha256 {status.content_sha256[:16]}… (of its manifest; dependents compare it)")
     if status.error:
         print(f"  error       {status.error}")
     if status.traceback_tail:
@@ -201,7 +353,8 @@ def cmd_status(args: Any) -> int:
     print(f"  finished    {_when(timings.get('finished_at'))}, took {float(timings.get('seconds') or 0):.1f}s")
     print(f"  outputs     {len(manifest)} file(s), {human_bytes(sum(int(e.get('size') or 0) for e in manifest))}")
     for dep in record.get("dependencies") or []:
-        print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}")
+        consumed = f" (consumed content {dep['content_sha256'][:16]}…)" if dep.get("content_sha256") else ""
+        print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}{consumed}")
     if record.get("result") is not None:
         print(f"  result      {json.dumps(record['result'], default=str)[:300]}")
     return EXIT_OK
@@ -209,6 +362,7 @@ def cmd_status(args: Any) -> int:
 
 def cmd_ps(args: Any) -> int:
     prefix = default_prefix(args.prefix)
+    require_outputs(prefix, args.storage_options)
     store = location.open_location(prefix, args.storage_options)[0]
     keys = store.list_generations("", f"{EXECUTOR_DIR}/status.json")
     now = time.time()
@@ -239,7 +393,7 @@ def cmd_ps(args: Any) -> int:
 
 
 def cmd_repair(args: Any) -> int:
-    path = _step_path(args.delete_status)
+    path = _step_path(args, args.delete_status)
     store, versioned = _read_status(path, args.storage_options)
     where = f"{path}/{EXECUTOR_DIR}/status.json"
     if versioned is None:
@@ -268,7 +422,7 @@ def cmd_report(args: Any) -> int:
     from executor.tools.run_report import run_file_path, write_report
 
     prefix = default_prefix(args.prefix)
-    fs = outputs.filesystem(prefix, args.storage_options)
+    fs = location.open_filesystem(prefix, args.storage_options)
     print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
     return EXIT_OK
 
@@ -285,5 +439,6 @@ def guarded(handler: Any, args: Any) -> int:
         return EXIT_USAGE
 
 
-__all__ = ["cmd_adopt", "cmd_check", "cmd_gc", "cmd_plan", "cmd_ps", "cmd_repair", "cmd_report", "cmd_status", "cmd_verify",
-           "guarded"]
+__all__ = ["cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_plan", "cmd_ps",
+           "cmd_repair", "cmd_report", "cmd_run", "cmd_runs", "cmd_status", "cmd_verify", "guarded",
+           "loads_experiment"]

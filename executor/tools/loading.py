@@ -1,8 +1,8 @@
 """Loading an experiment file's step graph without running it (for adopt, gc and plan checks).
 
 The file is executed in this process with `runpy.run_path(..., run_name="__main__")` — exactly as
-`python experiments/foo.py` would, so classes defined in it keep their `__main__.` type names and
-the ids come out identical — while `executor_main` is temporarily replaced by a function that
+`python experiments/foo.py` would, so the ids come out identical (classes defined in it are named
+by the file, see executor/core/naming.py) — while `executor_main` is temporarily replaced by a function that
 parses the experiment's own flags, builds the graph and hands it back instead of running it.
 Flags are parsed and steps built *inside* that call, while the file is still `__main__`, so
 string annotations in the experiment resolve. An experiment that never reaches `executor_main`

@@ -1,6 +1,6 @@
 """Whole-process planning cost on the deep 10,000-step DAG Marin's classic executor was timed on.
 
-    uv run python scripts/bench/bench_plan_marin.py [--steps 10000] [--repeats 3]
+    uv run python scripts/bench/bench_plan_marin.py [--steps 10000] [--repeats 3] [--baseline DIR]
 
 The DAG (seeded): step i > 0 takes 1-3 parents drawn uniformly from the earlier steps; every
 step has a 30-field frozen config holding a nested dataclass (one shared instance, as experiments
@@ -19,6 +19,8 @@ Targets (issue 14): dry-done <= 1.0 s and noop <= 0.8 s wall at 10k steps. A bar
 is timed in the same run as the anchor, and CPU time (user + sys) is shown beside wall time: on a
 shared machine wall time also counts waiting for a core. The children run with bytecode caches
 (PYTHONDONTWRITEBYTECODE dropped, one warm-up run first), as any second run of a user's does.
+`--baseline DIR` times another checkout side by side (before/after), its runs interleaved with
+this checkout's so that a shared machine's load falls on both alike.
 """
 
 from __future__ import annotations
@@ -83,11 +85,11 @@ def bench_step(config: StepConfig) -> None:
 def marin_dag(n: int, seed: int = 0) -> list:
     from executor import ExecutorStep, output_path_of, this_output_path
 
-    rng = random.Random(seed)
+    draw = random.Random(seed).random  # the cheapest draw: generating the DAG is part of the timed process
     optimizer = OptimizerConfig()
     steps: list = []
     for i in range(n):
-        parents = sorted(rng.sample(range(i), min(i, rng.randint(1, 3)))) if i else []
+        parents = sorted({int(draw() * i) for _ in range(1 + int(draw() * 3))}) if i else []
         config = StepConfig(inputs=tuple(output_path_of(steps[p]) for p in parents),
                             output_path=this_output_path(), seed=i, optimizer=optimizer, name=f"s{i}")
         steps.append(ExecutorStep(f"marin/s{i:05d}", bench_step, config))
@@ -123,62 +125,91 @@ def populate(prefix: str, plan: dict) -> None:
         store.create_if_absent(status_key(rel), status.to_bytes())
 
 
-def timed(cmd: list[str], repeats: int) -> tuple[float, float, str]:
-    """Median wall and median CPU (user + sys) seconds of `repeats` runs, and the last stdout."""
+def timed(cmd: list[str], pythonpath: str | None = None) -> tuple[float, float, str]:
+    """Wall and CPU (user + sys) seconds of one run, and its stdout. `pythonpath` puts another
+    checkout's `executor` first on the path (the --baseline)."""
     import os
     import resource
-    import statistics
     import subprocess
     import time
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    walls, cpus, out = [], [], ""
-    for _ in range(repeats):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        walls.append(time.perf_counter() - started)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
-        out = done.stdout
-    return statistics.median(walls), statistics.median(cpus), out
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, done.stdout
+
+
+MODES = ("build", "dry-empty", "dry-done", "noop")
+TARGETS = {"dry-done": 1.0, "noop": 0.8}
+
+
+def measure(checkouts: dict[str, str | None], steps: int, repeats: int, tmp: str) -> dict:
+    """{checkout: {mode: [(wall, cpu), ...]}}, the checkouts' runs interleaved so that the load
+    of a shared machine falls on all of them alike."""
+    import json
+    import os
+
+    me = [sys.executable, os.path.abspath(__file__), "experiment", str(steps)]
+    prefixes = {label: os.path.join(tmp, f"prefix-{i}") for i, label in enumerate(checkouts)}
+    runs: dict = {label: {mode: [] for mode in ("python -c pass", *MODES)} for label in checkouts}
+    for label, path in checkouts.items():  # fill bytecode caches; the plan with every step, to populate
+        timed(me[:-1] + ["100", "--dry-run", "--json", "--prefix", prefixes[label]], path)
+    args = {"build": ["--build-only"], "dry-empty": ["--dry-run", "--json"], "dry-done": ["--dry-run", "--json"],
+            "noop": []}
+    for mode in ("python -c pass", *MODES):
+        if mode == "dry-done":
+            for label, path in checkouts.items():
+                plan = json.loads(timed(me + ["--dry-run", "--json", "--prefix", prefixes[label]], path)[2])
+                assert len(plan["steps"]) == steps and not os.path.exists(prefixes[label]), "dry runs write nothing"
+                populate(prefixes[label], plan)
+        for _ in range(repeats):
+            for label, path in checkouts.items():
+                if mode == "python -c pass":
+                    cmd = [sys.executable, "-c", "pass"]
+                else:
+                    cmd = me + args[mode] + ([] if mode == "build" else ["--prefix", prefixes[label]])
+                wall, cpu, out = timed(cmd, path)
+                if mode == "dry-done":
+                    assert {r["action"] for r in json.loads(out)["steps"]} == {"skip"}, "every step must be complete"
+                if mode == "noop":
+                    assert "nothing to do" in out, out
+                runs[label][mode].append((wall, cpu))
+    return runs
 
 
 def main() -> None:
-    import json
     import os
+    import statistics
     import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", help="another checkout (e.g. `git archive main | tar -x -C DIR`) to time "
+                                           "side by side, runs interleaved")
     args = parser.parse_args()
-    me = [sys.executable, os.path.abspath(__file__), "experiment", str(args.steps)]
+    checkouts = {"this checkout": None}
+    if args.baseline:
+        checkouts = {"baseline": os.path.abspath(args.baseline), "this checkout": None}
     with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "prefix")
-        timed(me[:-1] + ["100", "--dry-run", "--json", "--prefix", prefix], 1)  # fills bytecode caches
-        figures = {"python -c pass": timed([sys.executable, "-c", "pass"], args.repeats)}
-        figures["build"] = timed(me + ["--build-only"], args.repeats)
-        figures["dry-empty"] = timed(me + ["--dry-run", "--json", "--prefix", prefix], args.repeats)
-        empty_plan = json.loads(figures["dry-empty"][2])
-        assert len(empty_plan["steps"]) == args.steps
-        assert not os.path.exists(prefix), "a dry run must write nothing"
-        populate(prefix, empty_plan)
-        figures["dry-done"] = timed(me + ["--dry-run", "--json", "--prefix", prefix], args.repeats)
-        done_plan = json.loads(figures["dry-done"][2])
-        assert {r["action"] for r in done_plan["steps"]} == {"skip"}, "every step must be complete"
-        assert [r["digest"] for r in done_plan["steps"]] == [r["digest"] for r in empty_plan["steps"]]
-        figures["noop"] = timed(me + ["--prefix", prefix], args.repeats)
-        assert "nothing to do" in figures["noop"][2], figures["noop"][2]
-    print(f"{args.steps} steps, whole process, median of {args.repeats}")
-    print(f"  {'mode':<16} {'wall s':>7} {'cpu s':>7}")
-    targets = {"dry-done": 1.0, "noop": 0.8}
-    for mode, (wall, cpu, _) in figures.items():
-        target = f"  target wall <= {targets[mode]:.1f} s: {'met' if wall <= targets[mode] else 'NOT met'}" \
-            if mode in targets and args.steps == 10_000 else ""
-        print(f"  {mode:<16} {wall:7.2f} {cpu:7.2f}{target}")
+        runs = measure(checkouts, args.steps, args.repeats, tmp)
+    print(f"{args.steps} steps, whole process, median of {args.repeats} (wall s / cpu s)")
+    print(f"  {'mode':<16}" + "".join(f"{label:>22}" for label in checkouts))
+    for mode in ("python -c pass", *MODES):
+        cells = []
+        for label in checkouts:
+            wall = statistics.median(w for w, _ in runs[label][mode])
+            cpu = statistics.median(c for _, c in runs[label][mode])
+            cells.append(f"{wall:9.2f} / {cpu:5.2f} s")
+        target = f"   target wall <= {TARGETS[mode]:.1f} s" if mode in TARGETS and args.steps == 10_000 else ""
+        print(f"  {mode:<16}" + "".join(f"{c:>22}" for c in cells) + target)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,34 @@
-"""Exact deduplication of documents (and optionally of repeated lines/paragraphs) with xxh3-128.
+"""Exact deduplication of documents (and optionally of repeated lines) with xxh3-128, as a shuffle.
 
-1. Hash, per input shard in parallel: xxh3-128 of every document's text (and of every line of
-   at least `min_paragraph_chars` characters when `paragraphs=True`).
-2. Decide, in the driver: the canonical copy of each text is its first occurrence in the global
-   order (input files sorted by path, then line order), so the result does not depend on how
-   many shards or workers there are. Paragraph dedup runs over the documents that survive.
-3. Write, per shard in parallel: sparse attributes and the kept documents (see output.py).
+1. hash (one task per input shard): the xxh3-128 of every document's text, written as
+   (hash, shard, index, id) records into Parquet files partitioned by hash under
+   `<output>/.work/exact/hash/<partition>/`.
+2. reduce (one task per partition): rows sorted by (hash, shard, index); all but the first of each
+   hash are removed, the first occurrence in the global order (input files sorted by path, then
+   line order) being canonical; removals are written partitioned by shard.
+3. paragraphs (optional, the same two stages over lines of surviving documents).
+4. write (one task per shard): sparse attributes and the kept documents (see output.py).
+The driver holds one small dict per shard and per partition, never per document, and a worker
+holds one shard's or one partition's records: `partition_bytes` (execution-only) sizes the
+partitions. The kept set does not depend on the shard, partition or worker counts. Each task
+commits a marker, so a killed run resumes where it stopped; `.work/` is deleted at the end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
-from executor.engine.parallel import map_shards
 from executor.core.step import execution_only
-from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard, written_counts
-from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
-                             remove_stale_temporaries)
+from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
+from steps.dedup.shuffle import choose_partitions, read_partition, remove_tree, run_stage, write_partitioned
+from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
+                             plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
 
 
 @dataclass(frozen=True)
@@ -34,50 +42,104 @@ class ExactDedupConfig:
     min_paragraph_chars: int = 50
     """Lines shorter than this (after stripping) are never removed as duplicates."""
     on_bad_line: OnBadLine = "error"
+    text_column: str = "text"
+    """Parquet inputs: the column holding the document text."""
+    id_column: str = "id"
+    """Parquet inputs: the column holding the document id."""
+    output_format: str = "jsonl.zst"
+    """Kept documents as "jsonl.zst" or "parquet"."""
+    shard_bytes: int = execution_only(256 << 20)
+    """Input files larger than this are read as several shards (uncompressed JSONL, Parquet)."""
+    partition_bytes: int = execution_only(64 << 20)
+    """Input bytes per shuffle partition: bounds the memory of a reduce task."""
     num_cpus_per_shard: float = execution_only(1)
+
+    def __post_init__(self) -> None:
+        check_output_format("ExactDedupConfig", self.output_format)
+
+
+HASH_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("shard", pa.int32()), ("index", pa.int64()),
+                         ("line", pa.int32()), ("id", pa.string())])
+REMOVAL_SCHEMA = pa.schema([("index", pa.int64()), ("line", pa.int32()), ("id", pa.string()),
+                            ("duplicate_of", pa.string())])
 
 
 @dataclass
-class _ShardHashes:
-    ids: list[str]
-    doc_hashes: np.ndarray        # [docs, 16] uint8: xxh3-128 digests
-    para_hashes: np.ndarray       # [paragraphs, 16] uint8
-    para_docs: np.ndarray         # [paragraphs] int64: local document index
-    para_lines: np.ndarray        # [paragraphs] int64: line index within the document
-    stats: ReadStats
+class _Plan:
+    work: str
+    shards: list[DocumentShard]
+    num_partitions: int
+    config: ExactDedupConfig
 
 
-def _hash_shard(job: tuple[str, OnBadLine, bool, int]) -> _ShardHashes:
-    path, on_bad_line, paragraphs, min_chars = job
+def _digests_to_columns(digests: bytearray) -> tuple[np.ndarray, np.ndarray]:
+    words = np.frombuffer(bytes(digests), dtype="<u8").reshape(-1, 2)
+    return words[:, 0].copy(), words[:, 1].copy()
+
+
+def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray, indexes: list[int], lines: list[int],
+                   ids: list[str]) -> int:
+    h1, h2 = _digests_to_columns(digests)
+    columns = {"h1": h1, "h2": h2, "shard": np.full(len(h1), k, np.int32), "index": np.asarray(indexes, np.int64),
+               "line": np.asarray(lines, np.int32), "id": pa.array(ids, pa.string())}
+    return write_partitioned(f"{plan.work}/{stage}", columns, (h1 % np.uint64(plan.num_partitions)).astype(np.int64),
+                             plan.num_partitions, f"{k:06d}")
+
+
+def _hash_documents(job: tuple[_Plan, int]) -> dict:
+    plan, k = job
     stats = ReadStats()
-    ids: list[str] = []
-    digests = bytearray()
-    para_digests = bytearray()
-    para_docs: list[int] = []
-    para_lines: list[int] = []
+    digests, indexes, ids = bytearray(), [], []
     digest = xxhash.xxh3_128_digest
-    for index, doc in enumerate(read_documents(path, on_bad_line, stats)):
+    for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line, stats)):
+        digests += digest(doc["text"].encode("utf-8"))
+        indexes.append(index)
         ids.append(doc["id"])
-        text = doc["text"]
-        digests += digest(text.encode("utf-8"))
-        if paragraphs:
-            for line_index, line in enumerate(text.split("\n")):
-                if len(line.strip()) >= min_chars:
-                    para_digests += digest(line.encode("utf-8"))
-                    para_docs.append(index)
-                    para_lines.append(line_index)
-    return _ShardHashes(ids, np.frombuffer(bytes(digests), np.uint8).reshape(-1, 16),
-                        np.frombuffer(bytes(para_digests), np.uint8).reshape(-1, 16),
-                        np.asarray(para_docs, np.int64), np.asarray(para_lines, np.int64), stats)
+    shuffled = _write_records(plan, "hash", k, digests, indexes, [0] * len(ids), ids) if plan.config.documents else 0
+    return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled}
 
 
-def first_occurrence(digests: np.ndarray) -> np.ndarray:
-    """For each row of a [n, 16] digest array, the index of the first row with the same digest."""
-    if len(digests) == 0:
-        return np.zeros(0, np.int64)
-    keys = np.ascontiguousarray(digests).view(np.dtype((np.void, 16))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return first[inverse.ravel()]
+def _reduce(job: tuple[_Plan, str, int]) -> dict:
+    """Rows of one partition: all but the first (shard, index, line) of each hash are removals."""
+    plan, stage, p = job
+    table = read_partition(f"{plan.work}/{stage}", p, HASH_SCHEMA)
+    if table.num_rows == 0:
+        return {"removed": 0, "bytes_shuffled": 0}
+    col = lambda name: table.column(name).to_numpy()  # noqa: E731
+    h1, h2, shard, index, line = col("h1"), col("h2"), col("shard"), col("index"), col("line")
+    order = np.lexsort((line, index, shard, h2, h1))
+    h1, h2 = h1[order], h2[order]
+    first = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
+    canonical_row = order[np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))]
+    removed_rows, canonical_rows = order[~first], canonical_row[~first]
+    ids = table.column("id")
+    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": ids.take(pa.array(removed_rows)),
+               "duplicate_of": ids.take(pa.array(canonical_rows))}
+    shuffled = write_partitioned(f"{plan.work}/{stage}-removals", columns, shard[removed_rows].astype(np.int64),
+                                 len(plan.shards), f"{p:05d}")
+    return {"removed": int(len(removed_rows)), "bytes_shuffled": shuffled}
+
+
+def _removals(plan: _Plan, stage: str, k: int) -> pa.Table:
+    return read_partition(f"{plan.work}/{stage}-removals", k, REMOVAL_SCHEMA)
+
+
+def _hash_paragraphs(job: tuple[_Plan, int]) -> dict:
+    """Line records of the documents of shard k that survive document dedup."""
+    plan, k = job
+    removed = set(_removals(plan, "hash", k).column("index").to_pylist())
+    digests, indexes, lines, ids = bytearray(), [], [], []
+    digest, min_chars = xxhash.xxh3_128_digest, plan.config.min_paragraph_chars
+    for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line)):
+        if index in removed:
+            continue
+        for line_index, line in enumerate(doc["text"].split("\n")):
+            if len(line.strip()) >= min_chars:
+                digests += digest(line.encode("utf-8"))
+                indexes.append(index)
+                lines.append(line_index)
+                ids.append(doc["id"])
+    return {"bytes_shuffled": _write_records(plan, "paragraphs", k, digests, indexes, lines, ids)}
 
 
 def _line_spans(text: str) -> list[tuple[int, int]]:
@@ -90,59 +152,69 @@ def _line_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _write_shard(job: tuple[_Plan, int, str]) -> dict:
+    plan, k, name = job
+    config = plan.config
+    attributes: dict[int, dict[str, Any]] = {}
+    if config.documents:
+        removals = _removals(plan, "hash", k)
+        for index, doc_id, canonical in zip(*(removals.column(c).to_pylist() for c in ("index", "id", "duplicate_of"))):
+            attributes[index] = {"index": index, "id": doc_id, "duplicate_of": canonical, "reason": "exact_document"}
+    removed_paragraphs = 0
+    if config.paragraphs:
+        lines_by_doc: dict[int, list[tuple[int, str]]] = {}
+        removals = _removals(plan, "paragraphs", k)
+        doc_ids = {}
+        for index, line, doc_id, canonical in zip(*(removals.column(c).to_pylist()
+                                                    for c in ("index", "line", "id", "duplicate_of"))):
+            lines_by_doc.setdefault(index, []).append((line, canonical))
+            doc_ids[index] = doc_id
+        if lines_by_doc:
+            for index, doc in enumerate(read_shard(plan.shards[k], config.on_bad_line)):
+                if index in lines_by_doc:
+                    spans = _line_spans(doc["text"])
+                    removed = [[spans[line][0], spans[line][1], c] for line, c in sorted(lines_by_doc[index])]
+                    removed_paragraphs += len(removed)
+                    attributes[index] = {"index": index, "id": doc_ids[index], "duplicate_spans": removed,
+                                         "reason": "exact_paragraph"}
+    ordered = [attributes[i] for i in sorted(attributes)]
+    result = write_dedup_shard(ShardWrite(plan.shards[k], config.output_path, name, ordered, config.on_bad_line,
+                                          config.output_format))
+    return {**result, "duplicate_documents": sum("duplicate_of" in a for a in ordered),
+            "duplicate_paragraphs": removed_paragraphs}
+
+
 def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     files = list_document_files(config.input_path)
     remove_stale_temporaries(config.output_path)
-    shards = map_shards(_hash_shard, [(f, config.on_bad_line, config.paragraphs, config.min_paragraph_chars)
-                                      for f in files],
-                        desc="exact-dedup: hash", num_cpus=config.num_cpus_per_shard)
-    stats = combined_stats([s.stats for s in shards], config.input_path, len(files))
-    starts = np.cumsum([0] + [len(s.ids) for s in shards])
-    all_ids = [i for s in shards for i in s.ids]
+    shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
+    names = shard_names(shards)
+    work = f"{config.output_path.rstrip('/')}/.work/exact"
+    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
+    keys = [f"{k:06d}" for k in range(len(shards))]
+    parts = list(range(plan.num_partitions))
+    part_keys = [f"{p:05d}" for p in parts]
+    cpus = config.num_cpus_per_shard
 
-    # Documents: the first occurrence of each text is canonical.
-    doc_digests = np.concatenate([s.doc_hashes for s in shards])
-    canonical = first_occurrence(doc_digests) if config.documents else np.arange(len(all_ids))
-    removed_doc = canonical != np.arange(len(canonical))
-
-    # Paragraphs: first occurrence among the documents that survive.
-    para_removals: dict[int, list[tuple[int, int]]] = {}
+    stages = []
+    hashed = run_stage(work, "hash", _hash_documents, [(plan, k) for k in range(len(shards))], keys,
+                       "exact-dedup: hash", cpus)
+    stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
+    stages.append(hashed)
+    if config.documents:
+        stages.append(run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
+                                "exact-dedup: reduce", cpus))
     if config.paragraphs:
-        para_global_doc = np.concatenate([s.para_docs + starts[k] for k, s in enumerate(shards)])
-        para_lines = np.concatenate([s.para_lines for s in shards])
-        para_digests = np.concatenate([s.para_hashes for s in shards])
-        alive = ~removed_doc[para_global_doc] if len(para_global_doc) else np.zeros(0, bool)
-        para_global_doc, para_lines, para_digests = para_global_doc[alive], para_lines[alive], para_digests[alive]
-        first = first_occurrence(para_digests)
-        for j in np.nonzero(first != np.arange(len(first)))[0]:
-            para_removals.setdefault(int(para_global_doc[j]), []).append(
-                (int(para_lines[j]), int(para_global_doc[first[j]])))
-
-    jobs = []
-    names = output_shard_names(files)
-    removed_paragraphs = 0
-    for k, (path, name) in enumerate(zip(files, names)):
-        attributes = []
-        texts_needed = {g - starts[k] for g in para_removals if starts[k] <= g < starts[k + 1]}
-        spans_by_doc = _paragraph_spans(path, config.on_bad_line, texts_needed) if texts_needed else {}
-        for g in range(starts[k], starts[k + 1]):
-            local = int(g - starts[k])
-            if removed_doc[g]:
-                attributes.append({"index": local, "id": all_ids[g], "duplicate_of": all_ids[canonical[g]],
-                                   "reason": "exact_document"})
-            elif g in para_removals:
-                spans = spans_by_doc[local]
-                removed = [[spans[line][0], spans[line][1], all_ids[c]] for line, c in para_removals[g]]
-                removed_paragraphs += len(removed)
-                attributes.append({"index": local, "id": all_ids[g], "duplicate_spans": removed,
-                                   "reason": "exact_paragraph"})
-        jobs.append(ShardWrite(path, config.output_path, name, attributes, config.on_bad_line))
-    written = map_shards(write_dedup_shard, jobs, desc="exact-dedup: write", num_cpus=config.num_cpus_per_shard)
-
-    return {**written_counts(stats, written, files),
-            "duplicate_documents": int(removed_doc.sum()), "duplicate_paragraphs": removed_paragraphs}
-
-
-def _paragraph_spans(path: str, on_bad_line: OnBadLine, wanted: set[int]) -> dict[int, list[tuple[int, int]]]:
-    return {i: _line_spans(doc["text"]) for i, doc in enumerate(read_documents(path, on_bad_line))
-            if i in wanted}
+        stages.append(run_stage(work, "paragraph-hash", _hash_paragraphs, [(plan, k) for k in range(len(shards))],
+                                keys, "exact-dedup: hash lines", cpus))
+        stages.append(run_stage(work, "paragraph-reduce", _reduce, [(plan, "paragraphs", p) for p in parts],
+                                part_keys, "exact-dedup: reduce lines", cpus))
+    written = run_stage(work, "write", _write_shard, [(plan, k, names[k]) for k in range(len(shards))], keys,
+                        "exact-dedup: write", cpus)
+    shuffled = sum(x.get("bytes_shuffled", 0) for stage in stages for x in stage)
+    remove_tree(f"{config.output_path.rstrip('/')}/.work")
+    return {**written_counts(stats, written, shards),
+            "duplicate_documents": sum(w["duplicate_documents"] for w in written),
+            "duplicate_paragraphs": sum(w["duplicate_paragraphs"] for w in written),
+            "partitions": plan.num_partitions, "bytes_shuffled": int(shuffled),
+            "tasks_resumed": sum(bool(x["resumed"]) for stage in stages + [written] for x in stage)}

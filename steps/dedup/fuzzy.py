@@ -1,34 +1,44 @@
-"""Fuzzy (near-duplicate) deduplication: MinHash + LSH, then verification by exact Jaccard.
+"""Fuzzy (near-duplicate) deduplication: MinHash + LSH, verification by exact Jaccard, as shuffles.
 
-1. Signatures, per input shard in parallel: MinHash over word n-gram shingles (minhash.py).
-2. Candidates, in the driver: LSH with `num_bands` bands of `rows_per_band` rows; documents that
-   share a band bucket become candidate pairs (each member with the bucket's first document, and
-   all pairs within small buckets).
-3. Verification: the exact Jaccard similarity of shingle sets (re-read from the input, for the
-   candidate documents only) must reach `threshold` for a pair to count. Connected components
-   (union-find) over verified pairs; the canonical document of a component is its first in the
-   global order; a member is removed only if its own Jaccard with the canonical document also
-   reaches `threshold`. Precision first: pages sharing boilerplate but not bodies stay: a document wrongly removed is data lost.
-4. Write, per shard in parallel: sparse attributes and the kept documents (output.py).
+Stages (each a set of resumable tasks exchanging Parquet files under `<output>/.work/fuzzy/`; the
+driver holds one small dict per shard, per partition and per round, never per document):
+1. minhash (per shard): MinHash over word n-gram shingles (minhash.py); one 64-bit key per
+   (band, band rows) of each document, written partitioned by key.
+2. lsh (per partition): documents sharing a key are candidate pairs (each member with the
+   bucket's first document in global order, and all pairs within small buckets), written
+   partitioned by pair; each pair's two documents are requested from their shards.
+3. shingles (per shard): the exact shingle sets of the requested documents, sent to the
+   partitions that asked; verify (per pair partition): exact Jaccard >= `threshold` makes an edge.
+4. components: min-label propagation over the edge files, one round per stage, until no label
+   changes; a component's label is its first document in the global order (its canonical copy).
+5. check (shingles + verify again): a member is removed only if its own Jaccard with the canonical
+   document reaches `threshold`; precision first: pages sharing boilerplate stay (a document wrongly removed is data lost).
+6. write (per shard): sparse attributes and the kept documents (output.py).
+The result does not depend on shard, partition or worker counts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from executor.engine.parallel import map_shards
-from executor.engine.progress import Progress
 from executor.core.step import execution_only
 from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
-from steps.dedup.output import ShardWrite, output_shard_names, write_dedup_shard, written_counts
-from steps.documents import (OnBadLine, combined_stats, ReadStats, list_document_files, read_documents,
-                             remove_stale_temporaries)
+from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
+from steps.dedup.shuffle import choose_partitions, read_partition, remove_tree, run_stage, write_partitioned
+from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
+                             plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
 
 SMALL_BUCKET = 8  # buckets up to this size propose all their pairs, larger ones only head pairs
+MAX_ROUNDS = 10_000
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,17 @@ class FuzzyDedupConfig:
     seed: int = 0
     """Seed of the MinHash hash functions."""
     on_bad_line: OnBadLine = "error"
+    text_column: str = "text"
+    """Parquet inputs: the column holding the document text."""
+    id_column: str = "id"
+    """Parquet inputs: the column holding the document id."""
+    output_format: str = "jsonl.zst"
+    """Kept documents as "jsonl.zst" or "parquet"."""
     signature_batch_docs: int = execution_only(2000)
+    shard_bytes: int = execution_only(256 << 20)
+    """Input files larger than this are read as several shards (uncompressed JSONL, Parquet)."""
+    partition_bytes: int = execution_only(64 << 20)
+    """Input bytes per shuffle partition: bounds the memory of a reduce or verify task."""
     num_cpus_per_shard: float = execution_only(1)
 
     def __post_init__(self) -> None:
@@ -52,157 +72,306 @@ class FuzzyDedupConfig:
         for name in ("num_bands", "rows_per_band", "ngram"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"FuzzyDedupConfig.{name}={getattr(self, name)!r}: must be >= 1")
+        check_output_format("FuzzyDedupConfig", self.output_format)
 
 
-@dataclass
-class _ShardSignatures:
-    ids: list[str]
-    signatures: np.ndarray    # [docs, bands * rows] uint32
-    has_shingles: np.ndarray  # [docs] bool
-    stats: ReadStats
+KEY_SCHEMA = pa.schema([("key", pa.uint64()), ("shard", pa.int32()), ("index", pa.int64())])
+PAIR_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])
+REQUEST_SCHEMA = pa.schema([("index", pa.int64()), ("target", pa.int64())])
+SHINGLE_SCHEMA = pa.schema([("gid", pa.int64()), ("id", pa.string()), ("shingles", pa.list_(pa.uint64()))])
+EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
+LABEL_SCHEMA = pa.schema([("node", pa.int64()), ("label", pa.int64())])
+REMOVAL_SCHEMA = pa.schema([("index", pa.int64()), ("id", pa.string()), ("duplicate_of", pa.string()),
+                            ("jaccard", pa.float64())])
 
 
-def _signature_shard(job: tuple[str, FuzzyDedupConfig]) -> _ShardSignatures:
-    path, config = job
-    a, b = make_permutations(config.num_bands * config.rows_per_band, config.seed)
-    stats = ReadStats()
-    ids: list[str] = []
-    batch: list[np.ndarray] = []
-    parts: list[np.ndarray] = []
-    for doc in read_documents(path, config.on_bad_line, stats):
-        ids.append(doc["id"])
-        batch.append(shingle_hashes(doc["text"], config.ngram))
-        if len(batch) >= config.signature_batch_docs:
-            parts.append(minhash_signatures(batch, a, b))
-            batch = []
-    if batch or not parts:
-        parts.append(minhash_signatures(batch, a, b))
-    signatures = np.concatenate(parts)
-    has_shingles = ~(signatures == np.iinfo(np.uint32).max).all(axis=1) if len(ids) else np.zeros(0, bool)
-    return _ShardSignatures(ids, signatures, has_shingles, stats)
+def _mix(x: np.ndarray) -> np.ndarray:
+    """murmur3's fmix64: spreads keys evenly over partitions."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> _S33)
+        x = x * _M1
+        x = x ^ (x >> _S33)
+        x = x * _M2
+        return x ^ (x >> _S33)
 
 
-def _shingle_sets(job: tuple[str, OnBadLine, int, list[int]]) -> dict[int, np.ndarray]:
-    """Sorted unique shingle hashes of the wanted documents (by local index) of one shard."""
-    path, on_bad_line, ngram, wanted = job
-    wanted_set = set(wanted)
-    out = {}
-    for index, doc in enumerate(read_documents(path, on_bad_line)):
-        if index in wanted_set:
-            out[index] = np.unique(shingle_hashes(doc["text"], ngram))
-    return out
+def band_keys(signatures: np.ndarray, num_bands: int, rows_per_band: int) -> np.ndarray:
+    """[docs, bands] uint64: one key per band, equal when the band's rows are equal (and the band too)."""
+    keys = np.empty((len(signatures), num_bands), np.uint64)
+    with np.errstate(over="ignore"):
+        for band in range(num_bands):
+            acc = np.full(len(signatures), np.uint64(band + 1) * np.uint64(0x9E3779B97F4A7C15), np.uint64)
+            for r in range(rows_per_band):
+                acc = _mix(acc ^ signatures[:, band * rows_per_band + r].astype(np.uint64))
+            keys[:, band] = acc
+    return keys
+
+
+def bucket_pairs(keys: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """[pairs, 2] (i < j) of members sharing a key: each with its bucket's first member, and all
+    pairs within buckets of up to SMALL_BUCKET members. `members` are global document positions."""
+    order = np.lexsort((members, keys))
+    keys, members = keys[order], members[order]
+    starts = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.zeros(0, bool)
+    group_start = np.nonzero(starts)[0]
+    group_size = np.diff(np.r_[group_start, len(keys)])
+    in_group = np.repeat(group_size > 1, group_size)
+    head = members[np.repeat(group_start, group_size)]
+    pairs = [np.stack([head[in_group & ~starts], members[in_group & ~starts]], axis=1)]
+    small = (group_size > 2) & (group_size <= SMALL_BUCKET)
+    for s, n in zip(group_start[small], group_size[small]):
+        pairs.append(np.array(list(combinations(members[s:s + n], 2)), np.int64))
+    found = np.concatenate(pairs).astype(np.int64) if pairs else np.zeros((0, 2), np.int64)
+    found = found[found[:, 0] != found[:, 1]]
+    return np.unique(found, axis=0) if len(found) else np.zeros((0, 2), np.int64)
 
 
 def lsh_candidate_pairs(signatures: np.ndarray, eligible: np.ndarray, num_bands: int,
                         rows_per_band: int) -> np.ndarray:
-    """[pairs, 2] int64 (i < j) of documents sharing at least one band bucket."""
-    pairs = []
+    """[pairs, 2] int64 (i < j) of documents sharing at least one band bucket (one process)."""
     index = np.nonzero(eligible)[0]
-    for band in range(num_bands):
-        rows = np.ascontiguousarray(signatures[index, band * rows_per_band:(band + 1) * rows_per_band])
-        keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
-        _, labels, counts = np.unique(keys, return_inverse=True, return_counts=True)
-        labels = labels.ravel()
-        in_group = counts[labels] > 1
-        if not in_group.any():
-            continue
-        members, member_labels = index[in_group], labels[in_group]
-        order = np.argsort(member_labels, kind="stable")   # within a bucket: global order
-        members, member_labels = members[order], member_labels[order]
-        starts = np.r_[True, member_labels[1:] != member_labels[:-1]]
-        head = members[np.maximum.accumulate(np.where(starts, np.arange(len(members)), 0))]
-        not_head = ~starts
-        pairs.append(np.stack([head[not_head], members[not_head]], axis=1))
-        group_start = np.nonzero(starts)[0]
-        group_size = np.diff(np.r_[group_start, len(members)])
-        for s, n in zip(group_start[(group_size > 2) & (group_size <= SMALL_BUCKET)],
-                        group_size[(group_size > 2) & (group_size <= SMALL_BUCKET)]):
-            pairs.append(np.array(list(combinations(members[s:s + n], 2)), np.int64))
-    if not pairs:
-        return np.zeros((0, 2), np.int64)
-    return np.unique(np.concatenate(pairs).astype(np.int64), axis=0)
+    keys = band_keys(signatures[index], num_bands, rows_per_band)
+    return bucket_pairs(keys.ravel(), np.repeat(index, num_bands))
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
+@dataclass
+class _Plan:
+    work: str
+    shards: list[DocumentShard]
+    num_partitions: int
+    config: FuzzyDedupConfig
+    starts: np.ndarray | None = None   # [shards + 1] global position of each shard's first document
 
-    def find(self, x: int) -> int:
-        root = x
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while x != root:
-            self.parent[x], x = root, self.parent.get(x, x)
-        return root
+    def shard_of(self, gids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, gids, side="right") - 1
 
-    def union(self, x: int, y: int) -> None:
-        rx, ry = self.find(x), self.find(y)
-        if rx != ry:  # the smaller global index becomes the root: it is the canonical document
-            self.parent[max(rx, ry)] = min(rx, ry)
+    def partition(self, values: np.ndarray) -> np.ndarray:
+        return (_mix(values.astype(np.uint64)) % np.uint64(self.num_partitions)).astype(np.int64)
+
+
+def _minhash(job: tuple[_Plan, int]) -> dict:
+    plan, k = job
+    config = plan.config
+    a, b = make_permutations(config.num_bands * config.rows_per_band, config.seed)
+    stats = ReadStats()
+    batch: list[np.ndarray] = []
+    keys, indexes = [], []
+    count = without_words = 0
+
+    def flush() -> None:
+        nonlocal without_words
+        signatures = minhash_signatures(batch, a, b)
+        eligible = np.nonzero(~(signatures == np.iinfo(np.uint32).max).all(axis=1))[0]
+        without_words += len(batch) - len(eligible)
+        keys.append(band_keys(signatures[eligible], config.num_bands, config.rows_per_band).ravel())
+        indexes.append(np.repeat(eligible + (count - len(batch)), config.num_bands))
+
+    for doc in read_shard(plan.shards[k], config.on_bad_line, stats):
+        batch.append(shingle_hashes(doc["text"], config.ngram))
+        count += 1
+        if len(batch) >= config.signature_batch_docs:
+            flush()
+            batch = []
+    if batch:
+        flush()
+    key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+    index = np.concatenate(indexes).astype(np.int64) if indexes else np.zeros(0, np.int64)
+    shuffled = write_partitioned(f"{plan.work}/keys", {"key": key, "shard": np.full(len(key), k, np.int32),
+                                                       "index": index},
+                                 plan.partition(key), plan.num_partitions, f"{k:06d}")
+    return {"stats": dataclasses.asdict(stats), "documents": count, "without_words": without_words,
+            "bytes_shuffled": shuffled}
+
+
+def _send_pairs(plan: _Plan, stage: str, pairs: np.ndarray, name: str) -> int:
+    """Write pairs partitioned by pair, and each endpoint's request to its shard."""
+    if len(pairs) == 0:
+        return 0
+    target = plan.partition(pairs[:, 0] * np.int64(1_000_003) + pairs[:, 1])
+    written = write_partitioned(f"{plan.work}/{stage}/pairs", {"a": pairs[:, 0], "b": pairs[:, 1]}, target,
+                                plan.num_partitions, name)
+    gids = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    requests = np.unique(np.stack([gids, np.concatenate([target, target])], axis=1), axis=0)
+    shard = plan.shard_of(requests[:, 0])
+    written += write_partitioned(f"{plan.work}/{stage}/requests",
+                                 {"index": requests[:, 0] - plan.starts[shard], "target": requests[:, 1]},
+                                 shard, len(plan.shards), name)
+    return written
+
+
+def _lsh(job: tuple[_Plan, int]) -> dict:
+    plan, p = job
+    table = read_partition(f"{plan.work}/keys", p, KEY_SCHEMA)
+    shard, index = table.column("shard").to_numpy(), table.column("index").to_numpy()
+    pairs = bucket_pairs(table.column("key").to_numpy(), plan.starts[shard] + index)
+    return {"bytes_shuffled": _send_pairs(plan, "candidates", pairs, f"{p:05d}")}
+
+
+def _shingles(job: tuple[_Plan, str, int]) -> dict:
+    """The shingle sets of the documents of shard k that some pair partition asked for."""
+    plan, stage, k = job
+    requests = read_partition(f"{plan.work}/{stage}/requests", k, REQUEST_SCHEMA)
+    if requests.num_rows == 0:
+        return {"bytes_shuffled": 0}
+    wanted: dict[int, list[int]] = {}
+    for index, target in zip(requests.column("index").to_pylist(), requests.column("target").to_pylist()):
+        wanted.setdefault(index, []).append(target)
+    gids, ids, shingles, targets = [], [], [], []
+    for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line)):
+        if index in wanted:
+            sorted_unique = np.unique(shingle_hashes(doc["text"], plan.config.ngram))
+            for target in wanted[index]:
+                gids.append(int(plan.starts[k]) + index)
+                ids.append(doc["id"])
+                shingles.append(sorted_unique)
+                targets.append(target)
+    columns = {"gid": np.asarray(gids, np.int64), "id": pa.array(ids, pa.string()),
+               "shingles": pa.array(shingles, pa.list_(pa.uint64()))}
+    return {"bytes_shuffled": write_partitioned(f"{plan.work}/{stage}/shingles", columns,
+                                                np.asarray(targets, np.int64), plan.num_partitions, f"{k:06d}")}
+
+
+def _pairs_with_similarity(plan: _Plan, stage: str, q: int) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    pairs = read_partition(f"{plan.work}/{stage}/pairs", q, PAIR_SCHEMA)
+    if pairs.num_rows == 0:
+        return np.zeros((0, 2), np.int64), np.zeros(0), {}
+    unique = np.unique(np.stack([pairs.column("a").to_numpy(), pairs.column("b").to_numpy()], axis=1), axis=0)
+    found = read_partition(f"{plan.work}/{stage}/shingles", q, SHINGLE_SCHEMA)
+    sets = {g: np.asarray(s, np.uint64) for g, s in zip(found.column("gid").to_pylist(),
+                                                       found.column("shingles").to_numpy(zero_copy_only=False))}
+    ids = dict(zip(found.column("gid").to_pylist(), found.column("id").to_pylist()))
+    similarity = np.array([jaccard(sets[a], sets[b]) for a, b in unique.tolist()])
+    return unique, similarity, ids
+
+
+def _verify(job: tuple[_Plan, int]) -> dict:
+    """Exact Jaccard of the candidate pairs of partition q; edges at or above the threshold."""
+    plan, q = job
+    pairs, similarity, _ = _pairs_with_similarity(plan, "candidates", q)
+    edges = pairs[similarity >= plan.config.threshold] if len(pairs) else pairs
+    both = np.concatenate([edges, edges[:, ::-1]]) if len(edges) else np.zeros((0, 2), np.int64)
+    shuffled = write_partitioned(f"{plan.work}/edges", {"u": both[:, 0], "v": both[:, 1]}, plan.partition(both[:, 0]),
+                                 plan.num_partitions, f"{q:05d}")
+    return {"candidate_pairs": int(len(pairs)), "verified_pairs": int(len(edges)), "bytes_shuffled": shuffled}
+
+
+def _propagate(job: tuple[_Plan, int, int]) -> dict:
+    """One round of min-label propagation for the nodes of partition p.
+
+    Round 0 starts every node at its own position; a later round takes the smallest of its label
+    and the labels its neighbours sent. Nodes whose label dropped send it to their neighbours."""
+    plan, r, p = job
+    edges = read_partition(f"{plan.work}/edges", p, EDGE_SCHEMA)
+    u, v = edges.column("u").to_numpy(), edges.column("v").to_numpy()
+    if r == 0:
+        nodes = np.unique(u)
+        old = nodes.copy()
+        new = nodes.copy()
+        changed_nodes = nodes
+    else:
+        labels = read_partition(f"{plan.work}/labels-{r - 1:05d}", p, LABEL_SCHEMA)
+        nodes, old = labels.column("node").to_numpy(), labels.column("label").to_numpy()
+        messages = read_partition(f"{plan.work}/messages-{r - 1:05d}", p, LABEL_SCHEMA)
+        new = old.copy()
+        if messages.num_rows:
+            at = np.searchsorted(nodes, messages.column("node").to_numpy())
+            np.minimum.at(new, at, messages.column("label").to_numpy())
+        changed_nodes = nodes[new < old]
+    shuffled = write_partitioned(f"{plan.work}/labels-{r:05d}", {"node": nodes, "label": new},
+                                 np.full(len(nodes), p, np.int64) if len(nodes) else np.zeros(0, np.int64),
+                                 plan.num_partitions, "labels")
+    send = np.isin(u, changed_nodes)
+    target_label = new[np.searchsorted(nodes, u[send])] if send.any() else np.zeros(0, np.int64)
+    shuffled += write_partitioned(f"{plan.work}/messages-{r:05d}", {"node": v[send], "label": target_label},
+                                  plan.partition(v[send]), plan.num_partitions, f"{p:05d}")
+    return {"changed": int(len(changed_nodes)) if r else 0, "bytes_shuffled": shuffled}
+
+
+def _root_pairs(job: tuple[_Plan, int, int]) -> dict:
+    """(canonical, member) pairs of the final labels of partition p, sent for verification."""
+    plan, r, p = job
+    labels = read_partition(f"{plan.work}/labels-{r:05d}", p, LABEL_SCHEMA)
+    node, label = labels.column("node").to_numpy(), labels.column("label").to_numpy()
+    members = node != label
+    pairs = np.stack([label[members], node[members]], axis=1)
+    return {"members": int(members.sum()), "bytes_shuffled": _send_pairs(plan, "check", pairs, f"{p:05d}")}
+
+
+def _check(job: tuple[_Plan, int]) -> dict:
+    """A member is removed when its Jaccard with its canonical document reaches the threshold."""
+    plan, q = job
+    pairs, similarity, ids = _pairs_with_similarity(plan, "check", q)
+    keep = similarity >= plan.config.threshold if len(pairs) else np.zeros(0, bool)
+    canonical, member = pairs[keep, 0], pairs[keep, 1]
+    shard = plan.shard_of(member)
+    columns = {"index": member - plan.starts[shard], "id": pa.array([ids[g] for g in member.tolist()], pa.string()),
+               "duplicate_of": pa.array([ids[g] for g in canonical.tolist()], pa.string()),
+               "jaccard": similarity[keep]}
+    shuffled = write_partitioned(f"{plan.work}/removals", columns, shard, len(plan.shards), f"{q:05d}")
+    return {"removed": int(keep.sum()), "rejected": int((~keep).sum()), "bytes_shuffled": shuffled}
+
+
+def _write_shard(job: tuple[_Plan, int, str]) -> dict:
+    plan, k = job
+    name = shard_names(plan.shards)[k]
+    removals = read_partition(f"{plan.work}/removals", k, REMOVAL_SCHEMA).sort_by("index")
+    attributes = [{"index": i, "id": doc_id, "duplicate_of": c, "reason": "fuzzy_document", "jaccard": round(j, 4)}
+                  for i, doc_id, c, j in zip(*(removals.column(n).to_pylist()
+                                               for n in ("index", "id", "duplicate_of", "jaccard")))]
+    return write_dedup_shard(ShardWrite(plan.shards[k], plan.config.output_path, name, attributes,
+                                        plan.config.on_bad_line, plan.config.output_format))
 
 
 def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     files = list_document_files(config.input_path)
     remove_stale_temporaries(config.output_path)
-    shards = map_shards(_signature_shard, [(f, config) for f in files], desc="fuzzy-dedup: minhash",
-                        num_cpus=config.num_cpus_per_shard)
-    stats = combined_stats([s.stats for s in shards], config.input_path, len(files))
-    starts = np.cumsum([0] + [len(s.ids) for s in shards])
-    all_ids = [i for s in shards for i in s.ids]
-    signatures = np.concatenate([s.signatures for s in shards])
-    eligible = np.concatenate([s.has_shingles for s in shards])
-    candidates = lsh_candidate_pairs(signatures, eligible, config.num_bands, config.rows_per_band)
+    shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
+    names = shard_names(shards)
+    work = f"{config.output_path.rstrip('/')}/.work/fuzzy"
+    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
+    shard_keys = [f"{k:06d}" for k in range(len(shards))]
+    parts = list(range(plan.num_partitions))
+    part_keys = [f"{p:05d}" for p in parts]
+    cpus = config.num_cpus_per_shard
 
-    # Exact shingle sets of the candidate documents, re-read shard by shard.
-    needed = np.unique(candidates)
-    shard_of = np.searchsorted(starts, needed, side="right") - 1
-    shards_with_candidates = [k for k in range(len(files)) if (shard_of == k).any()]
-    jobs = [(files[k], config.on_bad_line, config.ngram, [int(g - starts[k]) for g in needed[shard_of == k]])
-            for k in shards_with_candidates]
-    shingle_sets: dict[int, np.ndarray] = {}
-    found_per_shard = map_shards(_shingle_sets, jobs, desc="fuzzy-dedup: shingles", num_cpus=config.num_cpus_per_shard)
-    for k, found in zip(shards_with_candidates, found_per_shard):
-        shingle_sets.update({int(starts[k]) + local: s for local, s in found.items()})
+    def per_shard(stage: str, fn, *extra) -> list[dict]:
+        return run_stage(work, stage, fn, [(plan, *extra, k) for k in range(len(shards))], shard_keys,
+                         f"fuzzy-dedup: {stage}", cpus)
 
-    similarity: dict[tuple[int, int], float] = {}
-    components = _UnionFind()
-    progress = Progress("fuzzy-dedup: verify pairs", total=len(candidates), unit="pairs")
-    for i, j in candidates.tolist():
-        similarity[(i, j)] = jaccard(shingle_sets[i], shingle_sets[j])
-        if similarity[(i, j)] >= config.threshold:
-            components.union(i, j)
-        progress.update()
-    progress.close()
-    verified_pairs = sum(v >= config.threshold for v in similarity.values())
+    def per_partition(stage: str, fn, *extra) -> list[dict]:
+        return run_stage(work, stage, fn, [(plan, *extra, p) for p in parts], part_keys, f"fuzzy-dedup: {stage}", cpus)
 
-    duplicate_of: dict[int, tuple[int, float]] = {}
-    rejected_members = 0
-    for member in list(components.parent):
-        canonical = components.find(member)
-        if canonical == member:
-            continue
-        pair = (canonical, member)
-        if pair not in similarity:
-            similarity[pair] = jaccard(shingle_sets[canonical], shingle_sets[member])
-        if similarity[pair] >= config.threshold:
-            duplicate_of[member] = (canonical, similarity[pair])
-        else:
-            rejected_members += 1
-
-    writes = []
-    for k, (path, name) in enumerate(zip(files, output_shard_names(files))):
-        attributes = [{"index": int(g - starts[k]), "id": all_ids[g], "duplicate_of": all_ids[c],
-                       "reason": "fuzzy_document", "jaccard": round(sim, 4)}
-                      for g, (c, sim) in sorted(duplicate_of.items()) if starts[k] <= g < starts[k + 1]]
-        writes.append(ShardWrite(path, config.output_path, name, attributes, config.on_bad_line))
-    written = map_shards(write_dedup_shard, writes, desc="fuzzy-dedup: write", num_cpus=config.num_cpus_per_shard)
-
+    hashed = per_shard("minhash", _minhash)
+    stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
+    plan.starts = np.cumsum([0] + [h["documents"] for h in hashed]).astype(np.int64)
+    stages = [hashed, per_partition("lsh", _lsh), per_shard("candidate-shingles", _shingles, "candidates")]
+    verified = per_partition("verify", _verify)
+    stages.append(verified)
+    rounds = 0
+    while True:
+        propagated = per_partition(f"components-{rounds:05d}", _propagate, rounds)
+        stages.append(propagated)
+        if rounds > 0 and sum(x["changed"] for x in propagated) == 0:
+            break
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise RuntimeError(f"fuzzy-dedup: connected components did not converge in {MAX_ROUNDS} rounds")
+    roots = per_partition("root-pairs", _root_pairs, rounds)
+    stages += [roots, per_shard("check-shingles", _shingles, "check")]
+    checked = per_partition("check", _check)
+    stages.append(checked)
+    written = per_shard("write", _write_shard)
+    remove_tree(f"{config.output_path.rstrip('/')}/.work")
     return {
-        **written_counts(stats, written, files),
-        "duplicate_documents": len(duplicate_of),
-        "candidate_pairs": len(candidates),
-        "verified_pairs": int(verified_pairs),
-        "rejected_pairs": len(candidates) - int(verified_pairs),
-        "rejected_component_members": rejected_members,
-        "documents_without_words": int((~eligible).sum()),
+        **written_counts(stats, written, shards),
+        "duplicate_documents": sum(c["removed"] for c in checked),
+        "candidate_pairs": sum(v["candidate_pairs"] for v in verified),
+        "verified_pairs": sum(v["verified_pairs"] for v in verified),
+        "rejected_pairs": sum(v["candidate_pairs"] - v["verified_pairs"] for v in verified),
+        "rejected_component_members": sum(c["rejected"] for c in checked),
+        "documents_without_words": sum(h["without_words"] for h in hashed),
+        "partitions": plan.num_partitions,
+        "component_rounds": rounds + 1,
+        "bytes_shuffled": int(sum(x["bytes_shuffled"] for stage in stages for x in stage)),
+        "tasks_resumed": sum(bool(x["resumed"]) for stage in stages + [written] for x in stage),
     }

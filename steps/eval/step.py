@@ -20,6 +20,7 @@ from steps.eval import baselines
 from steps.eval.lm import load_trained_model, make_scorer, score_in_batches, total_nats
 from steps.eval.multiple_choice import load_task, score_task
 from steps.token_cache import TokenSplit, join
+from steps.lm_harness import lm_eval_results
 from steps.tracking import Trackers, check_trackers
 
 RESULTS_SCHEMA = 1
@@ -36,6 +37,7 @@ class EvalConfig:
     zstd_level: int = 19
     batch_size: int = execution_only(16)
     trackers: tuple[str, ...] = execution_only(())  # "wandb", "tensorboard": see steps/tracking.py
+    lm_eval_tasks: tuple[str, ...] = ()  # lm-evaluation-harness YAML tasks (steps/eval_tasks/lm_eval/), 0-shot
 
     def __post_init__(self) -> None:
         if self.max_eval_tokens < 2:
@@ -103,6 +105,8 @@ def evaluate(config: EvalConfig) -> dict:
         encode = lambda text: tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
         results["multiple_choice"] = {"task": config.task, "task_sha256": sha,
                                       **score_task(items, encode, score_rows, model.cfg.seq_len, config.num_fewshot)}
+    if config.lm_eval_tasks and tokenizer is not None:
+        results["lm_eval"] = lm_eval_results(model, tokenizer, validation.eos_id, config.lm_eval_tasks, config.batch_size)
     results["seconds"] = time.monotonic() - started
     fs, p = location.url_to_fs(f"{config.output_path.rstrip('/')}/results.json")
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)

@@ -81,6 +81,6 @@ def test_hello_and_the_tools_on_a_bucket(bucket, capsys):
     rerun = run_experiment("hello.py", bucket, "--runner", "inline")
     assert rerun.returncode == 0 and "5/5 step(s) succeeded, 1 ran here" in rerun.stdout, rerun.stdout
 
-    runs = [json.loads(data) for path, data in bucket.objects().items() if path.startswith("runs/")]
+    runs = [json.loads(data) for path, data in bucket.objects().items() if path.startswith("runs/") and path.endswith(".json")]
     assert runs and all("***" in run["invocation"]["argv"] for run in runs)  # the flag's value, redacted
     assert_no_secret(bucket, first.stdout, first.stderr, again.stdout, rerun.stdout, rerun.stderr, explained.stdout)

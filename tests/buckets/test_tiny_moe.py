@@ -55,6 +55,7 @@ def finish(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str, s
     return process.returncode, out, err
 
 
+@pytest.mark.timeout(1200)  # two quickstarts with training; minutes on a loaded 2-core machine
 def test_tiny_moe_end_to_end_on_gcs_and_s3_then_a_noop_rerun(gcs_emulator, s3_emulator, bare_head):
     buckets = [make_bucket(gcs_emulator, "moe"), make_bucket(s3_emulator, "moe")]
     runs = [start(b, bare_head) for b in buckets]  # both at once: the cluster has room, the suite saves minutes

@@ -156,14 +156,17 @@ class _ExplodingReporter(ConsoleReporter):
             raise RuntimeError("reporter exploded")
 
 
-def test_an_error_mid_run_propagates_and_releases_the_leases_it_held(tmp_path):
+def test_an_error_mid_run_fails_that_step_and_releases_the_leases_it_held(tmp_path):
+    """Issue 12, item 3: an error while starting one step fails that step (its lease released as
+    FAILED naming the error, not RUNNING until it goes stale) and the run ends honestly (exit 1)."""
     [summary] = hello.build(hello.HelloOptions(pause_s=0.5))
     before = set(threading.enumerate())
-    with pytest.raises(RuntimeError, match="reporter exploded"):
-        executor.run([summary], inline(tmp_path), reporter=_ExplodingReporter())
+    result = executor.run([summary], inline(tmp_path), reporter=_ExplodingReporter())
+    assert not result.ok and result.exit_code == 1
+    assert result.step("hello/shout").status == "failed" and "reporter exploded" in result.step("hello/shout").error
     shout = [parse_status(p.read_bytes(), str(p)) for p in tmp_path.glob("hello/shout-*/.executor/status.json")]
     assert len(shout) == 1 and shout[0].state == State.FAILED  # not RUNNING until its lease goes stale
-    assert "the run stopped: RuntimeError: reporter exploded" in shout[0].error
+    assert "could not start: RuntimeError: reporter exploded" in shout[0].error
     assert not [t for t in set(threading.enumerate()) - before if t.name.startswith("lease-heartbeat")]
     # the next run retries it at once (a failure of this invocation's first snapshot), no TTL wait
     assert executor.run([summary], inline(tmp_path)).ok
@@ -180,3 +183,10 @@ def test_every_option_is_a_flag_of_the_same_name_and_the_cli_passes_it_on():
                             ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
     assert api_options(given) == Options(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
                                          ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
+
+
+def test_a_ray_cluster_the_caller_started_is_used_and_left_running(tmp_path, ray_local):
+    [summary] = hello.build(hello.HelloOptions())
+    result = executor.run([summary], prefix=str(tmp_path), runner="ray")
+    assert result.ok and {s.ran_here for s in result.steps} == {True}
+    assert ray_local.is_initialized()  # the notebook's own cluster: not ours to shut down

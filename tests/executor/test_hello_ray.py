@@ -32,6 +32,9 @@ def test_hello_on_ray_run_rerun_change_fail_and_retry(tmp_path):
     first = cli(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "starting Ray" in first.stdout
+    # piped (as in CI): the target step's own words reach the log, and a per-step table ends the run
+    assert "output of hello/summary" in first.stdout and "HELLO! The most common word is 'the'" in first.stdout
+    assert "this run" in first.stdout and "summary=HELLO!" in first.stdout
     assert all(v == [(State.SUCCESS, 1)] for v in states(tmp_path).values()) and len(states(tmp_path)) == 5
 
     again = cli(tmp_path)

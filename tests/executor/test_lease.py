@@ -91,3 +91,29 @@ def test_staleness_resets_when_the_generation_moves():
 def test_settings_are_validated():
     with pytest.raises(ValueError, match="half the TTL"):
         LeaseSettings(ttl_s=10, heartbeat_s=6)
+
+
+class SlowStore(MemoryStore):
+    """A store whose conditional writes take `delay` seconds of the injected clock (a hung call, or
+    a holder paused by SIGSTOP while its request was in flight)."""
+
+    def __init__(self, root, clock, delay):
+        super().__init__(root)
+        self.clock, self.delay = clock, delay
+
+    def replace_if_generation(self, key, data, generation):
+        result = super().replace_if_generation(key, data, generation)
+        self.clock.now += self.delay
+        return result
+
+
+def test_a_renewal_that_returns_late_does_not_look_fresh(request):
+    """The lease's age counts from before the write: a renewal that landed, then took past half
+    the TTL to return, leaves the lease lost (an observer may have judged it stale from then)."""
+    clock = FakeClock()
+    store = SlowStore(f"memory://slow-{request.node.name}", clock, delay=0)
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    store.delay = 31
+    keeper.renew(lease)
+    assert not keeper.is_valid(lease)

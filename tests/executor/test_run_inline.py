@@ -169,9 +169,9 @@ def test_bad_flags_exit_2(tmp_path, capsys):
     assert "not a valid regular expression" in capsys.readouterr().err
     assert hello_run(tmp_path, "--max-concurrent", "abc") == 2  # a value of the wrong type: no traceback
     err = capsys.readouterr().err
-    assert "--max-concurrent: Couldn't parse 'abc' into an int" in err and "Traceback" not in err
+    assert "--max-concurrent: 'abc' is not an integer" in err and "Traceback" not in err
     assert hello_run(tmp_path, "--pause-s", "soon") == 2  # the same for the experiment's own flags
-    assert "--pause-s: Couldn't parse 'soon' into a float" in capsys.readouterr().err
+    assert "--pause-s: 'soon' is not a number" in capsys.readouterr().err
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ come from EXECUTOR_STORAGE_OPTIONS like the executor's own. Evidence goes to the
 DAG_SIDEFX (one uniquely named file per event, so concurrent processes never collide):
 
     start-<step>-<pid>-<uuid>   the step function began (JSON: step, pid, start)
-    ret-<step>-<pid>-<uuid>     the function is about to return (JSON: step, pid, start, end)
+    ret-<step>-<pid>-<uuid>     the function is about to return (JSON: step, pid, runner_pid, start, end)
     violation-<step>-...        a dependency's status.json did not say SUCCESS when the step began
     commit-<step>-<pid>-<uuid>  the executor's fenced commit of this step succeeded (reporter hook)
 
@@ -75,7 +75,9 @@ def node(config: NodeConfig) -> dict:
     content = f"{step}<-[{','.join(parts)}]"[:2000]  # deterministic: same bytes whoever runs it
     fs = fs_of(config.output_path)
     fs.pipe_file(f"{config.output_path}/out.txt", content.encode())
-    _mark("ret", step, {"step": step, "pid": os.getpid(), "start": start, "end": time.time()})
+    # runner_pid: the inline runner runs each step in a child process of the executor
+    _mark("ret", step, {"step": step, "pid": os.getpid(), "runner_pid": os.getppid(), "start": start,
+                        "end": time.time()})
     return {"len": len(content)}
 
 

@@ -35,13 +35,13 @@ def test_eight_runners_one_dag_exactly_once_and_concurrent(backend, sidefx, tmp_
     for step, status in statuses.items():  # the committer is the process that ran the function
         (ret,) = ev["ret"][step]
         (commit,) = ev["commit"][step]
-        assert status["owner"]["pid"] == ret["pid"] == commit["pid"] and ret["pid"] in pids
+        assert status["owner"]["pid"] == ret["runner_pid"] == commit["pid"] and ret["runner_pid"] in pids
 
     # Concurrency across processes: executions by different pids overlapping in time.
     runs = [e for v in ev["ret"].values() for e in v]
-    executing_pids = {e["pid"] for e in runs}
+    executing_pids = {e["runner_pid"] for e in runs}
     overlaps = [(a["step"], b["step"]) for a, b in itertools.combinations(runs, 2)
-                if a["pid"] != b["pid"] and a["start"] < b["end"] and b["start"] < a["end"]]
+                if a["runner_pid"] != b["runner_pid"] and a["start"] < b["end"] and b["start"] < a["end"]]
     print(f"[{backend.name}] {len(runs)} executions by {len(executing_pids)} processes; "
           f"{len(overlaps)} cross-process overlapping pairs")
     assert len(executing_pids) >= 2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, pre_tokenizers
 
 from steps.documents import BadInputError
 from steps.token_cache import TokenSplit, read_ledger
@@ -166,3 +166,47 @@ def test_fast_and_reference_encoding_give_the_same_cache(corpus_dir, one_shard, 
                             validation_fraction=0.1, fast_ascii_encoding=False))
     for split in ("train", "validation"):
         assert np.array_equal(stream(out, split), stream(out1, split))
+
+
+def _sample_of_unicode(rng: np.random.Generator, count: int) -> list[str]:
+    """Texts drawn from every plane of Unicode (letters, numbers, marks, spaces, controls, symbols,
+    emoji, unassigned code points), mixed with ASCII words and spaces."""
+    planes = np.concatenate([rng.integers(0, 0x3000, 3000), rng.integers(0x3000, 0x10000, 2000),
+                             rng.integers(0x10000, 0x110000, 1000)])
+    pool = [chr(c) for c in planes if not 0xD800 <= c <= 0xDFFF] + list(" \t\n\x0b\x0c\x1c\x85\u00a0\u2028\u3000")
+    pool += ["word", " the", "'s", "café", "日本", "🎭", "👍🏽", "1234"]
+    return ["".join(rng.choice(pool, size=rng.integers(0, 60))) for _ in range(count)]
+
+
+def test_batch_encoder_matches_hf_on_all_of_unicode_and_takes_the_fast_path(one_shard):
+    from steps.bpe import BatchEncoder
+
+    out, _ = one_shard
+    text = Path(f"{out}/tokenizer.json").read_text()
+    reference = Tokenizer.from_str(text)
+    texts = _sample_of_unicode(np.random.default_rng(1), 1500)
+    encoder = BatchEncoder(text)
+    assert encoder.encode_batch(texts) == [e.ids for e in reference.encode_batch_fast(texts, add_special_tokens=False)]
+    # sharper than ids (a vocabulary may lack the merges that would show a different split):
+    # every text given the fast path is split exactly where HF's pre-tokenizer splits it
+    hf_split = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str
+    fast = [t for t in texts + ["x \x1cy", "a\u0085 b"] if encoder._fast_path_applies(t)]
+    assert len(fast) > len(texts) // 2
+    assert [[m.span() for m in encoder._pattern.finditer(t)] for t in fast] == \
+        [[span for _, span in hf_split(t)] for t in fast]
+    accented = ["Crème brûlée à São Paulo — 東京 © 2024 😀", "naïve façade «déjà vu» ½ µm"]
+    assert all(encoder._fast_path_applies(t) for t in accented)  # non-ASCII text is not sent to HF whole
+
+
+def test_a_huge_document_is_encoded_piece_by_piece_with_the_same_ids(one_shard, small_corpus):
+    from steps.bpe import BatchEncoder, _windows
+
+    out, _ = one_shard
+    text = Path(f"{out}/tokenizer.json").read_text()
+    huge = "\n".join(d["text"] for d in small_corpus.docs) * 3    # ~100 k characters, one document
+    encoder = BatchEncoder(text, long_text_chars=4096)
+    pieces = _windows(huge, 4096)
+    assert len(pieces) > 20 and max(b - a for a, b in pieces) <= 4096  # memory bounded by the piece size
+    ids = encoder.encode_batch(["short one", huge])
+    assert isinstance(ids[1], np.ndarray)
+    assert ids[1].tolist() == Tokenizer.from_str(text).encode(huge, add_special_tokens=False).ids

@@ -74,3 +74,39 @@ def test_adopt_refuses_unsafe_declarations(ran_toy):
     graph = load_experiment(ran_toy.path).graph
     with pytest.raises(ExecutorError, match="FAILED, not SUCCESS"):
         adopt(graph, "toy/report", old["toy/report"], ran_toy.prefix, reason=None, declared_by=who)
+
+
+def test_adopt_requires_a_reason_and_refuses_another_step_or_config_type_unless_forced(ran_toy):
+    old = _ids(ran_toy)
+    ran_toy.write(TEXT=repr("to  be or not to be"))
+    new = _ids(ran_toy)
+    base = ["adopt", "--prefix", ran_toy.prefix, str(ran_toy.path)]
+    code, out = run_main(*base, "toy/raw", "--from", old["toy/raw"])
+    assert code == 2 and "adopt needs --reason" in out
+    code, out = run_main(*base, "toy/raw", "--from", old["toy/report"], "--reason", "looks alike")
+    assert code == 2 and "it is an output of step 'toy/report', not 'toy/raw'" in out
+    assert "its config is a ReportConfig, not a RawConfig" in out and "--force" in out
+    assert not Path(ran_toy.prefix, new["toy/raw"]).exists()  # nothing written
+    code, out = run_main(*base, "toy/raw", "--from", old["toy/report"], "--reason", "I know", "--force")
+    assert code == 0, out
+    assert json.loads(Path(ran_toy.prefix, new["toy/raw"], ".executor/status.json").read_text())[
+        "alias_of"]["step_id"] == old["toy/report"]
+
+
+def test_adopt_dry_run_writes_nothing_and_a_chain_is_adopted_in_one_command(ran_toy):
+    old = _ids(ran_toy)
+    ran_toy.write(TEXT=repr("to  be or not to be"))  # re-addresses raw, and through it everything downstream
+    new = _ids(ran_toy)
+    base = ["adopt", "--prefix", ran_toy.prefix, str(ran_toy.path), "toy/raw", "--from", old["toy/raw"],
+            "--reason", "whitespace only", "--with-dependents"]
+    before = sorted(Path(ran_toy.prefix).rglob("*"))
+    code, out = run_main(*base, "--dry-run")
+    assert code == 0 and out.count("would adopt:") == 4 and "nothing written" in out, out
+    assert sorted(Path(ran_toy.prefix).rglob("*")) == before
+
+    code, out = run_main(*base)
+    assert code == 0 and out.count("adopted:") == 4, out
+    for name in ("toy/tokenize", "toy/train", "toy/report"):
+        assert f"{new[name]} is now an alias of {old[name]}" in out
+    code, out = ran_toy.run("--dry-run", "--json")
+    assert {s["action"] for s in json.loads(out)["steps"]} == {"skip"}  # nothing left to run

@@ -17,7 +17,7 @@ def _ids(toy) -> dict[str, str]:
 
 
 def _listed(out: str) -> set[str]:
-    return {line.split()[-1] for line in out.splitlines() if line.startswith("    ")}
+    return {line.split()[-1] for line in out.splitlines() if line.startswith("    ") and "written by:" not in line}
 
 
 def _fixture_prefix(toy):
@@ -71,7 +71,8 @@ def test_gc_delete_respects_grace_running_leases_pins_and_runs(toy):
 def test_gc_keeps_what_a_reachable_step_was_adopted_from(toy):
     v1, _ = _fixture_prefix(toy)
     toy.write(TEXT=repr("to  be or not to be"))
-    code, out = run_main("adopt", "--prefix", toy.prefix, str(toy.path), "toy/raw", "--from", v1["toy/raw"])
+    code, out = run_main("adopt", "--prefix", toy.prefix, str(toy.path), "toy/raw", "--from", v1["toy/raw"],
+                         "--reason", "whitespace only")
     assert code == 0, out
     # toy/raw's old output is reachable only through the alias now: toy's current graph has the new id
     code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path))

@@ -107,7 +107,7 @@ def test_check_directory_catches_ids_that_depend_on_the_hash_seed(tmp_path):
     assert made.returncode == 0, made.stdout + made.stderr
     code, out = run_main("check", str(tmp_path))
     assert code == 3, out
-    assert "PYTHONHASHSEED=4242 differs" in out and "seeded/step-" in out
+    assert "differs between PYTHONHASHSEED=0 and PYTHONHASHSEED=4242" in out and "seeded/step-" in out
 
 
 def test_plan_command_prints_the_plan_document(toy):
@@ -142,3 +142,14 @@ def test_plan_file_never_holds_secrets(tmp_path):
     assert run_file(experiment, "--update-plan")[0] == 0
     text = plan_file_path(experiment).read_text()
     assert "https://x" in text and "hunter2" not in text and "token" not in text
+
+
+def test_check_reports_an_intended_change_without_a_false_hash_seed_alarm(toy):
+    # issue 20.3: the second process is compared with the first, not with the committed file
+    assert toy.run("--update-plan", prefix=False)[0] == 0
+    toy.write(VOCAB="8192")
+    code, out = run_main("check", str(toy.path))
+    assert code == 3, out
+    assert "config.tokenizer.vocab_size: 4096 -> 8192" in out
+    assert "ids identical in a second process (PYTHONHASHSEED=4242)" in out
+    assert "differs between PYTHONHASHSEED" not in out

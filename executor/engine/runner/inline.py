@@ -1,29 +1,49 @@
-"""The in-process runner, for unit tests and debugging: step functions run on a thread pool.
+"""The in-process runner, for unit tests and debugging: each step runs in a forked child process.
 
-Everything runs in this one process, so a step that needs several processes (`Resources.hosts`
-above 1: a jax.distributed group) is refused at plan time by `check_steps`, before anything runs.
+A child can be stopped where a thread cannot: a cancelled step (lease lost, timeout, Ctrl-C,
+SIGTERM) is killed, so it can never keep writing into an output another runner has committed
+since. The child also watches its runner: the runner pings it every few hundred milliseconds,
+and a child that hears nothing for `silence_limit_s` (half the lease TTL: its runner was paused
+by SIGSTOP or a frozen VM, or died) exits by itself, before any other runner may take the lease
+over. Children ignore SIGINT and SIGTERM: the runner decides how a step ends.
+
+A `memory://` prefix exists in this one process only, so there steps run on daemon threads
+(which cannot be stopped; use a real prefix to debug endings). A step needing several processes
+(`Resources.hosts` above 1) is refused at plan time by `check_steps`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
+import pickle
+import select
+import signal
+import sys
+import threading
+import time
 import traceback
 from typing import Iterable, Sequence
 
-from executor.engine.runner.base import StepCall, StepOutcome
 from executor.core.step import Resources
+from executor.engine.runner.base import StepCall, StepOutcome
+
+EXIT_SILENCED = 75  # the child stopped itself: no ping from its runner for silence_limit_s
+EXIT_ORPHANED = 76  # the child stopped itself: its runner is gone
 
 
 def run_call(call: StepCall) -> StepOutcome:
-    """Run one step function and capture how it ended (shared by every runner)."""
+    """Run one step function and capture how it ended (shared by every runner).
+
+    Whatever the function raises is its own error, KeyboardInterrupt and SystemExit included: a
+    real Ctrl-C reaches the executor through its signal handler, never through a step's return.
+    """
     saved = {k: os.environ.get(k) for k in call.env}
     os.environ.update(call.env)
     try:
         return StepOutcome(ok=True, result=call.fn(call.config))
     except BaseException as e:  # noqa: BLE001 - user code may raise anything; we report it
-        if isinstance(e, KeyboardInterrupt):
-            raise
         return StepOutcome(ok=False, error=f"{type(e).__name__}: {e}",
                            traceback="".join(traceback.format_exception(e))[-4000:])
     finally:
@@ -34,9 +54,106 @@ def run_call(call: StepCall) -> StepOutcome:
                 os.environ[k] = v
 
 
-class InlineHandle:
-    def __init__(self, call: StepCall, future: cf.Future):
-        self.call, self.future = call, future
+# -- the child process -----------------------------------------------------------------------
+def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]) -> None:
+    """Child side: exit when the runner goes silent (paused) or away (dead)."""
+    while True:
+        readable, _, _ = select.select([ping_fd], [], [], (silence_limit_s or 60) / 4)
+        silent = time.monotonic() - last[0]
+        if silence_limit_s is not None and silent > silence_limit_s:
+            os._exit(EXIT_SILENCED)  # checked before taking a ping: a resumed runner's first ping is late
+        if readable:
+            try:
+                data = os.read(ping_fd, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                os._exit(EXIT_ORPHANED)
+            last[0] = time.monotonic()
+
+
+def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None) -> None:
+    status = 0
+    try:
+        signal.set_wakeup_fd(-1)  # the runner's signal watcher is not ours
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        last = [time.monotonic()]
+
+        def on_continue(signum: int, frame: object) -> None:
+            # Resumed after a SIGSTOP: runs before the step's next bytecode, so a step stopped past
+            # its lease does not get to write again.
+            if silence_limit_s is not None and time.monotonic() - last[0] > silence_limit_s:
+                os._exit(EXIT_SILENCED)
+
+        signal.signal(signal.SIGCONT, on_continue)
+        threading.Thread(target=_watch_runner, args=(ping_fd, silence_limit_s, last), daemon=True).start()
+        outcome = run_call(call)
+        try:
+            data = pickle.dumps(outcome)
+        except Exception:  # noqa: BLE001 - an unpicklable return value is stored as its repr
+            data = pickle.dumps(StepOutcome(ok=outcome.ok, result=repr(outcome.result)[:2000],
+                                            error=outcome.error, traceback=outcome.traceback))
+        with os.fdopen(result_fd, "wb") as out:
+            out.write(data)
+    except BaseException:  # noqa: BLE001 - never let the child return into the runner's code
+        status = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+
+# -- the runner side ---------------------------------------------------------------------------
+class ChildHandle:
+    """One step in a forked child; a thread collects its result and exit status."""
+
+    def __init__(self, call: StepCall, pid: int, result_fd: int, ping_fd: int, runner: "InlineRunner"):
+        self.call, self.pid, self._ping_fd, self._runner = call, pid, ping_fd, runner
+        self.future: cf.Future = cf.Future()
+        self._cancelled = False
+        self._reaped = threading.Lock()  # held while the pid may still be signalled
+        threading.Thread(target=self._collect, args=(result_fd,), daemon=True,
+                         name=f"collect-{call.step_id}").start()
+
+    def _collect(self, result_fd: int) -> None:
+        chunks = []
+        with os.fdopen(result_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
+        with self._reaped:
+            _, status = os.waitpid(self.pid, 0)
+            self.pid = 0
+        self._runner._forget(self)
+        self.future.set_result(self._outcome(b"".join(chunks), status))
+
+    def _outcome(self, data: bytes, status: int) -> StepOutcome:
+        if self._cancelled:
+            return StepOutcome(ok=False, error="cancelled", infrastructure=True)
+        if data:
+            try:
+                return pickle.loads(data)
+            except Exception as e:  # noqa: BLE001
+                return StepOutcome(ok=False, error=f"could not read the step's result: {e}", infrastructure=True)
+        if os.WIFSIGNALED(status):
+            why = f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        elif os.WEXITSTATUS(status) == EXIT_SILENCED:
+            why = (f"stopped itself: it heard nothing from its runner for {self._runner.silence_limit_s:g}s "
+                   f"(the runner was paused or stuck), so its lease may be taken over")
+        elif os.WEXITSTATUS(status) == EXIT_ORPHANED:
+            why = "stopped itself: its runner is gone"
+        else:
+            why = f"exited with status {os.WEXITSTATUS(status)} before returning"
+        return StepOutcome(ok=False, error=f"the step's process {why}", infrastructure=True)
+
+    def ping(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._ping_fd, b".")
+
+    def close_ping(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._ping_fd)
 
     def done(self) -> bool:
         return self.future.done()
@@ -45,12 +162,42 @@ class InlineHandle:
         return self.future.result()
 
     def cancel(self) -> None:
-        self.future.cancel()  # a running thread cannot be stopped; its result is ignored
+        """Kill the step's process (its children too, if it made a process group of its own)."""
+        with self._reaped:
+            if self.pid and not self.future.done():
+                self._cancelled = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+
+
+class ThreadHandle:
+    """One step on a daemon thread (memory:// prefixes only): cancel cannot stop it."""
+
+    def __init__(self, call: StepCall):
+        self.call = call
+        self.future: cf.Future = cf.Future()
+        threading.Thread(target=lambda: self.future.set_result(run_call(call)), daemon=True,
+                         name=f"step-{call.step_id}").start()
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def outcome(self) -> StepOutcome:
+        return self.future.result()
+
+    def cancel(self) -> None:
+        pass  # a thread cannot be stopped; the executor ignores its result
 
 
 class InlineRunner:
-    def __init__(self, max_workers: int = 4):
-        self.pool = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="step")
+    def __init__(self, max_workers: int = 4, *, isolate: bool = True, silence_limit_s: float | None = None,
+                 ping_s: float = 0.25):
+        self.isolate, self.silence_limit_s = isolate, silence_limit_s
+        self.ping_s = min(ping_s, silence_limit_s / 4) if silence_limit_s else ping_s
+        self._children: list[ChildHandle] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pinger: threading.Thread | None = None
 
     def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
         """Every reason these steps cannot run in this process (empty when all can)."""
@@ -59,14 +206,58 @@ class InlineRunner:
                 f"(--runner ray), or set hosts=1 to debug it in-process."
                 for name, r in steps if int(r.hosts) > 1]
 
-    def submit(self, call: StepCall) -> InlineHandle:
-        return InlineHandle(call, self.pool.submit(run_call, call))
+    def submit(self, call: StepCall) -> ChildHandle | ThreadHandle:
+        if not self.isolate:
+            return ThreadHandle(call)
+        result_r, result_w = os.pipe()
+        ping_r, ping_w = os.pipe()
+        os.set_blocking(ping_w, False)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with self._lock:
+            inherited = [c._ping_fd for c in self._children]
+            pid = os.fork()
+            if pid == 0:
+                for fd in (result_r, ping_w, *inherited):  # other steps' pipes must not outlive the runner
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                _child_main(call, result_w, ping_r, self.silence_limit_s)
+            os.close(result_w)
+            os.close(ping_r)
+            handle = ChildHandle(call, pid, result_r, ping_w, self)
+            self._children.append(handle)
+        self._start_pinger()
+        return handle
 
-    def wait(self, handles: Sequence[InlineHandle], timeout: float) -> list[InlineHandle]:
+    def _forget(self, handle: ChildHandle) -> None:
+        with self._lock:
+            if handle in self._children:
+                self._children.remove(handle)
+                handle.close_ping()
+
+    def _start_pinger(self) -> None:
+        if self._pinger is None:
+            self._pinger = threading.Thread(target=self._ping_loop, name="inline-ping", daemon=True)
+            self._pinger.start()
+
+    def _ping_loop(self) -> None:
+        while not self._stop.wait(self.ping_s):
+            with self._lock:
+                children = list(self._children)
+            for child in children:
+                child.ping()
+
+    def wait(self, handles: Sequence[ChildHandle | ThreadHandle], timeout: float) -> list:
         if not handles:
             return []
         cf.wait([h.future for h in handles], timeout=timeout, return_when=cf.FIRST_COMPLETED)
         return [h for h in handles if h.done()]
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        """Kill whatever still runs: no step outlives the run that started it."""
+        self._stop.set()
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            child.cancel()

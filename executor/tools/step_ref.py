@@ -1,0 +1,54 @@
+"""One way to name a step on the tools' command line: its name, its step id, or its output path.
+
+`hello/shout` (the name: the one output of that name under the prefix), `hello/shout-1a2b3c4d5e6f`
+(the step id, which is its folder under the prefix), or a path to the folder or to its
+`.executor/status.json`. An ambiguous name lists the step ids to choose from.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from executor.core.errors import ExecutorError
+from executor.core.record import EXECUTOR_DIR, status_key
+from executor.engine import location, outputs
+
+
+def strip_status_suffix(ref: str) -> str:
+    ref = ref.rstrip("/")
+    suffix = f"/{EXECUTOR_DIR}/status.json"
+    return ref[: -len(suffix)] if ref.endswith(suffix) else ref
+
+
+def looks_like_path(ref: str) -> bool:
+    return ref.startswith(("/", "./", "../", "~")) or Path(ref).is_dir()
+
+
+def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str:
+    """The output path of the step `ref` names (see the module docstring)."""
+    ref = strip_status_suffix(ref)
+    if "://" in ref:
+        return ref
+    if looks_like_path(ref):
+        return outputs.normalize_prefix(ref)
+    store = location.open_location(prefix, storage_options)[0]
+    rel = ref.strip("/")
+    if store.read(status_key(rel)) is not None:
+        return outputs.join(prefix, rel)
+    from executor.tools.overview import step_rels
+
+    rels = step_rels(prefix, storage_options)
+    named = [r for r in rels if r.rsplit("-", 1)[0] == rel]
+    if len(named) == 1:
+        return outputs.join(prefix, named[0])
+    if named:
+        raise ExecutorError(f"{len(named)} outputs of step {ref!r} under {prefix}: {', '.join(named)}; "
+                            f"name one by its step id")
+    if not rels:
+        raise ExecutorError(f"no stepgraph outputs under {prefix}; is the prefix right? (--prefix, or env "
+                            f"EXECUTOR_PREFIX)")
+    names = sorted({r.rsplit("-", 1)[0] for r in rels} | set(rels))
+    close = difflib.get_close_matches(rel, names, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else f"; steps there: {', '.join(names[:20])}"
+    raise ExecutorError(f"no step {ref!r} under {prefix}{hint}")

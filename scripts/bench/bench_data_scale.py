@@ -1,0 +1,208 @@
+"""Data steps at scale on a simulated Ray cluster: exact/fuzzy dedup and tokenize at 1x, 4x, 16x.
+
+    uv run python scripts/bench/bench_data_scale.py [--base-docs 250000] [--sizes 1,4,16]
+        [--nodes 3] [--storage local,s3] [--steps exact,fuzzy,tokenize] [--scaling]
+
+A cluster of `--nodes` one-CPU nodes is started on this machine (ray.cluster_utils.Cluster); the
+step runs in this process (its driver) and fans shards out to the nodes. Per step and size it
+prints: wall time, documents/s, peak RSS of the driver (this process) and of the largest Ray
+worker (sampled every 0.2 s), bytes shuffled, tasks per node, and the kept set's fingerprint
+(sha256 of the kept ids in order). On the 1x corpus an in-process run (no Ray) is the reference
+the cluster's fingerprint must equal. `--scaling` times exact dedup on the 4x corpus with one
+node and then with two. `--storage s3` runs against moto's S3 emulator in this process.
+Print `uptime` next to the figures: on a shared machine they vary with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))          # emulators
+sys.path.insert(0, str(REPO / "tests" / "steps"))  # cluster_driver.start_cluster
+SCRATCH = REPO / "scratch" / "bench" / "scale"
+
+
+class PeakRss:
+    """Peak RSS of this process and of the largest `ray::` worker process, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.2):
+        import psutil
+
+        self.psutil, self.interval = psutil, interval
+        self.driver = self.worker = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = self.psutil.Process()
+        while not self._stop.is_set():
+            self.driver = max(self.driver, me.memory_info().rss)
+            for p in self.psutil.process_iter(["name", "memory_info"]):
+                try:
+                    if (p.info["name"] or "").startswith("ray::") and p.info["memory_info"]:
+                        self.worker = max(self.worker, p.info["memory_info"].rss)
+                except self.psutil.Error:
+                    pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def corpus(base_docs: int, size: int, root: str) -> tuple[str, int]:
+    """The size-x corpus: short generated documents (with exact and near copies) in 8*size files."""
+    from steps.data.synthetic import generate_corpus
+    from steps.documents import list_document_files, write_documents
+
+    directory = f"{root}/corpus-{base_docs}x{size}"
+    marker = Path(f"{directory}.done") if "://" not in root else None
+    if marker is None or not marker.exists():
+        docs = generate_corpus(seed=size, num_originals=int(base_docs * size * 0.88), mean_words=30,
+                               exact_fraction=0.06, near_fraction=0.06, boilerplate_sites=8, pages_per_site=10).docs
+        files = 8 * size
+        per = -(-len(docs) // files)
+        for k in range(files):
+            write_documents(f"{directory}/part-{k:05d}.jsonl.zst", docs[k * per:(k + 1) * per])
+        if marker is not None:
+            marker.write_text(str(len(docs)))
+    count = int(marker.read_text()) if marker is not None else None
+    if count is None:
+        from steps.documents import count_records
+        count = sum(count_records(p) for p in list_document_files(directory))
+    return directory, count
+
+
+def fingerprint(output: str) -> str:
+    from steps.documents import list_document_files, read_documents
+
+    digest = hashlib.sha256()
+    for path in list_document_files(f"{output}/docs"):
+        for doc in read_documents(path):
+            digest.update(doc["id"].encode() + b"\n")
+    return digest.hexdigest()[:16]
+
+
+def run_step(step: str, input_dir: str, output: str) -> dict:
+    from steps.dedup import ExactDedupConfig, FuzzyDedupConfig, exact_dedup, fuzzy_dedup
+    from steps.tokenize import TokenizeConfig, tokenize
+
+    if step == "exact":
+        return exact_dedup(ExactDedupConfig(input_dir, output, partition_bytes=16 << 20))
+    if step == "fuzzy":
+        return fuzzy_dedup(FuzzyDedupConfig(input_dir, output, partition_bytes=16 << 20))
+    return tokenize(TokenizeConfig(input_dir, output, vocab_size=2048, max_tokenizer_training_bytes=5_000_000,
+                                   num_output_shards=8))
+
+
+def tasks_per_node() -> dict[str, int]:
+    from ray.util.state import list_tasks
+
+    counts: dict[str, int] = {}
+    for task in list_tasks(limit=100_000, raise_on_missing_output=False):
+        if task.state == "FINISHED" and task.node_id:
+            counts[task.node_id[:6]] = counts.get(task.node_id[:6], 0) + 1
+    return counts
+
+
+def measure(step: str, input_dir: str, docs: int, output: str, label: str) -> dict:
+    from executor.engine import location
+
+    fs, path = location.url_to_fs(output)
+    if fs.exists(path):  # a fresh run each time, not a resumed one
+        fs.rm(path, recursive=True)
+    start = time.perf_counter()
+    with PeakRss() as rss:
+        result = run_step(step, input_dir, output)
+    wall = time.perf_counter() - start
+    row = {"label": label, "wall_s": round(wall, 1), "docs_per_s": round(docs / wall),
+           "driver_rss_mb": rss.driver >> 20, "worker_rss_mb": rss.worker >> 20,
+           "shuffled_mb": round(result.get("bytes_shuffled", 0) / 1e6, 1),
+           "fingerprint": fingerprint(output) if step != "tokenize" else f"{result['train_tokens']} tokens"}
+    print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-docs", type=int, default=250_000)
+    parser.add_argument("--sizes", default="1,4,16")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--storage", default="local")
+    parser.add_argument("--steps", default="exact,fuzzy,tokenize")
+    parser.add_argument("--scaling", action="store_true")
+    args = parser.parse_args()
+    print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(), flush=True)
+    from executor.engine.runner.ray_env import prepare_loopback_environment
+
+    prepare_loopback_environment()
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")
+    os.environ["PYTHONPATH"] = f"{REPO}:{os.environ.get('PYTHONPATH', '')}"
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    steps = args.steps.split(",")
+    roots = {"local": str(SCRATCH)}
+    emulator = None
+    if "s3" in args.storage.split(","):
+        from emulators import running_s3_emulator
+        from executor.engine import location
+
+        emulator = running_s3_emulator()
+        s3 = emulator.__enter__()
+        location.use_storage_options("s3://", s3.storage_options)
+        roots["s3"] = f"s3://{s3.bucket}/scale"
+
+    references = {}
+    base_dir, base_docs = corpus(args.base_docs, 1, roots["local"])
+    print(f"reference (one process, no Ray) on the 1x corpus: {base_docs} docs", flush=True)
+    for step in steps:
+        if step != "tokenize":
+            references[step] = measure(step, base_dir, base_docs, f"{SCRATCH}/ref-{step}", "in-process")["fingerprint"]
+
+    from cluster_driver import start_cluster  # the tests' cluster helper
+
+    import ray
+
+    cluster, workers = start_cluster(args.nodes)
+    try:
+        for storage in args.storage.split(","):
+            for size in sizes:
+                input_dir, docs = corpus(args.base_docs, size, roots[storage])
+                for step in steps:
+                    print(f"[{storage}] {step} at {size}x ({docs} docs) on {args.nodes} nodes", flush=True)
+                    row = measure(step, input_dir, docs, f"{roots[storage]}/out-{step}-{size}x", f"{size}x")
+                    if size == 1 and step in references:
+                        print(f"  equals the in-process reference: {row['fingerprint'] == references[step]}")
+                print(f"  tasks per node so far: {tasks_per_node()}", flush=True)
+        if args.scaling:
+            ray.shutdown()
+            cluster.shutdown()
+            input_dir, docs = corpus(args.base_docs, 4, roots["local"])
+            for nodes in (1, 2):
+                cluster, workers = start_cluster(nodes)
+                print(f"[scaling] exact at 4x on {nodes} one-CPU node(s)", flush=True)
+                measure("exact", input_dir, docs, f"{SCRATCH}/scaling-{nodes}", f"{nodes} node(s)")
+                ray.shutdown()
+                cluster.shutdown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if emulator is not None:
+            emulator.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    main()

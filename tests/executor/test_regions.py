@@ -1,0 +1,103 @@
+"""Region-aware reads: a step reading a bucket in another location than the prefix's bucket gets a
+note in the plan (with its size), and the run refuses above the budget until it is raised. S3
+(moto keeps each bucket's region) carries the two locations; GCS is checked for the location read."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from executor.engine import location
+from executor.engine.regions import bucket_location
+from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, gcs_emulator, s3_emulator  # noqa: F401  (session fixtures)
+from tests.tools.toy import run_file
+
+EXPERIMENT = '''\
+from dataclasses import dataclass
+
+from executor import ExecutorStep, executor_main, this_output_path
+from executor.engine.location import open_file
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    source: str
+    output_path: str
+
+
+def copy(config):
+    with open_file(config.source, "rb") as src, open_file(config.output_path + "/copy.bin", "wb") as dst:
+        dst.write(src.read())
+
+
+if __name__ == "__main__":
+    executor_main(steps=[ExecutorStep("r/copy", copy, CopyConfig(SOURCE, this_output_path()))])
+'''
+
+
+def write_experiment(tmp_path, source: str):
+    path = tmp_path / "cross.py"
+    path.write_text(EXPERIMENT.replace("SOURCE", repr(source)))
+    return path
+
+
+@pytest.fixture
+def eu_object(s3_emulator, monkeypatch):
+    """A 3 kB object in a bucket created in eu-west-1 (the emulator's own bucket is in us-west-2)."""
+    monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", json.dumps(s3_emulator.storage_options))
+    import botocore.session
+
+    bucket = f"eu-{uuid.uuid4().hex[:10]}"
+    client = botocore.session.get_session().create_client(  # a client of that region, as S3 requires
+        "s3", endpoint_url=s3_emulator.endpoint_url, region_name="eu-west-1",
+        aws_access_key_id=S3_FAKE_CREDENTIALS["key"], aws_secret_access_key=S3_FAKE_CREDENTIALS["secret"])
+    client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    client.put_object(Bucket=bucket, Key="data.bin", Body=b"x" * 3000)
+    return f"s3://{bucket}/data.bin"
+
+
+def test_a_read_from_another_region_is_noted_refused_over_budget_then_allowed(eu_object, s3_emulator, tmp_path):
+    path, prefix = write_experiment(tmp_path, eu_object), s3_emulator.fresh_prefix("regions")
+    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--dry-run")
+    assert code == 0, out
+    note = f"r/copy reads {eu_object} (0.00 GB) from EU-WEST-1; the prefix is in {S3_REGION.upper()}"
+    assert note in out.replace("\n", " ")
+
+    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--cross-region-budget-gb", "0.000002")
+    assert code == 2, out
+    assert "cross-region reads of 0.00 GB (r/copy) exceed the budget of 2e-06 GB; nothing was started" in \
+        out.replace("\n", " ")
+    fs, root = location.url_to_fs(prefix, **s3_emulator.storage_options)
+    fs.invalidate_cache()
+    assert not fs.exists(f"{root}/runs")  # refused before the run file
+
+    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--cross-region-budget-gb", "0.00001")
+    assert code == 0, out
+    assert note in out.replace("\n", " ")
+    fs.invalidate_cache()
+    [copied] = [p for p in fs.find(root) if p.endswith("/copy.bin")]
+    assert fs.cat_file(copied) == b"x" * 3000
+
+
+def test_the_default_budget_is_ten_gigabytes():
+    from executor import api
+    from executor.cli import ExecutorOptions
+
+    assert ExecutorOptions().cross_region_budget_gb == api.Options().cross_region_budget_gb == 10.0
+
+
+def test_same_location_reads_say_nothing_on_gcs(gcs_emulator, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", json.dumps(gcs_emulator.storage_options))
+    fs, _ = location.url_to_fs("gs://x", **gcs_emulator.storage_options)
+    other = f"other-{uuid.uuid4().hex[:10]}"
+    fs.mkdir(other)
+    fs.pipe_file(f"{other}/data.bin", b"y" * 100)
+    prefix = gcs_emulator.fresh_prefix("regions")
+    location.use_storage_options(prefix, gcs_emulator.storage_options)  # what a run registers
+    assert bucket_location(prefix) == bucket_location(f"gs://{other}/data.bin") == "US-CENTRAL1"
+    code, out = run_file(write_experiment(tmp_path, f"gs://{other}/data.bin"), "--prefix", prefix,
+                         "--runner", "inline", "--cross-region-budget-gb", "0")
+    assert code == 0, out
+    assert "cross-region" not in out

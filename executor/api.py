@@ -416,8 +416,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     getattr(reporter, "print_run_end", lambda *a: None)(plan_, summary.states, summary.errors)
     if not sys.stdout.isatty():  # Ray's forwarding of worker output can miss a pipe: the targets' own words
         from executor.engine.report import echo_step_logs
+        from executor.engine.runner.log_forwarding import forwarded
 
-        echo_step_logs(reporter, graph, summary.ran_here, fs, prefix)
+        echo_step_logs(reporter, graph, summary.ran_here, fs, prefix, forwarded=forwarded)
     try:
         report_path = write_report(prefix, run_path, fs=fs)
     except Exception as e:  # the report is a convenience; the run file holds the facts

@@ -32,9 +32,12 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI=true (skips are failures in CI): {report.longrepr}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local():
-    """One embedded Ray cluster for the tests that need it (2 CPUs, small object store).
+    """One embedded Ray cluster for a module's tests that need it (2 CPUs, small object store).
+
+    Module-scoped, so it is shut down before the next module: a connection left open would make
+    later tests that start or join their own cluster fail with "ray.init twice".
 
     Started like the executor's own embedded cluster: loopback only, free ports, retried once
     if the node times out while starting on a loaded machine.
@@ -46,3 +49,15 @@ def ray_local():
     _start_embedded(num_cpus=2, object_store_memory=80 * 1024 * 1024, resources=None)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_ray_connection_leaks_out_of_a_module(request):
+    """A module that leaves this process connected to Ray breaks the next one that starts its own."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail(f"{request.module.__name__} left this process connected to Ray (shut it down in the test)")

@@ -3,7 +3,7 @@
     ExecutorError                  a problem the user can fix; the CLI exits with code 2
     ├── ConfigEncodingError        a config value that cannot be part of an identity
     ├── GraphError                 cycles, unsafe names, two steps claiming one output path
-    └── StatusError                a corrupt status file, or one written by a newer executor
+    └── StatusError                a corrupt status, record or run file, or one written by a newer executor
 """
 
 from __future__ import annotations

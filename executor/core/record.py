@@ -1,4 +1,4 @@
-"""Schema-versioned JSON formats: the status object (coordination) and the step record.
+"""Schema-versioned JSON formats: the status object (coordination), the step record and the run file.
 
 "Done" means status.json says SUCCESS for this digest, nothing else. A status written by a newer
 executor is refused, never overwritten; a corrupt one is an error that says how to repair it.
@@ -95,6 +95,34 @@ def parse_status(data: bytes, where: str) -> Status:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise StatusError(f"{where}: corrupt status file ({type(e).__name__}: {e}). {repair}") from None
+
+
+def parse_record(data: bytes, where: str) -> dict[str, Any]:
+    """A step's record.json, checked: a JSON object of a schema this executor reads, with the fields
+    every tool relies on. Anything else is a StatusError naming the file; the file is left alone."""
+    return _parse_versioned(data, where, "record", RECORD_SCHEMA, ("step_id", "digest", "name"))
+
+
+def parse_run_file(data: bytes, where: str) -> dict[str, Any]:
+    """A run file (runs/<experiment>-<run id>.json), checked like a record."""
+    return _parse_versioned(data, where, "run file", RUN_SCHEMA, ("run_id", "steps"))
+
+
+def _parse_versioned(data: bytes, where: str, kind: str, supported: int, required: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        raw = json.loads(data)
+    except ValueError as e:  # UnicodeDecodeError included
+        raise StatusError(f"{where}: corrupt {kind} ({type(e).__name__}: {e}); it was left untouched. "
+                          f"Re-run the step with --force-run to rewrite it.") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("schema"), int):
+        raise StatusError(f"{where}: not a {kind} (no integer `schema` field); it was left untouched.")
+    if raw["schema"] > supported:
+        raise StatusError(f"{where}: {kind} schema {raw['schema']} is newer than this executor understands "
+                          f"({supported}); upgrade stepgraph. The file was left untouched.")
+    missing = [key for key in required if key not in raw]
+    if missing:
+        raise StatusError(f"{where}: corrupt {kind}: no {', '.join(missing)} field(s); it was left untouched.")
+    return raw
 
 
 @dataclass(frozen=True)

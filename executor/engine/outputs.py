@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executor.core.errors import ExecutorError
-from executor.core.record import EXECUTOR_DIR
+from executor.core.record import EXECUTOR_DIR, parse_record, parse_run_file
 from executor.engine import location
 
 if TYPE_CHECKING:
@@ -66,6 +66,25 @@ def write_json(fs: "fsspec.AbstractFileSystem", path: str, data: bytes) -> None:
         os.replace(tmp, path)
     else:
         fs.pipe_file(path, data)  # object stores replace objects atomically
+
+
+def read_record(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] | None:
+    """A record.json checked against its schema (None if absent; StatusError if unreadable)."""
+    data = _read_bytes(fs, path)
+    return None if data is None else parse_record(data, path)
+
+
+def read_run_file(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] | None:
+    """A run file checked against its schema (None if absent; StatusError if unreadable)."""
+    data = _read_bytes(fs, path)
+    return None if data is None else parse_run_file(data, path)
+
+
+def _read_bytes(fs: "fsspec.AbstractFileSystem", path: str) -> bytes | None:
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
 
 
 def read_json(fs: "fsspec.AbstractFileSystem", path: str) -> Any | None:

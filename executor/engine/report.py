@@ -6,6 +6,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from executor.core.graph import StepNode
@@ -235,6 +236,10 @@ class ConsoleReporter:
             self.console.print(f"… and {len(shown) - max_rows} more skipped steps (all: stepgraph status --prefix P)")
 
 
+def _attempt_of(log: str) -> int:
+    return int(log.rsplit("-", 1)[-1].split(".")[0])
+
+
 def result_text(result: Any, limit: int = 300) -> str:
     """A step's returned value as one plain line (the end table's `result` column)."""
     if result is None:
@@ -246,16 +251,18 @@ def result_text(result: Any, limit: int = 300) -> str:
     return escape(text[:limit] + ("…" if len(text) > limit else ""))
 
 
-def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, prefix: str, lines: int = 40) -> None:
-    """The tail of each target step's latest attempt log (Ray runs write one), when it ran here:
-    what a final summary step printed reaches a piped log even if Ray's forwarding lost it."""
+def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, prefix: str, lines: int = 40,
+                   forwarded: Callable[[str, int], bool] = lambda step_id, attempt: False) -> None:
+    """The tail of each target step's latest attempt log (Ray runs write one), when it ran here and
+    `forwarded(step_id, attempt)` does not confirm Ray's forwarding printed all of it already: what a
+    final summary step printed reaches a piped log even if Ray's forwarding lost it."""
     for digest in graph.targets:
         node = graph.nodes[digest]
         if node.step_id not in ran_here:
             continue
         logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
-                      key=lambda p: int(p.rsplit("-", 1)[-1].split(".")[0]))
-        if not logs:
+                      key=_attempt_of)
+        if not logs or forwarded(node.step_id, _attempt_of(logs[-1])):
             continue  # the in-process runner prints straight to this process's output
         try:
             text = fs.cat_file(logs[-1]).decode(errors="replace").rstrip()

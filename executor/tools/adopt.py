@@ -22,7 +22,7 @@ from typing import Any
 
 from executor.engine import location
 from executor.engine import outputs
-from executor.core.errors import ExecutorError
+from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import diff_documents
 from executor.core.record import Owner, State, Status, StepRecord, parse_status, record_key, status_key
@@ -102,7 +102,7 @@ def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | Non
         raise ExecutorError(f"{node.step_id} already has a status ({state}) at {prefix}/{new_key}; adopt only "
                             f"declares ids that never ran. Its output stays as it is.")
 
-    old_record = outputs.read_json(fs, outputs.join(prefix, record_key(target["output_rel"]))) or {}
+    old_record = outputs.read_record(fs, outputs.join(prefix, record_key(target["output_rel"]))) or {}
     old_identity = old_record.get("identity") if isinstance(old_record, dict) else None
     differences = [c.render() for c in diff_documents(old_identity, node.identity)] if old_identity else []
     old_name = target["step_id"].rsplit("-", 1)[0]
@@ -163,8 +163,11 @@ def adopt_chain(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: 
             expected = expected.replace(new, old)
         found = None
         for rel in (r for r in rels if r.rsplit("-", 1)[0] == node.name):
-            record = outputs.read_json(fs, outputs.join(prefix, record_key(rel)))
-            if isinstance(record, dict) and json.dumps(record.get("identity"), sort_keys=True) == expected:
+            try:
+                record = outputs.read_record(fs, outputs.join(prefix, record_key(rel)))
+            except StatusError:
+                continue  # an unreadable record cannot vouch for an output
+            if record is not None and json.dumps(record.get("identity"), sort_keys=True) == expected:
                 versioned = store.read(status_key(rel))
                 if versioned and parse_status(versioned.data, rel).state == State.SUCCESS:
                     found = rel

@@ -336,8 +336,12 @@ def _step_status(args: Any, path: str) -> int:
     if status.traceback_tail:
         print("  traceback (tail):\n    " + status.traceback_tail.rstrip()[-1500:].replace("\n", "\n    "))
     fs = location.open_filesystem(path, args.storage_options)
-    record = outputs.read_json(fs, f"{path}/{EXECUTOR_DIR}/record.json")
-    if not isinstance(record, dict):
+    try:
+        record = outputs.read_record(fs, f"{path}/{EXECUTOR_DIR}/record.json")
+    except StatusError as e:
+        print(f"  record      unreadable: {e}")
+        return EXIT_USAGE
+    if record is None:
         print("  record      none")
         return EXIT_OK
     provenance = record.get("provenance") or {}

@@ -12,6 +12,7 @@ import concurrent.futures as cf
 from dataclasses import dataclass
 from typing import Any
 
+from executor.core.errors import StatusError
 from executor.engine import outputs
 from executor.core.plan import Action, Decision, Plan
 from executor.engine.provenance import function_fingerprint
@@ -45,10 +46,9 @@ def _record_of(decision: Decision, prefix: str, fs: Any) -> dict | None:
     status = decision.observed.status
     rel = status.alias_of.get("output_rel") if status is not None and status.alias_of else decision.node.output_rel
     try:
-        record = outputs.read_json(fs, outputs.join(prefix, record_key(rel)))
-    except (OSError, ValueError):
+        return outputs.read_record(fs, outputs.join(prefix, record_key(rel)))
+    except (OSError, StatusError):
         return None
-    return record if isinstance(record, dict) else None
 
 
 def check_decision(decision: Decision, record: dict | None) -> Drift | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from executor.core.errors import StatusError
 from executor.engine import location
 from executor.engine import outputs
 from executor.core.graph import Graph, StepNode
@@ -83,9 +84,9 @@ def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict
             continue
         for path in paths:
             try:
-                record = outputs.read_json(fs, path)
-            except (OSError, ValueError):
-                continue
+                record = outputs.read_record(fs, path)
+            except (OSError, StatusError):
+                continue  # unreadable or newer: not a version to compare with
             if not isinstance(record, dict) or record.get("name") != name or "identity" not in record:
                 continue
             finished = float((record.get("timings") or {}).get("finished_at") or 0.0)

@@ -7,7 +7,6 @@ rows feed the table printed for people and the `--json` output. Reads only.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Iterable
 
@@ -53,8 +52,8 @@ def step_rows(prefix: str, rels: Iterable[str], storage_options: dict | None = N
                 row["finished_at"] = status.written_at
             if status.state.value == "SUCCESS":
                 try:
-                    record = outputs.read_json(fs, outputs.join(prefix, record_key(rel)))
-                except (ValueError, OSError):
+                    record = outputs.read_record(fs, outputs.join(prefix, record_key(rel)))
+                except (StatusError, OSError):
                     record = None
                 timings = (record or {}).get("timings") if isinstance(record, dict) else None
                 if timings:
@@ -79,9 +78,11 @@ def run_rows(prefix: str, storage_options: dict | None = None, limit: int = 0) -
     rows = []
     for path in paths:
         try:
-            run = json.loads(fs.cat_file(path))
-        except (ValueError, OSError) as e:
-            rows.append({"file": path, "error": f"unreadable run file: {type(e).__name__}: {e}"})
+            run = outputs.read_run_file(fs, path)
+        except (StatusError, OSError) as e:
+            rows.append({"file": path, "error": f"unreadable run file: {e}"})
+            continue
+        if run is None:
             continue
         plan = run.get("plan") or []
         invocation = run.get("invocation") or {}

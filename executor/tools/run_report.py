@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from executor.core.errors import ExecutorError
+from executor.core.errors import ExecutorError, StatusError
 from executor.core.plan import Action, Plan
 from executor.core.record import EXECUTOR_DIR
 from executor.engine import outputs
@@ -40,6 +40,13 @@ class StepView:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, Any] | None = None
     has_status: bool = False
+
+
+def _read_record(fs: Any, path: str) -> dict[str, Any] | None:
+    try:
+        return outputs.read_record(fs, path)
+    except StatusError:
+        return None  # the page shows the step without its record
 
 
 def _read_json(fs: Any, path: str) -> Any:
@@ -84,7 +91,7 @@ def collect(fs: Any, run_file: dict[str, Any]) -> list[StepView]:
         out = entry["output_path"]
         view = StepView(entry["name"], entry["step_id"], out, entry.get("decision") or "?", entry.get("reason") or "",
                         outcome.get(entry["step_id"]) or entry.get("status") or "not run",
-                        record=_read_json(fs, f"{out}/{EXECUTOR_DIR}/record.json"),
+                        record=_read_record(fs, f"{out}/{EXECUTOR_DIR}/record.json"),
                         events=timeline.get(entry["step_id"], {}))
         try:
             view.logs = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{out}/{EXECUTOR_DIR}/logs", detail=False))
@@ -218,9 +225,9 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
 def write_report(prefix: str, run_path: str, storage_options: dict | None = None, fs: Any = None) -> str:
     """Build the report of the run file at `run_path` and write it beside it; returns its path."""
     fs = fs or outputs.filesystem(prefix, storage_options)
-    run_file = _read_json(fs, run_path)
+    run_file = outputs.read_run_file(fs, run_path)  # StatusError (exit 2) if unreadable or newer
     if run_file is None:
-        raise ExecutorError(f"{run_path}: no readable run file")
+        raise ExecutorError(f"{run_path}: no such run file")
     page = render_report(run_file, collect(fs, run_file))
     target = run_path.removesuffix(".json") + ".html"
     with fs.open(target, "wb") as f:

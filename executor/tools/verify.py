@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -159,12 +158,15 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0,
         target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", _hops=1, on_bytes=on_bytes)
         target.note = f"adopted by {status.step_id}; verified the output it points at"
         return target
-    record_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/record.json")
-    if record_bytes is None:
+    try:
+        record = outputs.read_record(fs, f"{step_path}/{EXECUTOR_DIR}/record.json")
+    except StatusError as e:  # reported for this step; verification goes on with the others
+        return StepVerification(step_path, status.step_id,
+                                problems=[Problem("unverifiable", f"{EXECUTOR_DIR}/record.json", str(e))])
+    if record is None:
         return StepVerification(step_path, status.step_id,
                                 problems=[Problem("missing", f"{EXECUTOR_DIR}/record.json",
                                                   "SUCCESS without a record")])
-    record = json.loads(record_bytes)
     if record.get("digest") != status.digest:
         return StepVerification(step_path, status.step_id, problems=[Problem(
             "changed", f"{EXECUTOR_DIR}/record.json", f"record digest {str(record.get('digest'))[:12]}… does not "

@@ -32,8 +32,12 @@ def test_hello_on_ray_run_rerun_change_fail_and_retry(tmp_path):
     first = cli(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "starting Ray" in first.stdout
-    # piped (as in CI): the target step's own words reach the log, and a per-step table ends the run
-    assert "output of hello/summary" in first.stdout and "HELLO! The most common word is 'the'" in first.stdout
+    # piped (as in CI): the target step's own words reach the log once (forwarded by Ray, or echoed from
+    # its attempt log when forwarding could not be confirmed), and a per-step table ends the run
+    forwarded = any(line.startswith("(hello/summary") and "The most common word is 'the'" in line
+                    for line in first.stdout.splitlines())
+    echoed = "output of hello/summary" in first.stdout
+    assert forwarded != echoed, first.stdout
     assert "this run" in first.stdout and "summary=HELLO!" in first.stdout
     assert all(v == [(State.SUCCESS, 1)] for v in states(tmp_path).values()) and len(states(tmp_path)) == 5
 

@@ -90,3 +90,7 @@ def test_a_targets_latest_attempt_log_is_echoed_into_a_pipe(tmp_path):
     buffer.truncate(0)
     echo_step_logs(reporter, graph, [], fsspec.filesystem("file"), str(tmp_path))  # did not run here: nothing
     assert buffer.getvalue().strip("\x00") == ""
+    buffer.truncate(0)  # Ray's forwarding confirmed attempt 2 reached the console: no second copy
+    echo_step_logs(reporter, graph, [target.step_id], fsspec.filesystem("file"), str(tmp_path),
+                   forwarded=lambda step_id, attempt: (step_id, attempt) == (target.step_id, 2))
+    assert buffer.getvalue().strip("\x00") == ""

@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.steps.test_train import REPO
 
 
@@ -15,6 +17,7 @@ def canary(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # trains for real (~20 s); test_eval.py proves a tiny model beats the unigram more cheaply
 def test_canary_passes_at_its_defaults():
     proc = canary()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -28,6 +28,7 @@ def loaded(root, cache):
     return model, encode, TokenSplit.open(cache, "validation").eos_id
 
 
+@pytest.mark.slow  # the eval step's test below checks the same accuracy through the step
 def test_lm_eval_task_accuracy_equals_our_scorer(trained):  # noqa: F811
     root, cache, _ = trained
     model, encode, eos = loaded(root, cache)

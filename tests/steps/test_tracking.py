@@ -52,14 +52,15 @@ def wandb_records(path: str):
 
 
 def read_wandb(out: Path) -> list[tuple[str, dict[int, float]]]:
-    """(run id, {step: loss}) per offline run directory, oldest first."""
+    """(run id, {step: loss}) per offline run directory, oldest first. W&B names the file after the
+    run id too: a SIGKILLed attempt's file may hold only its header (W&B's writer had not flushed)."""
     runs = []
     for path in sorted(glob.glob(f"{out}/wandb/offline-run-*/run-*.wandb")):
-        run_id, losses = None, {}
+        run_id, losses = Path(path).name[len("run-"):-len(".wandb")], {}
         for record in wandb_records(path):
             kind = record.WhichOneof("record_type")
             if kind == "run":
-                run_id = record.run.run_id
+                assert record.run.run_id == run_id, (record.run.run_id, path)
             elif kind == "history":
                 items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
                 if "loss" in items:

@@ -65,18 +65,25 @@ def install() -> None:
     def print_without_markers(data: dict) -> None:
         lines = data.get("lines") or []
         keep = [line for line in lines if MARKER not in line]
+        if keep:  # printed before the markers are noted: a batch's last lines come before its ✔
+            ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
         if len(keep) != len(lines):
             with _changed:
                 for line in lines:
                     if MARKER in line:
                         _seen.add((line.split(MARKER, 1)[1].strip(), bool(data.get("is_err"))))
                 _changed.notify_all()
-        if keep:
-            ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
 
     print_without_markers.stepgraph = True  # type: ignore[attr-defined]
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.add_handler("ray_print_logs", print_without_markers)
+
+
+def forwarded(step_id: str, attempt: int) -> bool:
+    """Whether both markers of this attempt were printed through: all its output reached the console."""
+    with _changed:
+        key = output_key(step_id, attempt)
+        return {(key, False), (key, True)} <= _seen
 
 
 def forget(key: str) -> None:

@@ -1,5 +1,5 @@
 """The quickstart on buckets: experiments/tiny_moe.py end to end (download, dedup, tokenize, train
-with a checkpoint, eval, summary) on moto (and, with `-m slow`, on fake-gcs-server), on a joined Ray cluster
+with a checkpoint, eval, summary) on fake-gcs-server and on moto at once, on a joined Ray cluster
 whose head was started with no credentials or endpoints in its environment, so the storage
 options reach the workers only inside each step's call; then a no-op re-run of each.
 
@@ -55,33 +55,33 @@ def finish(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str, s
     return process.returncode, out, err
 
 
-@pytest.mark.timeout(900)  # a quickstart with training; minutes on a loaded 2-core machine
-@pytest.mark.parametrize("backend", [pytest.param("gcs_emulator", marks=pytest.mark.slow), "s3_emulator"])
-def test_tiny_moe_end_to_end_on_a_bucket_then_a_noop_rerun(backend, bare_head, request):
-    bucket = make_bucket(request.getfixturevalue(backend), "moe")
-    result = finish(start(bucket, bare_head))
-    code, out, err = result
-    assert code == 0, f"{bucket.prefix}:\n{out[-4000:]}\n{err[-4000:]}"
-    assert "6/6 step(s) succeeded, 6 ran here" in out, out
-    objects = bucket.objects()
-    summary = next(data for path, data in objects.items() if path.endswith("/summary.txt"))
-    assert summary.startswith(f"tiny MoE after {TRAIN_STEPS} steps".encode()), summary
-    assert any("/checkpoints/" in p and p.endswith("/COMMITTED") for p in objects), sorted(objects)
-    for name in STEPS:
-        logs = [p for p in objects if p.startswith(name + "-") and p.endswith("/.executor/logs/attempt-1.log")]
-        assert len(logs) == 1, (name, sorted(objects))
-        assert f"{name}-".encode() in objects[logs[0]]  # the header names the step
-    summary_log = next(data for path, data in objects.items()
-                       if path.startswith("summary/") and path.endswith("attempt-1.log"))
-    assert b"bits/byte" in summary_log  # the step's own printed output, not only the header
+@pytest.mark.timeout(1200)  # two quickstarts with training; minutes on a loaded 2-core machine
+def test_tiny_moe_end_to_end_on_gcs_and_s3_then_a_noop_rerun(gcs_emulator, s3_emulator, bare_head):
+    buckets = [make_bucket(gcs_emulator, "moe"), make_bucket(s3_emulator, "moe")]
+    runs = [start(b, bare_head) for b in buckets]  # both at once: the cluster has room, the suite saves minutes
+    results = [finish(r) for r in runs]
+    for bucket, (code, out, err) in zip(buckets, results):
+        assert code == 0, f"{bucket.prefix}:\n{out[-4000:]}\n{err[-4000:]}"
+        assert "6/6 step(s) succeeded, 6 ran here" in out, out
+        objects = bucket.objects()
+        summary = next(data for path, data in objects.items() if path.endswith("/summary.txt"))
+        assert summary.startswith(f"tiny MoE after {TRAIN_STEPS} steps".encode()), summary
+        assert any("/checkpoints/" in p and p.endswith("/COMMITTED") for p in objects), sorted(objects)
+        for name in STEPS:
+            logs = [p for p in objects if p.startswith(name + "-") and p.endswith("/.executor/logs/attempt-1.log")]
+            assert len(logs) == 1, (name, sorted(objects))
+            assert f"{name}-".encode() in objects[logs[0]]  # the header names the step
+        summary_log = next(data for path, data in objects.items()
+                           if path.startswith("summary/") and path.endswith("attempt-1.log"))
+        assert b"bits/byte" in summary_log  # the step's own printed output, not only the header
 
-    rerun = finish(start(bucket, bare_head))
-    code, out, err = rerun
-    assert code == 0 and "all 6 step(s) already succeeded; nothing to do" in out, out + err
-    assert "joining Ray" not in out + err
+    reruns = [finish(start(b, bare_head)) for b in buckets]
+    for bucket, (code, out, err) in zip(buckets, reruns):
+        assert code == 0 and "all 6 step(s) already succeeded; nothing to do" in out, out + err
+        assert "joining Ray" not in out + err
 
-    if bucket.scheme == "s3":
-        assert_no_secret(bucket, *(text for run in (result, rerun) for text in run[1:]))
-        for file in Path(bare_head.root).rglob("*"):
-            if file.is_file() and not file.is_symlink():
-                assert bucket.secret.encode() not in file.read_bytes(), f"the secret leaked into {file}"
+    s3 = buckets[1]
+    assert_no_secret(s3, *(text for result in results + reruns for text in result[1:]))
+    for file in Path(bare_head.root).rglob("*"):
+        if file.is_file() and not file.is_symlink():
+            assert s3.secret.encode() not in file.read_bytes(), f"the secret leaked into {file}"

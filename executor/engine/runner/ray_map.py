@@ -2,8 +2,9 @@
 
 A shard task whose worker keeps dying (killed for memory, node lost) is retried `max_retries`
 times by Ray; after that the step fails with `ShardTaskDied`, naming the shard, the attempts and
-the likely cause. When no node of the cluster can run a shard task any more, the step fails after
-`unschedulable_timeout_s` instead of waiting forever.
+the likely cause. A per-shard request larger than the largest node fails at once, naming both; when
+no node of the cluster can run a shard task any more, the step fails after `unschedulable_timeout_s`
+instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def _death_cause(error: BaseException) -> str:
             "native code); check the node's memory and the worker logs")
 
 
+def _largest_node_cpus() -> float:
+    import ray
+
+    return max((node.get("Resources", {}).get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")), default=0.0)
+
+
 def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: int | None = None,
               on_done: Callable[[], None] | None = None, max_retries: int = MAX_RETRIES,
               unschedulable_timeout_s: float = 120.0) -> list[Any]:
@@ -50,6 +57,12 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     name = getattr(fn, "__name__", "shard task")
     remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(run_shard).options(
         name=getattr(fn, "__qualname__", "shard"))
+    largest = _largest_node_cpus()
+    if largest + 1e-9 < num_cpus:  # Ray would queue the tasks forever, printing only autoscaler lines
+        raise ShardTaskDied(
+            f"{name}: each shard task asks for {num_cpus:g} CPU, but the largest live node of the cluster "
+            f"has {largest:g}: no node can ever run it. Ask for at most {largest:g} CPU per shard (the "
+            f"step's per-shard CPU setting, e.g. num_cpus_per_shard) or add larger nodes.")
     limit = max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-3)) * 2)
     results: list[Any] = [None] * len(items)
     pending: dict[Any, int] = {}

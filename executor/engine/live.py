@@ -44,6 +44,7 @@ class LiveReporter(ConsoleReporter):
                 self.names[digest] = d.node.name
         self._live: Live | None = None
         self._closed = False
+        self._last_counts: dict[str, int] | None = None  # of the last piped progress line
 
     # -- the panel -------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
@@ -103,6 +104,7 @@ class LiveReporter(ConsoleReporter):
         if self._live is not None:
             self._live.refresh()
         elif not self.console.is_terminal and not self.compact:  # compact runs get ConsoleReporter's tally
+            self._last_counts = self.counts()
             self.console.print(f"  [dim]progress: {self.tally()}[/]")
 
     def close(self) -> None:
@@ -113,8 +115,8 @@ class LiveReporter(ConsoleReporter):
         if self._live is not None:
             self._live.stop()
             self._live = None
-        if not self._closed and self.state:
-            self.console.print(f"progress: {self.tally()}")
+        if not self._closed and self.state and self.counts() != self._last_counts:
+            self.console.print(f"progress: {self.tally()}")  # unless the last step's line just said it
         self._closed = True
 
     # -- events ----------------------------------------------------------------------------

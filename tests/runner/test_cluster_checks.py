@@ -94,6 +94,7 @@ def test_live_reporter_degrades_to_lines_and_renders_on_terminal():
     assert "live/1 (attempt 2)" in panel.getvalue() and "7s" in panel.getvalue()
     reporter.close()
     assert plain.getvalue().rstrip().endswith("progress: 1/3 done, 1 running, 1 waiting (7s)")
+    assert plain.getvalue().count("progress: 1/3 done") == 1  # close does not repeat the last line
 
     term = io.StringIO()
     live = LiveReporter(Console(file=term, force_terminal=True, width=100), plan)

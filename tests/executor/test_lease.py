@@ -117,3 +117,58 @@ def test_a_renewal_that_returns_late_does_not_look_fresh(request):
     store.delay = 31
     keeper.renew(lease)
     assert not keeper.is_valid(lease)
+
+
+class FailingStore(MemoryStore):
+    """A store whose conditional writes fail (storage down) while `failing` is set."""
+
+    failing = False
+
+    def replace_if_generation(self, key, data, generation):
+        if self.failing:
+            from executor.engine.store.base import TransientStoreError
+
+            raise TransientStoreError(f"{key}: 503 from the test store")
+        return super().replace_if_generation(key, data, generation)
+
+
+def test_a_failed_renewal_keeps_the_lease_until_half_the_ttl_then_loses_it(request):
+    clock = FakeClock()
+    store = FailingStore(f"memory://failing-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    store.failing = True
+    clock.now += 15
+    keeper.renew(lease)  # a storage error in the heartbeat is not fatal ...
+    assert keeper.is_valid(lease) and not lease.lost
+    clock.now += 16
+    keeper.renew(lease)  # ... until no renewal landed for over half the TTL
+    assert lease.lost and "half the 60s TTL" in lease.lost_reason
+
+
+def test_release_all_reports_the_leases_it_could_not_release(request):
+    clock = FakeClock()
+    store = FailingStore(f"memory://release-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    keeper.acquire("a", running(), None)
+    keeper.acquire("b", running(), None)
+    store.failing = True
+    assert sorted(keeper.release_all("interrupted (Ctrl-C)")) == ["a", "b"]  # they go stale after the TTL
+    assert parse_status(store.read("a").data, "a").state == State.RUNNING
+    store.failing = False
+    keeper.acquire("c", running(), None)
+    assert keeper.release_all("interrupted (Ctrl-C)") == []
+    assert parse_status(store.read("c").data, "c").state == State.FAILED
+
+
+def test_the_commit_waits_for_a_heartbeat_in_flight_by_default(store):
+    """finish() must not give up because the heartbeat thread holds the lease's lock for a moment."""
+    import threading
+
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    lease.lock.acquire()  # a renewal in flight
+    threading.Timer(0.2, lease.lock.release).start()
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is True
+    assert parse_status(store.read("k").data, "k").state == State.SUCCESS

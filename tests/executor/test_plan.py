@@ -87,3 +87,29 @@ def test_digest_mismatch_at_the_same_path_stops():
     snap = {graph.digest_of(a): wrong}
     with pytest.raises(GraphError, match="collision"):
         plan_steps(graph, snap, PlanOptions())
+
+
+def test_a_failed_dependency_blocks_only_dependents_not_already_succeeded():
+    graph, a, b, c, side = chain()
+    with_c = lambda state: {graph.digest_of(b): status(graph, b, State.FAILED, error="boom"),  # noqa: E731
+                            graph.digest_of(c): status(graph, c, state)}
+    acts = actions(plan_steps(graph, with_c(State.SUCCESS), PlanOptions(force_failed=False)))
+    assert acts["b"][0] == Action.STOP and acts["c"] == (Action.SKIP, "succeeded")  # its output stands
+    for state in (State.FAILED, State.RUNNING):
+        acts = actions(plan_steps(graph, with_c(state), PlanOptions(force_failed=False, now=200.0)))
+        assert acts["c"] == (Action.BLOCKED, "dependency b failed"), state
+
+
+def test_a_dependent_is_stale_exactly_when_its_dependencys_content_changed():
+    import dataclasses
+
+    graph, a, b, c, side = chain()
+    consumed = "5" * 64
+    c_status = status(graph, c, State.SUCCESS).status
+    c_status = dataclasses.replace(c_status, inputs={graph.digest_of(b): consumed})
+    for now_there, stale in ((consumed, False), ("0" * 64, True), ("f" * 64, True)):
+        b_status = dataclasses.replace(status(graph, b, State.SUCCESS).status, content_sha256=now_there)
+        snap = {graph.digest_of(a): status(graph, a, State.SUCCESS), graph.digest_of(b): Observed(b_status, "g"),
+                graph.digest_of(c): Observed(c_status, "g")}
+        action, reason = actions(plan_steps(graph, snap, PlanOptions()))["c"]
+        assert (action == Action.RUN) is stale and (reason.startswith("stale: dependency b")) is stale, now_there

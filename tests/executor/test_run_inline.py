@@ -116,9 +116,12 @@ def test_failure_blocks_dependents_other_branches_finish_then_force_failed(tmp_p
     assert hello_run(tmp_path, "--force-failed", "false") == 1
     assert "hello/shout" in capsys.readouterr().out
     # default: the failed step is retried (same id: fail_for_demo is execution-only)
+    failed_seq = by_name(tmp_path)["hello/shout"][0].seq
     assert hello_run(tmp_path) == 0
     assert all(v[0].state == State.SUCCESS for v in by_name(tmp_path).values())
-    assert by_name(tmp_path)["hello/shout"][0].attempt == 2
+    retried = by_name(tmp_path)["hello/shout"][0]
+    assert retried.attempt == 2
+    assert retried.seq >= failed_seq + 2  # the retry's RUNNING, then its SUCCESS: a status's seq only grows
 
 
 def test_dry_run_writes_nothing_and_json_is_machine_readable(tmp_path, capsys):

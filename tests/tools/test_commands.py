@@ -55,7 +55,9 @@ def test_repair_deletes_a_corrupt_status_but_not_a_running_one(ran_toy):
     assert code == 0 and not (busy / ".executor" / "status.json").exists()
 
 
-def test_usage_errors_exit_2(tmp_path):
+def test_usage_errors_exit_2(tmp_path, monkeypatch):
+    # the default prefix may hold the quickstart's outputs (the README runs it before the tests)
+    monkeypatch.setenv("EXECUTOR_PREFIX", str(tmp_path / "nothing-here"))
     assert run_main("verify")[0] == 2
     assert run_main("nonsense")[0] == 2
     code, out = run_main("plan", str(tmp_path / "missing.py"))

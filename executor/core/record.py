@@ -100,28 +100,30 @@ def parse_status(data: bytes, where: str) -> Status:
 def parse_record(data: bytes, where: str) -> dict[str, Any]:
     """A step's record.json, checked: a JSON object of a schema this executor reads, with the fields
     every tool relies on. Anything else is a StatusError naming the file; the file is left alone."""
-    return _parse_versioned(data, where, "record", RECORD_SCHEMA, ("step_id", "digest", "name"))
+    return _parse_versioned(data, where, "record", RECORD_SCHEMA, ("step_id", "digest", "name"),
+                            "Re-run the step with --force-run to rewrite it.")
 
 
 def parse_run_file(data: bytes, where: str) -> dict[str, Any]:
     """A run file (runs/<experiment>-<run id>.json), checked like a record."""
-    return _parse_versioned(data, where, "run file", RUN_SCHEMA, ("run_id", "steps"))
+    return _parse_versioned(data, where, "run file", RUN_SCHEMA, ("run_id", "steps"),
+                            "Run files are history only: move it aside if it is in the way.")
 
 
-def _parse_versioned(data: bytes, where: str, kind: str, supported: int, required: tuple[str, ...]) -> dict[str, Any]:
+def _parse_versioned(data: bytes, where: str, kind: str, supported: int, required: tuple[str, ...],
+                     fix: str) -> dict[str, Any]:
     try:
         raw = json.loads(data)
     except ValueError as e:  # UnicodeDecodeError included
-        raise StatusError(f"{where}: corrupt {kind} ({type(e).__name__}: {e}); it was left untouched. "
-                          f"Re-run the step with --force-run to rewrite it.") from None
+        raise StatusError(f"{where}: corrupt {kind} ({type(e).__name__}: {e}); it was left untouched. {fix}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("schema"), int):
-        raise StatusError(f"{where}: not a {kind} (no integer `schema` field); it was left untouched.")
+        raise StatusError(f"{where}: not a {kind} (no integer `schema` field); it was left untouched. {fix}")
     if raw["schema"] > supported:
         raise StatusError(f"{where}: {kind} schema {raw['schema']} is newer than this executor understands "
                           f"({supported}); upgrade stepgraph. The file was left untouched.")
     missing = [key for key in required if key not in raw]
     if missing:
-        raise StatusError(f"{where}: corrupt {kind}: no {', '.join(missing)} field(s); it was left untouched.")
+        raise StatusError(f"{where}: corrupt {kind}: no {', '.join(missing)} field(s); it was left untouched. {fix}")
     return raw
 
 

@@ -68,19 +68,8 @@ def write_json(fs: "fsspec.AbstractFileSystem", path: str, data: bytes) -> None:
         fs.pipe_file(path, data)  # object stores replace objects atomically
 
 
-def read_record(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] | None:
-    """A record.json checked against its schema (None if absent; StatusError if unreadable)."""
-    data = _read_bytes(fs, path)
-    return None if data is None else parse_record(data, path)
-
-
-def read_run_file(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] | None:
-    """A run file checked against its schema (None if absent; StatusError if unreadable)."""
-    data = _read_bytes(fs, path)
-    return None if data is None else parse_run_file(data, path)
-
-
-def _read_bytes(fs: "fsspec.AbstractFileSystem", path: str) -> bytes | None:
+def read_bytes(fs: "fsspec.AbstractFileSystem", path: str) -> bytes | None:
+    """A file's bytes, or None if it does not exist."""
     try:
         return fs.cat_file(path)
     except FileNotFoundError:
@@ -88,10 +77,20 @@ def _read_bytes(fs: "fsspec.AbstractFileSystem", path: str) -> bytes | None:
 
 
 def read_json(fs: "fsspec.AbstractFileSystem", path: str) -> Any | None:
-    try:
-        return json.loads(fs.cat_file(path))
-    except FileNotFoundError:
-        return None
+    data = read_bytes(fs, path)
+    return None if data is None else json.loads(data)
+
+
+def read_record(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] | None:
+    """A record.json checked against its schema (None if absent; StatusError if unreadable)."""
+    data = read_bytes(fs, path)
+    return None if data is None else parse_record(data, path)
+
+
+def read_run_file(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] | None:
+    """A run file checked against its schema (None if absent; StatusError if unreadable)."""
+    data = read_bytes(fs, path)
+    return None if data is None else parse_run_file(data, path)
 
 
 def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:

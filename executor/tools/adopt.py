@@ -103,7 +103,7 @@ def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | Non
                             f"declares ids that never ran. Its output stays as it is.")
 
     old_record = outputs.read_record(fs, outputs.join(prefix, record_key(target["output_rel"]))) or {}
-    old_identity = old_record.get("identity") if isinstance(old_record, dict) else None
+    old_identity = old_record.get("identity")
     differences = [c.render() for c in diff_documents(old_identity, node.identity)] if old_identity else []
     old_name = target["step_id"].rsplit("-", 1)[0]
     mismatch = []

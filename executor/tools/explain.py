@@ -87,7 +87,7 @@ def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict
                 record = outputs.read_record(fs, path)
             except (OSError, StatusError):
                 continue  # unreadable or newer: not a version to compare with
-            if not isinstance(record, dict) or record.get("name") != name or "identity" not in record:
+            if record is None or record.get("name") != name or "identity" not in record:
                 continue
             finished = float((record.get("timings") or {}).get("finished_at") or 0.0)
             found.append(Version(name, record["step_id"], record["digest"], record["identity"], "storage", finished))

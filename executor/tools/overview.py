@@ -55,7 +55,7 @@ def step_rows(prefix: str, rels: Iterable[str], storage_options: dict | None = N
                     record = outputs.read_record(fs, outputs.join(prefix, record_key(rel)))
                 except (StatusError, OSError):
                     record = None
-                timings = (record or {}).get("timings") if isinstance(record, dict) else None
+                timings = (record or {}).get("timings")
                 if timings:
                     row["seconds"] = timings.get("seconds")
                     row["finished_at"] = timings.get("finished_at") or row["finished_at"]

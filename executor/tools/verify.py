@@ -130,18 +130,11 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
     return result
 
 
-def _read(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
-    try:
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        return None
-
-
 def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0,
                on_bytes: OnBytes = _ignore) -> StepVerification:
     """Verify one step directory, given its status and record."""
     step_path = step_path.rstrip("/")
-    status_bytes = _read(fs, f"{step_path}/{EXECUTOR_DIR}/status.json")
+    status_bytes = outputs.read_bytes(fs, f"{step_path}/{EXECUTOR_DIR}/status.json")
     if status_bytes is None:
         return StepVerification(step_path, note="no status.json: not a completed step; skipped")
     try:

@@ -49,3 +49,23 @@ def test_markers_are_swallowed_and_awaited_and_piped_output_is_plain(ray_printer
 def test_without_the_setting_ray_colours_its_prefixes(ray_printer, capsys):
     ray_printer.emit(batch(["hello"], False))
     assert "\x1b[" in capsys.readouterr().out  # what plain_when_piped turns off
+
+
+def test_a_batchs_lines_are_printed_before_its_marker_counts_as_seen(ray_printer, monkeypatch):
+    """Else the driver could print a step's ✔ line between the two, ahead of its last lines."""
+    from ray._private import worker
+
+    log_forwarding.install()
+    key = log_forwarding.output_key("s/x-abc", 7)
+    seen_when_printed = []
+    real_print = worker.print_to_stdstream
+
+    def print_and_note(data, **kwargs):
+        seen_when_printed.append(log_forwarding.forwarded("s/x-abc", 7))
+        real_print(data, **kwargs)
+
+    monkeypatch.setattr(worker, "print_to_stdstream", print_and_note)
+    for is_err in (False, True):
+        ray_printer.emit(batch([f"last line {is_err}", log_forwarding.MARKER + key], is_err))
+    assert seen_when_printed == [False, False] and log_forwarding.forwarded("s/x-abc", 7)
+    log_forwarding.forget(key)

@@ -79,11 +79,14 @@ def install() -> None:
     dispatcher.add_handler("ray_print_logs", print_without_markers)
 
 
+def _both_seen(key: str) -> bool:
+    return {(key, False), (key, True)} <= _seen  # callers hold _changed
+
+
 def forwarded(step_id: str, attempt: int) -> bool:
     """Whether both markers of this attempt were printed through: all its output reached the console."""
     with _changed:
-        key = output_key(step_id, attempt)
-        return {(key, False), (key, True)} <= _seen
+        return _both_seen(output_key(step_id, attempt))
 
 
 def forget(key: str) -> None:
@@ -98,7 +101,7 @@ def wait_for_output(key: str, timeout_s: float = WAIT_S) -> bool:
         return False
     deadline = time.monotonic() + timeout_s
     with _changed:
-        while not {(key, False), (key, True)} <= _seen:
+        while not _both_seen(key):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False

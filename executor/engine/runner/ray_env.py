@@ -1,4 +1,5 @@
-"""This process and Ray: loopback-only settings, whether Ray is up, the embedded local cluster.
+"""This process and Ray: loopback-only settings, whether Ray is up and which nodes it has, the
+embedded local cluster.
 
 Everything here runs on the driver before or while Ray starts: the environment that keeps an
 embedded cluster on 127.0.0.1 (no cloud-metadata probes, no usage stats), free ports so several embedded clusters can
@@ -14,9 +15,12 @@ import site
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor.core.errors import ExecutorError
+
+if TYPE_CHECKING:
+    from executor.engine.runner.cluster import NodeShape
 
 LOOPBACK_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -67,6 +71,16 @@ def ray_is_active() -> bool:
     except ImportError:
         return False
     return ray.is_initialized()
+
+
+def alive_nodes() -> list["NodeShape"]:
+    """The alive nodes of the cluster this process is connected to, with their total resources."""
+    import ray
+
+    from executor.engine.runner.cluster import NodeShape
+
+    return [NodeShape(n["NodeID"], n.get("NodeManagerAddress", "?"), dict(n.get("Resources", {})))
+            for n in ray.nodes() if n.get("Alive")]
 
 
 def free_ports(count: int) -> list[int]:

@@ -35,10 +35,19 @@ def _death_cause(error: BaseException) -> str:
             "native code); check the node's memory and the worker logs")
 
 
-def _largest_node_cpus() -> float:
-    import ray
+def _refuse_if_no_node_fits(name: str, num_cpus: float) -> None:
+    """Ray would queue tasks no node can run forever, printing only autoscaler lines: fail now."""
+    from executor.engine.runner.cluster import describe_cluster, fits
+    from executor.engine.runner.ray_env import alive_nodes
 
-    return max((node.get("Resources", {}).get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")), default=0.0)
+    nodes = alive_nodes()
+    if any(fits({"CPU": num_cpus}, node) for node in nodes):
+        return
+    largest = max((node.resources.get("CPU", 0.0) for node in nodes), default=0.0)
+    raise ShardTaskDied(
+        f"{name}: each shard task asks for {num_cpus:g} CPU, but the largest live node of the cluster has "
+        f"{largest:g}: no node can ever run it. Ask for at most {largest:g} CPU per shard (the step's "
+        f"per-shard CPU setting, e.g. num_cpus_per_shard) or add larger nodes; {describe_cluster(nodes)}.")
 
 
 def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: int | None = None,
@@ -51,18 +60,13 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     from executor.engine import location
     from executor.engine.runner.ray_tasks import run_shard
 
+    name = getattr(fn, "__name__", "shard task")
+    _refuse_if_no_node_fits(name, num_cpus)
     # Shards open paths like their step does: the step's storage options go with each task (one
     # object in Ray's store, hidden from reprs), registered in the worker before fn runs.
     storage, fn_ref = ray.put(location.registered_storage_options()), ray.put(fn)
-    name = getattr(fn, "__name__", "shard task")
     remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(run_shard).options(
         name=getattr(fn, "__qualname__", "shard"))
-    largest = _largest_node_cpus()
-    if largest + 1e-9 < num_cpus:  # Ray would queue the tasks forever, printing only autoscaler lines
-        raise ShardTaskDied(
-            f"{name}: each shard task asks for {num_cpus:g} CPU, but the largest live node of the cluster "
-            f"has {largest:g}: no node can ever run it. Ask for at most {largest:g} CPU per shard (the "
-            f"step's per-shard CPU setting, e.g. num_cpus_per_shard) or add larger nodes.")
     limit = max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-3)) * 2)
     results: list[Any] = [None] * len(items)
     pending: dict[Any, int] = {}

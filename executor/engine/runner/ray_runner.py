@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Sequence
 from executor.core.errors import ExecutorError
 from executor.engine.runner import cluster, log_forwarding
 from executor.engine.runner.base import StepCall
-from executor.engine.runner.ray_env import (check_reachable, local_code_paths, prepare_loopback_environment, ray_is_active,
+from executor.engine.runner.ray_env import (alive_nodes, check_reachable, local_code_paths, prepare_loopback_environment, ray_is_active,
                                      start_embedded)
 from executor.engine.runner.ray_handle import RayHandle
 from executor.engine.runner.ray_map import map_tasks
@@ -85,10 +85,7 @@ class RayRunner:
 
     # -- cluster shape and plan-time checks ------------------------------------------------
     def nodes(self) -> list[cluster.NodeShape]:
-        import ray
-
-        return [cluster.NodeShape(n["NodeID"], n.get("NodeManagerAddress", "?"), dict(n.get("Resources", {})))
-                for n in ray.nodes() if n.get("Alive")]
+        return alive_nodes()
 
     def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
         """Every reason these steps could never run on this cluster (empty when all can)."""

@@ -11,6 +11,10 @@ whose marker exists and whose arrays match the marker's checksum is the one rest
 else is torn.
 The pytree *structure* is not stored as code: a restore fills a template state built from the
 same config and checks every leaf's path, shape and dtype against state.json.
+
+A state sharded over several host processes (multi-host training) is saved in the "sharded"
+layout instead (schema 2, see sharded_checkpoint.py): every process writes its own shards and
+process 0 commits. `restore` reads both layouts, into host arrays or straight into any sharding.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from executor.engine import location
 import jax
 import numpy as np
 
-CHECKPOINT_SCHEMA = 1
+from steps.train import sharded_checkpoint
+
+WHOLE_SCHEMA = 1        # one arrays.npz written by one process
+CHECKPOINT_SCHEMA = 2   # the newest this code reads: 2 adds the sharded layout
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -35,7 +42,7 @@ class CheckpointMismatch(ValueError):
     """A checkpoint whose leaves do not fit the state this config builds."""
 
 
-def _leaf_path(path) -> str:
+def leaf_path(path) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
 
 
@@ -56,8 +63,8 @@ def save(output_path: str, step: int, state: Any, subdir: str = "checkpoints") -
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     payload = buffer.getvalue()
-    manifest = {"schema": CHECKPOINT_SCHEMA, "step": step,
-                "leaves": [{"path": _leaf_path(p), "shape": list(np.shape(a)), "dtype": str(np.asarray(a).dtype)}
+    manifest = {"schema": WHOLE_SCHEMA, "step": step,
+                "leaves": [{"path": leaf_path(p), "shape": list(np.shape(a)), "dtype": str(np.asarray(a).dtype)}
                            for (p, _), a in zip(leaves_with_paths, arrays.values())]}
     final = f"{root}/{_dir_name(step)}"
     if fs.exists(final):  # a torn leftover of an earlier attempt at this step
@@ -65,8 +72,18 @@ def save(output_path: str, step: int, state: Any, subdir: str = "checkpoints") -
     fs.makedirs(final, exist_ok=True)
     fs.pipe_file(f"{final}/arrays.npz", payload)
     fs.pipe_file(f"{final}/state.json", json.dumps(manifest).encode())
-    marker = {"schema": CHECKPOINT_SCHEMA, "step": step, "arrays_sha256": hashlib.sha256(payload).hexdigest()}
+    marker = {"schema": WHOLE_SCHEMA, "step": step, "arrays_sha256": hashlib.sha256(payload).hexdigest()}
     fs.pipe_file(f"{final}/COMMITTED", json.dumps(marker).encode())
+    return final
+
+
+def save_sharded(output_path: str, step: int, host: sharded_checkpoint.HostPieces, token: str,
+                 subdir: str = "checkpoints") -> str:
+    """Write this process's pieces of checkpoint `step` (every process calls it; process 0 commits
+    once all have written theirs). `token` must be the same in every process of this run."""
+    fs, root = _fs(output_path, subdir)
+    final = f"{root}/{_dir_name(step)}"
+    sharded_checkpoint.write(fs, final, step, host, token, CHECKPOINT_SCHEMA)
     return final
 
 
@@ -85,13 +102,18 @@ def _step_dirs(fs, root: str) -> list[tuple[int, str]]:
 def _is_complete(fs, directory: str) -> tuple[bool, str]:
     try:
         marker = json.loads(fs.cat_file(f"{directory}/COMMITTED"))
-        payload = fs.cat_file(f"{directory}/arrays.npz")
     except FileNotFoundError:
-        return False, "no COMMITTED marker or arrays missing"
+        return False, "no COMMITTED marker"
     except (ValueError, OSError) as exc:
         return False, f"unreadable marker ({exc})"
     if marker.get("schema", 0) > CHECKPOINT_SCHEMA:
         return False, f"schema {marker.get('schema')} is newer than this code knows"
+    if marker.get("layout") == sharded_checkpoint.LAYOUT:
+        return sharded_checkpoint.is_complete(fs, directory, marker)
+    try:
+        payload = fs.cat_file(f"{directory}/arrays.npz")
+    except FileNotFoundError:
+        return False, "COMMITTED marker but arrays.npz missing"
     if hashlib.sha256(payload).hexdigest() != marker.get("arrays_sha256"):
         return False, "arrays.npz does not match the checksum in COMMITTED"
     return True, ""
@@ -114,29 +136,50 @@ def latest_complete(output_path: str, log=None, subdir: str = "checkpoints") -> 
     return None
 
 
-def restore(output_path: str, step: int, template: Any, subdir: str = "checkpoints") -> Any:
+def restore(output_path: str, step: int, template: Any, subdir: str = "checkpoints", shardings: Any = None) -> Any:
     """Load checkpoint `step` into the structure of `template` (same config => same leaves).
 
-    The template's leaves only need `.shape` and `.dtype` (arrays or jax.ShapeDtypeStruct)."""
+    The template's leaves only need `.shape` and `.dtype` (arrays or jax.ShapeDtypeStruct).
+    Without `shardings` the leaves come back as host numpy arrays; with a matching pytree of
+    shardings (any mesh, any number of processes) each process reads only what its devices hold."""
     fs, root = _fs(output_path, subdir)
     directory = f"{root}/{_dir_name(step)}"
     manifest = json.loads(fs.cat_file(f"{directory}/state.json"))
     if manifest.get("schema", 0) > CHECKPOINT_SCHEMA:
         raise CheckpointMismatch(f"{directory}: schema {manifest['schema']} is newer than this code knows")
-    arrays = np.load(io.BytesIO(fs.cat_file(f"{directory}/arrays.npz")))
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     if len(leaves_with_paths) != len(manifest["leaves"]):
         raise CheckpointMismatch(f"{directory}: {len(manifest['leaves'])} leaves stored, the config builds "
                                  f"{len(leaves_with_paths)}; was it written with another model/optimizer config?")
-    leaves = []
     for i, ((path, leaf), stored) in enumerate(zip(leaves_with_paths, manifest["leaves"])):
-        value = arrays[f"leaf_{i:05d}"]
-        expected = (_leaf_path(path), list(np.shape(leaf)), str(np.dtype(leaf.dtype)))
-        got = (stored["path"], list(value.shape), str(value.dtype))
+        expected = (leaf_path(path), list(np.shape(leaf)), str(np.dtype(leaf.dtype)))
+        got = (stored["path"], list(stored["shape"]), stored["dtype"])
         if expected != got:
             raise CheckpointMismatch(f"{directory}: leaf {i} is {got}, the config expects {expected}")
-        leaves.append(value)
+    read = _piece_reader(fs, directory, manifest)
+    shapes = [(tuple(np.shape(leaf)), np.dtype(leaf.dtype)) for _, leaf in leaves_with_paths]
+    if shardings is None:
+        leaves = [read(i, shape, dtype, ()) for i, (shape, dtype) in enumerate(shapes)]
+    else:
+        leaves = [jax.make_array_from_callback(shape, sharding,
+                                               lambda index, i=i, shape=shape, dtype=dtype: read(i, shape, dtype, index))
+                  for i, ((shape, dtype), sharding) in enumerate(zip(shapes, treedef.flatten_up_to(shardings)))]
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _piece_reader(fs, directory: str, manifest: dict):
+    """read(leaf, shape, dtype, index) -> the leaf's values inside index, for either layout."""
+    if manifest.get("layout") == sharded_checkpoint.LAYOUT:
+        return sharded_checkpoint.ShardReader(fs, directory, json.loads(fs.cat_file(f"{directory}/COMMITTED"))).read
+    arrays = np.load(io.BytesIO(fs.cat_file(f"{directory}/arrays.npz")))
+
+    def read(leaf: int, shape, dtype, index: tuple) -> np.ndarray:
+        value = arrays[f"leaf_{leaf:05d}"]
+        if value.shape != shape or value.dtype != dtype:
+            raise CheckpointMismatch(f"{directory}: leaf {leaf} holds {value.shape} {value.dtype}, "
+                                     f"state.json says {shape} {dtype}")
+        return value[index] if index else value
+    return read
 
 
 def prune(output_path: str, keep_last: int, permanent_every: int | None, up_to_step: int, subdir: str = "checkpoints") -> None:

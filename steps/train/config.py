@@ -150,7 +150,8 @@ class TrainConfig:
     async_checkpoints: bool = execution_only(True)  # write checkpoints in the background while training goes on
     log_every: int = execution_only(10)
     metrics_flush_s: float = execution_only(10.0)  # metrics.jsonl rewritten at most this often between checkpoints
-    num_devices: int = execution_only(1)           # data-parallel devices (output-invariant)
+    num_devices: int = execution_only(1)           # data-parallel devices, across all hosts (output-invariant)
+    fsdp: bool = execution_only(False)             # shard parameters and optimizer state over the devices too
     expert_parallel: bool = execution_only(False)  # shard experts over the device axis too
     expert_dispatch: str = execution_only("all_gather")  # how tokens reach experts: all_gather | all_to_all
     # all_to_all buffer rows per destination = ceil(factor * local assignments / devices);

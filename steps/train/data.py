@@ -41,7 +41,11 @@ class BatchSource:
         return starts
 
     def batch(self, step: int) -> np.ndarray:
-        rows = [self.split.window(int(s), self.window_len) for s in self.window_starts(step)]
+        return self.rows(step, slice(None))
+
+    def rows(self, step: int, which: slice) -> np.ndarray:
+        """Rows `which` of batch `step`, reading only their windows (a host reads its own slice)."""
+        rows = [self.split.window(int(s), self.window_len) for s in self.window_starts(step)[which]]
         return np.stack(rows).astype(np.int32)
 
     def documents_in_step(self, step: int) -> list[int]:

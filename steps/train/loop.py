@@ -6,6 +6,11 @@ same parameters as one that never stopped. metrics.jsonl is rewritten whole (one
 every checkpoint and, so a long run can be watched, every `metrics_flush_s` between them; on
 resume the rows past the restored checkpoint are dropped, so it describes one history.
 Checkpoints are written in a background thread (`async_checkpoints`) while training goes on.
+
+The same function runs in every process of a multi-host step (`Resources(hosts=N)`): the mesh
+spans all processes' devices, each process reads only its own rows of every batch and writes only
+its own shards of every checkpoint, and process 0 alone writes the run's files (metrics, model.json,
+trackers) and commits checkpoints.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import secrets
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -24,7 +30,7 @@ import numpy as np
 from executor.engine.progress import Progress
 from steps.token_cache import TokenSplit
 from steps.tracking import Trackers
-from steps.train import batch_documents, checkpoint
+from steps.train import batch_documents, checkpoint, sharded_checkpoint
 from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
 from steps.train.data import BatchSource
 from steps.train.model import default_expert_fn
@@ -61,8 +67,12 @@ def _read_metrics(output_path: str, up_to_step: int) -> list[dict]:
 
 
 def _to_host(metrics: dict) -> dict:
+    from jax.experimental import multihost_utils
+
     out = {}
-    for key, value in jax.device_get(metrics).items():
+    for key, value in metrics.items():
+        if not (value.is_fully_addressable or value.is_fully_replicated):
+            value = multihost_utils.process_allgather(value, tiled=True)
         value = np.asarray(value)
         out[key] = value.item() if value.ndim == 0 else value.tolist()
     return out
@@ -70,7 +80,7 @@ def _to_host(metrics: dict) -> dict:
 
 @functools.lru_cache(maxsize=8)
 def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool,
-                        dispatch: str = "all_gather", capacity_factor: float | None = None):
+                        dispatch: str = "all_gather", capacity_factor: float | None = None, fsdp: bool = False):
     """The jitted train step, cached so repeated runs in one process compile once."""
     optimizer = make_optimizer(opt_cfg, num_steps)
     if not expert_parallel:
@@ -80,7 +90,7 @@ def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_st
     else:
         expert_fn = expert_parallel_fn(mesh)
     template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, 0))
-    shardings = state_shardings(template, mesh, expert_parallel)
+    shardings = state_shardings(template, mesh, expert_parallel, fsdp)
     return jax.jit(make_train_step(model_cfg, optimizer, expert_fn),
                    in_shardings=(shardings, batch_sharding(mesh)), out_shardings=(shardings, None),
                    donate_argnums=(0,))
@@ -94,27 +104,29 @@ def train(config: TrainConfig) -> dict:
     optimizer = make_optimizer(config.optimizer, config.num_steps)
 
     mesh = make_mesh(config.num_devices)
-    state = init_state(model_cfg, optimizer, config.seed)
-    start = checkpoint.latest_complete(out)
-    if start is not None:
-        state = checkpoint.restore(out, start, state)
+    primary = jax.process_index() == 0
+    template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, config.seed))
+    shardings = state_shardings(template, mesh, config.expert_parallel, config.fsdp)
+    start = _agreed(checkpoint.latest_complete(out) or 0)
+    if start:
+        state = checkpoint.restore(out, start, template, shardings=shardings)
         print(f"[train] resumed from checkpoint step {start} in {out}/checkpoints", flush=True)
-    start = start or 0
-    shardings = state_shardings(state, mesh, config.expert_parallel)
-    state = jax.device_put(state, shardings)
+    else:   # built straight into its shards: no process ever holds the whole state
+        state = jax.jit(lambda: init_state(model_cfg, optimizer, config.seed), out_shardings=shardings)()
     step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel,
-                                  config.expert_dispatch, config.expert_capacity_factor)
+                                  config.expert_dispatch, config.expert_capacity_factor, config.fsdp)
 
-    _write_text(f"{out}/model.json", json.dumps(
-        {"schema": MODEL_FILE_SCHEMA, "model": dataclasses.asdict(model_cfg), "num_steps": config.num_steps}))
-    _write_text(f"{out}/{batch_documents.DATA_FILE}", json.dumps(batch_documents.data_description(
-        config.cache_path, model_cfg.seq_len, config.batch_size, config.seed, config.num_steps)))
+    if primary:
+        _write_text(f"{out}/model.json", json.dumps(
+            {"schema": MODEL_FILE_SCHEMA, "model": dataclasses.asdict(model_cfg), "num_steps": config.num_steps}))
+        _write_text(f"{out}/{batch_documents.DATA_FILE}", json.dumps(batch_documents.data_description(
+            config.cache_path, model_cfg.seq_len, config.batch_size, config.seed, config.num_steps)))
     history = _read_metrics(out, start)
     tokens_per_step = config.batch_size * model_cfg.seq_len
     progress = Progress("train", total=(config.num_steps - start) * tokens_per_step, unit="tok", interval=2.0)
     run_started = time.monotonic()
-    trackers = Trackers(config.trackers, out, "train", dataclasses.asdict(config), history)
-    saver = CheckpointWriter(background=config.async_checkpoints)
+    trackers = Trackers(config.trackers if primary else (), out, "train", dataclasses.asdict(config), history)
+    saver = CheckpointWriter(background=config.async_checkpoints, token=_run_token())
     try:
         state = _train_steps(config, out, start, source, mesh, step_fn, state, history, trackers, saver, progress)
     finally:
@@ -124,9 +136,8 @@ def train(config: TrainConfig) -> dict:
 
     final_step = config.num_steps
     model_dir = f"{out}/{MODEL_SUBDIR}"
-    if final_step not in checkpoint.committed_steps(out, subdir=MODEL_SUBDIR):
-        export = {"params": state["params"], "router_bias": state["router_bias"]}
-        checkpoint.save(out, final_step, jax.device_get(export), subdir=MODEL_SUBDIR)
+    if not _agreed(final_step in checkpoint.committed_steps(out, subdir=MODEL_SUBDIR)):
+        saver.save_now({"params": state["params"], "router_bias": state["router_bias"]}, out, final_step, MODEL_SUBDIR)
     steps_run = config.num_steps - start
     wall = time.monotonic() - run_started
     last = history[-1] if history else {}
@@ -144,8 +155,11 @@ def _train_steps(config: TrainConfig, out: str, start: int, source: BatchSource,
     tokens_per_step = config.batch_size * source.seq_len
     window_started, window_tokens = time.monotonic(), 0
     metrics_written = time.monotonic()
+    rows = batch_sharding(mesh)
+    shape = (config.batch_size, source.window_len)
     for step in range(start, config.num_steps):
-        batch = jax.device_put(source.batch(step), batch_sharding(mesh))
+        # each device's rows, read by the process that holds the device: hosts read only their slice
+        batch = jax.make_array_from_callback(shape, rows, lambda index, step=step: source.rows(step, index[0]))
         state, metrics = step_fn(state, batch)
         done = step + 1
         window_tokens += tokens_per_step
@@ -156,7 +170,7 @@ def _train_steps(config: TrainConfig, out: str, start: int, source: BatchSource,
             history.append(row)
             trackers.log(row, done)
             window_started, window_tokens = time.monotonic(), 0
-            if time.monotonic() - metrics_written >= config.metrics_flush_s:
+            if time.monotonic() - metrics_written >= config.metrics_flush_s and jax.process_index() == 0:
                 _write_metrics(out, history)
                 metrics_written = time.monotonic()
             progress.desc = f"train step {done}/{config.num_steps} loss {row['loss']:.4f}"
@@ -171,11 +185,39 @@ def _write_metrics(out: str, history: list[dict]) -> None:
     _write_text(f"{out}/metrics.jsonl", "".join(json.dumps(m) + "\n" for m in history))
 
 
-def _write_checkpoint(config: TrainConfig, out: str, step: int, host_state: dict, history: list[dict]) -> None:
+def _agreed(value):
+    """Process 0's value in every process (a multi-host run must take the same decisions)."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return type(value)(multihost_utils.broadcast_one_to_all(np.int64(value)).item())
+
+
+def _run_token() -> str:
+    """One random token shared by this run's processes: it tells this save's shards from leftovers."""
+    return f"{_agreed(secrets.randbits(62)):016x}"
+
+
+def _write_checkpoint(config: TrainConfig, out: str, step: int, host_state, history: list[dict], token: str) -> None:
+    primary = jax.process_index() == 0
     # metrics first: rows past a checkpoint that never committed are dropped again on resume
-    _write_metrics(out, history)
-    checkpoint.save(out, step, host_state)
-    checkpoint.prune(out, config.keep_checkpoints, config.permanent_every, up_to_step=step)
+    if primary:
+        _write_metrics(out, history)
+    if isinstance(host_state, sharded_checkpoint.HostPieces):
+        checkpoint.save_sharded(out, step, host_state, token)
+    else:
+        checkpoint.save(out, step, host_state)
+    if primary:
+        checkpoint.prune(out, config.keep_checkpoints, config.permanent_every, up_to_step=step)
+
+
+def _off_devices(state: dict):
+    """A host copy of the state to write: the whole of it with one process; with several, only
+    this process's shards (no process could hold the whole state of a large model)."""
+    if jax.process_count() == 1:
+        return jax.device_get(state)
+    return sharded_checkpoint.host_pieces(state, checkpoint.leaf_path)
 
 
 class CheckpointWriter:
@@ -184,17 +226,28 @@ class CheckpointWriter:
     the following steps run. At most one save is in flight; its error surfaces at the next save
     or at close(). A process killed mid-save leaves a torn checkpoint, which resume skips."""
 
-    def __init__(self, background: bool):
+    def __init__(self, background: bool, token: str = ""):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint") if background else None
         self._pending: Future | None = None
+        self.token = token
 
     def save(self, config: TrainConfig, out: str, step: int, state: dict, history: list[dict]) -> None:
         self.wait()
-        host_state = jax.device_get(state)
+        host_state = _off_devices(state)
         if self._pool is None:
-            _write_checkpoint(config, out, step, host_state, history)
+            _write_checkpoint(config, out, step, host_state, history, self.token)
         else:
-            self._pending = self._pool.submit(_write_checkpoint, config, out, step, host_state, list(history))
+            self._pending = self._pool.submit(_write_checkpoint, config, out, step, host_state, list(history),
+                                              self.token)
+
+    def save_now(self, tree: dict, out: str, step: int, subdir: str) -> None:
+        """Write `tree` as checkpoint `step` of `subdir` before returning (the final model export)."""
+        self.wait()
+        host = _off_devices(tree)
+        if isinstance(host, sharded_checkpoint.HostPieces):
+            checkpoint.save_sharded(out, step, host, self.token, subdir=subdir)
+        else:
+            checkpoint.save(out, step, host, subdir=subdir)
 
     def wait(self) -> None:
         pending, self._pending = self._pending, None

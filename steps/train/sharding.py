@@ -2,7 +2,9 @@
 
 The batch is split over the mesh axis `data` (NamedSharding); parameters are replicated,
 except, with expert parallelism, the routed experts' weights (and their optimizer moments),
-whose expert dimension is split over the same axis. The expert computation then runs under
+whose expert dimension is split over the same axis, and, with `fsdp`, every parameter and
+optimizer moment (FSDP/ZeRO-3 style). The mesh spans every process of a multi-host step, so
+the same code trains on one host or many. The expert computation then runs under
 `shard_map`, with one of two dispatch schemes:
 
 - `all_gather`: every device gathers all tokens' activations and routing decisions, runs its
@@ -29,10 +31,13 @@ AXIS = "data"
 
 
 def make_mesh(num_devices: int) -> Mesh:
-    devices = jax.devices()
+    devices = jax.devices()   # every process's devices, process by process
     if num_devices > len(devices):
         raise ValueError(f"num_devices={num_devices} but only {len(devices)} {devices[0].platform} device(s) "
                          f"are visible (on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+    if jax.process_count() > 1 and num_devices != len(devices):
+        raise ValueError(f"num_devices={num_devices}, but a multi-host run spans every device of its "
+                         f"{jax.process_count()} processes: set num_devices={len(devices)}")
     return Mesh(np.array(devices[:num_devices]), (AXIS,))
 
 
@@ -44,11 +49,23 @@ def _is_expert_weight(path) -> bool:
     return any(getattr(k, "key", None) == "experts" for k in path)
 
 
-def state_shardings(state, mesh: Mesh, expert_parallel: bool):
-    """Replicated everywhere, except expert weights split on their expert dim under EP."""
+def _fsdp_spec(shape: tuple[int, ...], n: int) -> P:
+    """Split the largest dimension that the axis size divides; replicate what none fits."""
+    dims = [d for d in sorted(range(len(shape)), key=lambda d: -shape[d]) if shape[d] >= n and shape[d] % n == 0]
+    if not dims or n == 1:
+        return P()
+    return P(*[AXIS if d == dims[0] else None for d in range(len(shape))])
+
+
+def state_shardings(state, mesh: Mesh, expert_parallel: bool, fsdp: bool = False):
+    """Replicated everywhere, except expert weights split on their expert dim under EP, and,
+    with `fsdp`, every other parameter and optimizer moment split over the data axis too
+    (each device holds 1/n of the state; XLA gathers a weight where a step needs it)."""
     def sharding(path, leaf):
         if expert_parallel and _is_expert_weight(path) and getattr(leaf, "ndim", 0) == 3:
             return NamedSharding(mesh, P(AXIS))
+        if fsdp:
+            return NamedSharding(mesh, _fsdp_spec(tuple(leaf.shape), mesh.shape[AXIS]))
         return NamedSharding(mesh, P())
     return jax.tree_util.tree_map_with_path(sharding, state)
 

@@ -1,0 +1,114 @@
+"""The MoE train step on two simulated hosts: `Resources(hosts=2)` runs it as two Ray worker
+processes with 4 fake CPU devices each, joined by jax.distributed into one 8-device mesh
+(parameters and optimizer state sharded FSDP-style, experts split over the same axis).
+
+- Each host reads only its own rows of every batch and writes only its own checkpoint shards.
+- The loss trajectory equals a single-process 8-device run's (rel 1e-5; the two differ only in
+  where XLA's cross-device reductions run).
+- SIGKILL of one host process mid-run is an infrastructure failure: the step is retried, resumes
+  from the newest committed checkpoint and ends with parameters bitwise equal to a run that was
+  never interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from executor import ExecutorStep, this_output_path
+from executor.core.step import Resources
+from steps.eval.lm import load_trained_model
+from steps.train import OptimizerConfig, TrainConfig
+from steps.train.synthetic import write_synthetic_cache
+from tests.runner import trainfns
+from tests.runner.test_ray_cluster import driver, execute, record_of, step_dir  # noqa: F401  (fixture)
+from tests.steps.test_train import TINY_MODEL, run_python
+
+pytestmark = pytest.mark.slow
+
+DEVICES_PER_HOST = 4
+XLA_FLAGS = (f"--xla_force_host_platform_device_count={DEVICES_PER_HOST} --xla_backend_optimization_level=0"
+             " --xla_llvm_disable_expensive_passes=true")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(write_synthetic_cache(tmp_path_factory.mktemp("cache") / "tokens", n_train=300, n_validation=30))
+
+
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory) -> dict:
+    return {"JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax-cache")),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def config(cache: str, output_path, **overrides) -> TrainConfig:
+    base = dict(model=dataclasses.replace(TINY_MODEL, n_experts=8), optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=3), batch_size=8,
+                num_steps=12, checkpoint_every=4, keep_checkpoints=5, log_every=1, num_devices=8, fsdp=True,
+                expert_parallel=True, expert_dispatch="all_to_all")
+    return TrainConfig(cache_path=cache, output_path=output_path, **{**base, **overrides})
+
+
+def two_host_step(name: str, cache: str, compile_cache: dict, retries: int, **kill) -> ExecutorStep:
+    return ExecutorStep(name, trainfns.host_train, trainfns.HostTrain(config(cache, this_output_path()), **kill),
+                        resources=Resources(cpus=1, hosts=2, custom={"host_slot": 1}, max_infra_retries=retries,
+                                            env={"XLA_FLAGS": XLA_FLAGS, **compile_cache}))
+
+
+def model_leaves(out: Path) -> list[np.ndarray]:
+    """The exported model as the eval step loads it (the sharded layout read back on one host)."""
+    import jax
+
+    trained = load_trained_model(str(out))
+    return [np.asarray(x) for x in jax.tree.leaves({"params": trained.params, "router_bias": trained.router_bias})]
+
+
+def losses(out: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_hosts_train_like_one_and_recover_from_a_killed_host(driver, tmp_path, monkeypatch, cache, compile_cache):
+    monkeypatch.setenv("EXECUTOR_COLOCATE_HOSTS", "1")   # one machine: both hosts on the head node
+    straight = two_host_step("straight", cache, compile_cache, retries=0)
+    killed = two_host_step("killed", cache, compile_cache, retries=1, kill_host=1, kill_after=8)
+    assert execute([straight, killed], tmp_path) == 0
+
+    # one process, eight devices: the same run without jax.distributed
+    single = tmp_path / "single"
+    code = f"""
+        from steps.train import train
+        from tests.runner.test_multihost_train import config
+        train(config({cache!r}, {str(single)!r}))
+        """
+    proc = run_python(code, {"XLA_FLAGS": XLA_FLAGS.replace(f"count={DEVICES_PER_HOST}", "count=8"), **compile_cache})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    out = step_dir(tmp_path, "straight")
+    assert len(losses(out)) == 12
+    np.testing.assert_allclose(losses(out), losses(single), rtol=1e-5)
+
+    # each host read only its own half of every batch (4 devices x 1 row), and wrote its own shards
+    reads = {h: json.loads((out / f"rows-host{h}.json").read_text()) for h in (0, 1)}
+    assert reads[0]["pid"] != reads[1]["pid"]
+    for h, expected_rows in ((0, set(range(0, 4))), (1, set(range(4, 8)))):
+        by_step: dict[int, set[int]] = {}
+        for step, lo, hi in reads[h]["rows"]:
+            by_step.setdefault(step, set()).update(range(lo, hi))
+        assert sorted(by_step) == list(range(12)) and all(rows == expected_rows for rows in by_step.values())
+    shards = out / "checkpoints" / f"step-{12:06d}" / "shards"
+    assert sorted(p.name for p in shards.iterdir()) == [
+        "process-00000.json", "process-00000.npz", "process-00001.json", "process-00001.npz"]
+
+    # the killed host: an infrastructure failure, retried, resumed, bitwise equal at the end
+    record = record_of(tmp_path, "killed")
+    assert [a["cause"] for a in record["extra"]["attempts"]] == ["infrastructure", "ok"], record["extra"]["attempts"]
+    assert record["result"]["resumed_from_step"] in (4, 8), record["result"]
+    killed_out = step_dir(tmp_path, "killed")
+    assert (killed_out / "killed-once").exists()
+    assert losses(killed_out) == losses(out)
+    for a, b in zip(model_leaves(killed_out), model_leaves(out), strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     n = len(jax.devices())
-    mesh = make_mesh(n)
+    mesh = make_mesh(n, n)   # experts over every device
     t, d, f, e, k = args.tokens_per_device * n, args.d_model, args.d_expert, args.experts, args.top_k
     shapes = ({"w_gate": jax.ShapeDtypeStruct((e, d, f), jnp.float32), "w_up": jax.ShapeDtypeStruct((e, d, f), jnp.float32),
                "w_down": jax.ShapeDtypeStruct((e, f, d), jnp.float32)},

@@ -152,7 +152,10 @@ class TrainConfig:
     metrics_flush_s: float = execution_only(10.0)  # metrics.jsonl rewritten at most this often between checkpoints
     num_devices: int = execution_only(1)           # data-parallel devices, across all hosts (output-invariant)
     fsdp: bool = execution_only(False)             # shard parameters and optimizer state over the devices too
-    expert_parallel: bool = execution_only(False)  # shard experts over the device axis too
+    expert_parallel: bool = execution_only(False)  # shard experts over the mesh's expert axis
+    # devices per expert group (the mesh's expert axis); None: all of them. With EP across hosts,
+    # devices per host keeps token traffic inside a host and makes the data axis cross hosts.
+    expert_axis_size: int | None = execution_only(None)
     expert_dispatch: str = execution_only("all_gather")  # how tokens reach experts: all_gather | all_to_all
     # all_to_all buffer rows per destination = ceil(factor * local assignments / devices);
     # None never drops (results equal the single-device layer). Dropping changes results: hashed.
@@ -173,9 +176,24 @@ class TrainConfig:
         _require(self.expert_capacity_factor is None or (self.expert_parallel and self.expert_dispatch == "all_to_all"),
                  c, f"expert_capacity_factor={self.expert_capacity_factor!r} only applies with expert_parallel=True "
                     f"and expert_dispatch='all_to_all'; set those or leave it None")
-        _require(not self.expert_parallel or self.model.n_experts % self.num_devices == 0, c,
-                 f"expert_parallel needs model.n_experts={self.model.n_experts} divisible by "
-                 f"num_devices={self.num_devices}")
+        _require(self.expert_axis_size is None or self.expert_axis_size >= 1, c,
+                 f"expert_axis_size={self.expert_axis_size!r} must be >= 1 (or None: every device)")
+        experts_over = self.expert_devices
+        _require(self.expert_axis_size is None or self.expert_parallel, c,
+                 f"expert_axis_size={self.expert_axis_size!r} only applies with expert_parallel=True; "
+                 f"set it or leave expert_axis_size None")
+        _require(self.num_devices % experts_over == 0, c,
+                 f"expert_axis_size={experts_over} must divide num_devices={self.num_devices}")
+        _require(not self.expert_parallel or self.model.n_experts % experts_over == 0, c,
+                 f"expert_parallel needs model.n_experts={self.model.n_experts} divisible by the "
+                 f"expert axis ({experts_over} devices; set expert_axis_size to a divisor of both)")
+
+    @property
+    def expert_devices(self) -> int:
+        """The size of the mesh's expert axis."""
+        if not self.expert_parallel:
+            return 1
+        return self.num_devices if self.expert_axis_size is None else self.expert_axis_size
 
     @classmethod
     def tiny(cls, cache_path: str, output_path: str, **overrides) -> "TrainConfig":

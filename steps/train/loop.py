@@ -103,7 +103,7 @@ def train(config: TrainConfig) -> dict:
     source = BatchSource(split, model_cfg.seq_len, config.batch_size, config.seed)
     optimizer = make_optimizer(config.optimizer, config.num_steps)
 
-    mesh = make_mesh(config.num_devices)
+    mesh = make_mesh(config.num_devices, config.expert_devices)
     primary = jax.process_index() == 0
     template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, config.seed))
     shardings = state_shardings(template, mesh, config.expert_parallel, config.fsdp)

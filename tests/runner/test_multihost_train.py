@@ -1,6 +1,7 @@
 """The MoE train step on two simulated hosts: `Resources(hosts=2)` runs it as two Ray worker
-processes with 4 fake CPU devices each, joined by jax.distributed into one 8-device mesh
-(parameters and optimizer state sharded FSDP-style, experts split over the same axis).
+processes with 4 fake CPU devices each, joined by jax.distributed into one 2 (data, across the
+hosts) x 4 (expert, inside a host) mesh: experts split over the expert axis with all-to-all
+dispatch, parameters and optimizer state sharded FSDP-style over the devices.
 
 - Each host reads only its own rows of every batch and writes only its own checkpoint shards.
 - The loss trajectory equals a single-process 8-device run's (rel 1e-5; the two differ only in
@@ -49,7 +50,7 @@ def compile_cache(tmp_path_factory) -> dict:
 def config(cache: str, output_path, **overrides) -> TrainConfig:
     base = dict(model=dataclasses.replace(TINY_MODEL, n_experts=8), optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=3), batch_size=8,
                 num_steps=12, checkpoint_every=4, keep_checkpoints=5, log_every=1, num_devices=8, fsdp=True,
-                expert_parallel=True, expert_dispatch="all_to_all")
+                expert_parallel=True, expert_dispatch="all_to_all", expert_axis_size=DEVICES_PER_HOST)
     return TrainConfig(cache_path=cache, output_path=output_path, **{**base, **overrides})
 
 

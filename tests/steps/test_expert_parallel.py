@@ -1,7 +1,8 @@
-"""Expert parallelism on 4 fake CPU devices: the all-gather and all-to-all dispatch layers equal
-the single-device grouped layer in outputs and gradients (all-to-all with a capacity: equal to
+"""Expert parallelism on 4 fake CPU devices, as one expert group of 4 and as a 2 (data) x 2
+(expert) mesh: the all-gather and all-to-all dispatch layers equal the single-device grouped
+layer in outputs and gradients (all-to-all with a capacity: equal to
 the single-device layer with exactly the overflowing assignments dropped), training with
-all-to-all dispatch equals one-device training, and the traffic formula of each scheme."""
+all-to-all dispatch (also on the 2 x 2 mesh with FSDP) equals one-device training, and the traffic formula of each scheme."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def test_all_to_all_and_all_gather_layers_and_training_equal_single_device(cache
         from tests.steps.test_train import tiny_config, load_model_export, TINY_MODEL
         from tests.steps.test_expert_parallel import expected_kept
         n = len(jax.devices()); assert n == 4
-        mesh = make_mesh(n)
+        mesh = make_mesh(n, n)            # one expert group of 4 devices
+        grid = make_mesh(n, 2)            # 2 data-parallel groups x 2 expert devices
         cfg = dataclasses.replace(TINY_MODEL, vocab_size=40, n_experts=8, top_k=2)
         moe = M.init_params(cfg, jax.random.key(0))["layers"][1]["moe"]
         x = jax.random.normal(jax.random.key(1), (64, cfg.d_model))
@@ -58,7 +60,9 @@ def test_all_to_all_and_all_gather_layers_and_training_equal_single_device(cache
         diff = lambda a, b: max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
         reference = value_and_grads(M.experts_ragged)
         result = {{"all_gather": diff(value_and_grads(expert_parallel_fn(mesh)), reference),
-                  "all_to_all": diff(value_and_grads(expert_parallel_all_to_all_fn(mesh, None)), reference)}}
+                  "all_to_all": diff(value_and_grads(expert_parallel_all_to_all_fn(mesh, None)), reference),
+                  "grid_all_gather": diff(value_and_grads(expert_parallel_fn(grid)), reference),
+                  "grid_all_to_all": diff(value_and_grads(expert_parallel_all_to_all_fn(grid, None)), reference)}}
         capacity = capacity_per_destination(16 * cfg.top_k, n, 1.0)
         kept = expected_kept(idx, n, cfg.n_experts // n, capacity)
         result["dropped"] = int((~kept).sum())
@@ -67,11 +71,14 @@ def test_all_to_all_and_all_gather_layers_and_training_equal_single_device(cache
         result["capacity_vs_dropless"] = diff(value_and_grads(expert_parallel_all_to_all_fn(mesh, 1.0)), reference)
         runs = {{}}
         for name, kw in [("one", dict(num_devices=1)),
-                         ("a2a", dict(num_devices=4, expert_parallel=True, expert_dispatch="all_to_all"))]:
+                         ("a2a", dict(num_devices=4, expert_parallel=True, expert_dispatch="all_to_all")),
+                         ("grid", dict(num_devices=4, expert_parallel=True, expert_dispatch="all_to_all",
+                                       expert_axis_size=2, fsdp=True))]:
             out = Path({str(tmp_path)!r}) / name
             runs[name] = (train(tiny_config({cache!r}, out, num_steps=3, **kw))["final_loss"], load_model_export(out))
         result["train_params"] = diff(runs["one"][1], runs["a2a"][1])
-        result["train_losses"] = [runs["one"][0], runs["a2a"][0]]
+        result["grid_train_params"] = diff(runs["one"][1], runs["grid"][1])
+        result["train_losses"] = [runs["one"][0], runs["a2a"][0], runs["grid"][0]]
         print("RESULT", json.dumps(result))
         """
     proc = run_python(code, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", **compile_cache})
@@ -79,11 +86,13 @@ def test_all_to_all_and_all_gather_layers_and_training_equal_single_device(cache
     result = json.loads(proc.stdout.split("RESULT", 1)[1])
     # float32: the layers differ from the reference only in summation order of the combine
     assert result["all_gather"] < 1e-4 and result["all_to_all"] < 1e-4, result
+    assert result["grid_all_gather"] < 1e-4 and result["grid_all_to_all"] < 1e-4, result
     assert result["dropped"] > 0, result                      # the capacity case really drops
     assert result["all_to_all_capacity"] < 1e-4, result       # ... exactly the documented ones
     assert result["capacity_vs_dropless"] > 1e-2, result
-    assert result["train_params"] < 1e-5, result
+    assert result["train_params"] < 1e-5 and result["grid_train_params"] < 1e-5, result
     assert result["train_losses"][0] == pytest.approx(result["train_losses"][1], rel=1e-5)
+    assert result["train_losses"][0] == pytest.approx(result["train_losses"][2], rel=1e-5)
 
 
 def test_capacity_and_traffic_formulas():

@@ -123,9 +123,13 @@ def test_train_and_optimizer_config_errors():
         OptimizerConfig(schedule="linear")
     with pytest.raises(ValueError, match="batch_size=6 is not divisible by num_devices=4"):
         TrainConfig(cache_path="c", output_path="o", batch_size=6, num_devices=4)
-    with pytest.raises(ValueError, match="n_experts=6 divisible by num_devices=4"):
+    with pytest.raises(ValueError, match=r"n_experts=6 divisible by the expert axis \(4 devices"):
         TrainConfig(cache_path="c", output_path="o", batch_size=8, num_devices=4, expert_parallel=True,
                     model=ModelConfig(n_experts=6))
+    with pytest.raises(ValueError, match="expert_axis_size=3 must divide num_devices=4"):
+        TrainConfig(cache_path="c", output_path="o", num_devices=4, expert_parallel=True, expert_axis_size=3)
+    with pytest.raises(ValueError, match="expert_axis_size=2 only applies with expert_parallel=True"):
+        TrainConfig(cache_path="c", output_path="o", num_devices=4, expert_axis_size=2)
 
 
 def _routing_imbalance(cfg, router_w, mu, steps, rate, aux_lr=0.0):

@@ -217,10 +217,10 @@ def test_sharded_and_unsharded_training_agree_on_two_fake_devices(cache, tmp_pat
         moe = M.init_params(cfg, jax.random.key(0))["layers"][1]["moe"]
         x = jax.random.normal(jax.random.key(1), (64, cfg.d_model))
         r = M.route(moe["router"], jax.numpy.zeros(cfg.n_experts), x, cfg)
-        ep = jax.jit(expert_parallel_fn(make_mesh(2)))(moe["experts"], x, r.indices, r.gates)
+        ep = jax.jit(expert_parallel_fn(make_mesh(2, 2)))(moe["experts"], x, r.indices, r.gates)
         local = M.experts_ragged(moe["experts"], x, r.indices, r.gates)
         ep_layer_diff = float(np.max(np.abs(np.asarray(ep) - np.asarray(local))))
-        spec = state_shardings({{"experts": moe["experts"]}}, make_mesh(2), True)["experts"]["w_gate"].spec == P("data")
+        spec = state_shardings({{"experts": moe["experts"]}}, make_mesh(2, 2), True)["experts"]["w_gate"].spec == P("expert", None, None)
         runs = {{}}
         for name, kw in [("one", dict(num_devices=1)), ("dp", dict(num_devices=2)),
                          ("dp_ep", dict(num_devices=2, expert_parallel=True))]:

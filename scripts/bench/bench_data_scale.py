@@ -6,7 +6,7 @@
 A cluster of `--nodes` one-CPU nodes is started on this machine (ray.cluster_utils.Cluster); the
 step runs in this process (its driver) and fans shards out to the nodes. Per step and size it
 prints: wall time, documents/s, peak RSS of the driver (this process) and of the largest Ray
-worker (sampled every 0.2 s), bytes shuffled, tasks per node, and the kept set's fingerprint
+worker (sampled every 0.2 s), bytes shuffled, the CPU seconds of each node's workers, and the kept set's fingerprint
 (sha256 of the kept ids in order). On the 1x corpus an in-process run (no Ray) is the reference
 the cluster's fingerprint must equal. `--scaling` times exact dedup on the 4x corpus with one
 node and then with two. `--storage s3` runs against moto's S3 emulator in this process.
@@ -25,34 +25,60 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))          # emulators
-sys.path.insert(0, str(REPO / "tests" / "steps"))  # cluster_driver.start_cluster
+sys.path.insert(0, str(REPO))   # the project, and tests.emulators / tests.steps.cluster_driver
 SCRATCH = REPO / "scratch" / "bench" / "scale"
 
 
 class PeakRss:
-    """Peak RSS of this process and of the largest `ray::` worker process, sampled in a thread."""
+    """Peak RSS of this process and of the largest `ray::` worker process, and the CPU seconds the
+    workers of each node (raylet) spent, sampled in a thread (no dashboard needed)."""
 
     def __init__(self, interval: float = 0.2):
         import psutil
 
         self.psutil, self.interval = psutil, interval
         self.driver = self.worker = 0
+        self._cpu: dict[int, tuple[int, float]] = {}   # worker pid -> (raylet pid, cpu seconds in this step)
+        self._baseline: dict[int, float] = {}          # cpu seconds a worker had spent before this step
+        self._started = False
+        self._raylets: dict[int, bool] = {}            # pid -> is a raylet of this script's cluster
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = self.psutil.Process()
-        while not self._stop.is_set():
+        while not self._stop.is_set():   # the first pass records the workers already there
             self.driver = max(self.driver, me.memory_info().rss)
-            for p in self.psutil.process_iter(["name", "memory_info"]):
+            for p in self.psutil.process_iter(["name", "memory_info", "cpu_times", "ppid"]):
                 try:
-                    if (p.info["name"] or "").startswith("ray::") and p.info["memory_info"]:
+                    if (p.info["name"] or "").startswith("ray::") and p.info["memory_info"] and self._ours(p):
                         self.worker = max(self.worker, p.info["memory_info"].rss)
+                        cpu = p.info["cpu_times"].user + p.info["cpu_times"].system
+                        self._baseline.setdefault(p.pid, cpu if not self._started else 0.0)
+                        self._cpu[p.pid] = (p.info["ppid"], cpu - self._baseline[p.pid])
                 except self.psutil.Error:
                     pass
+            self._started = True
             self._stop.wait(self.interval)
+
+    def _ours(self, worker) -> bool:
+        """A task worker of this script's cluster: its raylet was started by this process (other
+        Ray clusters on the machine, e.g. a test suite's, are not counted)."""
+        raylet = self._raylets.get(worker.info["ppid"])
+        if raylet is None:
+            try:
+                parent = self.psutil.Process(worker.info["ppid"])
+                raylet = self._raylets[parent.pid] = parent.name() == "raylet" and parent.ppid() == os.getpid()
+            except self.psutil.Error:
+                return False
+        return raylet
+
+    def cpu_by_node(self) -> list[float]:
+        """Worker CPU seconds per raylet (one raylet per simulated node), largest first."""
+        nodes: dict[int, float] = {}
+        for raylet, cpu in self._cpu.values():
+            nodes[raylet] = nodes.get(raylet, 0.0) + cpu
+        return sorted((round(v, 1) for v in nodes.values()), reverse=True)
 
     def __enter__(self):
         self._thread.start()
@@ -108,16 +134,6 @@ def run_step(step: str, input_dir: str, output: str) -> dict:
                                    num_output_shards=8))
 
 
-def tasks_per_node() -> dict[str, int]:
-    from ray.util.state import list_tasks
-
-    counts: dict[str, int] = {}
-    for task in list_tasks(limit=100_000, raise_on_missing_output=False):
-        if task.state == "FINISHED" and task.node_id:
-            counts[task.node_id[:6]] = counts.get(task.node_id[:6], 0) + 1
-    return counts
-
-
 def measure(step: str, input_dir: str, docs: int, output: str, label: str) -> dict:
     from executor.engine import location
 
@@ -130,7 +146,7 @@ def measure(step: str, input_dir: str, docs: int, output: str, label: str) -> di
     wall = time.perf_counter() - start
     row = {"label": label, "wall_s": round(wall, 1), "docs_per_s": round(docs / wall),
            "driver_rss_mb": rss.driver >> 20, "worker_rss_mb": rss.worker >> 20,
-           "shuffled_mb": round(result.get("bytes_shuffled", 0) / 1e6, 1),
+           "shuffled_mb": round(result.get("bytes_shuffled", 0) / 1e6, 1), "worker_cpu_s_by_node": rss.cpu_by_node(),
            "fingerprint": fingerprint(output) if step != "tokenize" else f"{result['train_tokens']} tokens"}
     print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return row
@@ -157,7 +173,7 @@ def main() -> None:
     roots = {"local": str(SCRATCH)}
     emulator = None
     if "s3" in args.storage.split(","):
-        from emulators import running_s3_emulator
+        from tests.emulators import running_s3_emulator
         from executor.engine import location
 
         emulator = running_s3_emulator()
@@ -172,7 +188,7 @@ def main() -> None:
         if step != "tokenize":
             references[step] = measure(step, base_dir, base_docs, f"{SCRATCH}/ref-{step}", "in-process")["fingerprint"]
 
-    from cluster_driver import start_cluster  # the tests' cluster helper
+    from tests.steps.cluster_driver import start_cluster  # the tests' cluster helper
 
     import ray
 
@@ -186,7 +202,6 @@ def main() -> None:
                     row = measure(step, input_dir, docs, f"{roots[storage]}/out-{step}-{size}x", f"{size}x")
                     if size == 1 and step in references:
                         print(f"  equals the in-process reference: {row['fingerprint'] == references[step]}")
-                print(f"  tasks per node so far: {tasks_per_node()}", flush=True)
         if args.scaling:
             ray.shutdown()
             cluster.shutdown()

@@ -12,7 +12,8 @@ Layout of a tokenize step's output directory:
 
 All arrays are plain .npy files, so readers memory-map them and read any window at random.
 A shard's three arrays are written (atomically, each) before the ledger names the shard.
-The root may be a local path or an fsspec URL (gs://, s3://); local files stay memory-mapped.
+The root may be a local path or an fsspec URL (gs://, s3://); local files stay memory-mapped,
+and on an object store token streams are read by byte range (RangeReadArray).
 """
 
 from __future__ import annotations
@@ -73,12 +74,69 @@ def read_ledger(root: str | Path) -> dict:
 
 
 def load_array(path: str) -> np.ndarray:
-    """A .npy file: memory-mapped when local; read whole from an object store (no mmap there,
-    and a shard's arrays are small enough to hold in memory)."""
+    """A .npy file: memory-mapped when local; read whole from an object store (offsets and byte
+    lengths: 16 bytes per document)."""
     fs, target = location.url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         return np.load(target, mmap_mode="r")
     return np.load(io.BytesIO(fs.cat_file(target)))
+
+
+class RangeReadArray:
+    """A 1-d .npy file on an object store, read by byte range: the token stream of a shard,
+    of which a training host needs only the windows of its own batch rows (never the whole
+    corpus in memory). Slicing with a step of 1 is a single ranged GET."""
+
+    HEADER_PROBE = 4096
+
+    def __init__(self, fs, path: str):
+        self.fs, self.path = fs, path
+        head = io.BytesIO(fs.cat_file(path, start=0, end=self.HEADER_PROBE))
+        version = np.lib.format.read_magic(head)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            raise ValueError(f"{path}: .npy format version {version} is not one np.save writes for token ids")
+        shape, _, dtype = read_header(head)
+        if len(shape) != 1:
+            raise ValueError(f"{path}: a token stream is 1-d, this array has shape {shape}")
+        self.shape, self.dtype, self._data_start = shape, np.dtype(dtype), head.tell()
+
+    @property
+    def ndim(self) -> int:
+        return 1
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            return self[int(index):int(index) + 1 or None][0]
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            return np.asarray(self)[index]
+        if stop <= start:
+            return np.zeros(0, self.dtype)
+        size = self.dtype.itemsize
+        data = self.fs.cat_file(self.path, start=self._data_start + start * size, end=self._data_start + stop * size)
+        return np.frombuffer(data, dtype=self.dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        values = self[0:len(self)]
+        return values if dtype is None else values.astype(dtype)
+
+    def __iter__(self):
+        chunk = 1 << 22
+        for lo in range(0, len(self), chunk):
+            yield from self[lo:lo + chunk]
+
+
+def load_token_stream(path: str):
+    """A shard's token ids: memory-mapped when local, read by range on an object store."""
+    fs, target = location.url_to_fs(path)
+    if isinstance(fs, LocalFileSystem):
+        return np.load(target, mmap_mode="r")
+    return RangeReadArray(fs, target)
 
 
 @dataclass
@@ -89,7 +147,7 @@ class TokenSplit:
     split: str
     vocab_size: int
     eos_id: int
-    tokens: list[np.ndarray]
+    tokens: list  # np.ndarray (memory-mapped) or RangeReadArray
     offsets: list[np.ndarray]
     doc_bytes: list[np.ndarray]
 
@@ -102,7 +160,7 @@ class TokenSplit:
         shards = ledger["splits"][split]["shards"]
         load = lambda n, kind: load_array(join(root, split, f"{n}.{kind}.npy"))  # noqa: E731
         return cls(root, split, ledger["vocab_size"], ledger["eos_id"],
-                   [load(s["name"], "tokens") for s in shards],
+                   [load_token_stream(join(root, split, f"{s['name']}.tokens.npy")) for s in shards],
                    [load(s["name"], "offsets") for s in shards],
                    [load(s["name"], "bytes") for s in shards])
 

@@ -112,6 +112,31 @@ def corpus(base_docs: int, size: int, root: str) -> tuple[str, int]:
     return directory, count
 
 
+def corpus_elsewhere(base_docs: int, size: int, root: str, storage_options: dict | None) -> tuple[str, int]:
+    """corpus(), generated in a child process: the driver's peak RSS must be the step's, not that
+    of millions of generated documents this process would otherwise have held."""
+    import json
+
+    done = subprocess.run([sys.executable, __file__, "make-corpus", str(base_docs), str(size), root,
+                           json.dumps(storage_options or {})], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"generating the {size}x corpus failed:\n{done.stderr[-3000:]}")
+    directory, count = done.stdout.split()[-2:]
+    return directory, int(count)
+
+
+def make_corpus(argv: list[str]) -> None:
+    import json
+
+    from executor.engine import location
+
+    base_docs, size, root, options = int(argv[0]), int(argv[1]), argv[2], json.loads(argv[3])
+    if options:
+        location.use_storage_options(root, options)
+    directory, count = corpus(base_docs, size, root)
+    print(directory, count)
+
+
 def fingerprint(output: str) -> str:
     from steps.documents import list_document_files, read_documents
 
@@ -171,6 +196,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     steps = args.steps.split(",")
     roots = {"local": str(SCRATCH)}
+    options: dict[str, dict] = {"local": {}}
     emulator = None
     if "s3" in args.storage.split(","):
         from tests.emulators import running_s3_emulator
@@ -180,9 +206,10 @@ def main() -> None:
         s3 = emulator.__enter__()
         location.use_storage_options("s3://", s3.storage_options)
         roots["s3"] = f"s3://{s3.bucket}/scale"
+        options["s3"] = s3.storage_options
 
     references = {}
-    base_dir, base_docs = corpus(args.base_docs, 1, roots["local"])
+    base_dir, base_docs = corpus_elsewhere(args.base_docs, 1, roots["local"], None)
     print(f"reference (one process, no Ray) on the 1x corpus: {base_docs} docs", flush=True)
     for step in steps:
         if step != "tokenize":
@@ -196,7 +223,7 @@ def main() -> None:
     try:
         for storage in args.storage.split(","):
             for size in sizes:
-                input_dir, docs = corpus(args.base_docs, size, roots[storage])
+                input_dir, docs = corpus_elsewhere(args.base_docs, size, roots[storage], options[storage])
                 for step in steps:
                     print(f"[{storage}] {step} at {size}x ({docs} docs) on {args.nodes} nodes", flush=True)
                     row = measure(step, input_dir, docs, f"{roots[storage]}/out-{step}-{size}x", f"{size}x")
@@ -205,7 +232,7 @@ def main() -> None:
         if args.scaling:
             ray.shutdown()
             cluster.shutdown()
-            input_dir, docs = corpus(args.base_docs, 4, roots["local"])
+            input_dir, docs = corpus_elsewhere(args.base_docs, 4, roots["local"], None)
             for nodes in (1, 2):
                 cluster, workers = start_cluster(nodes)
                 print(f"[scaling] exact at 4x on {nodes} one-CPU node(s)", flush=True)
@@ -220,4 +247,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["make-corpus"]:
+        make_corpus(sys.argv[2:])
+    else:
+        main()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from steps import token_cache
-from steps.token_cache import TokenSplit, read_ledger
+from steps.token_cache import RangeReadArray, TokenSplit, read_ledger
 from steps.tokenize import SPLITS, TokenizeConfig, tokenize
 
 try:
@@ -75,6 +75,18 @@ def assert_same_cache(url: str, local: str) -> None:
         assert (remote.num_docs, remote.num_tokens, remote.num_bytes) == (here.num_docs, here.num_tokens,
                                                                           here.num_bytes)
         assert np.array_equal(stream(remote), stream(here))
+        # a training window costs one ranged read of its own bytes, not the shard
+        assert all(isinstance(a, RangeReadArray) for a in remote.tokens)
+        reads, fs = [], remote.tokens[0].fs
+        assert all(array.fs is fs for array in remote.tokens)
+        real = fs.cat_file
+        fs.cat_file = lambda path, start=None, end=None, **kw: (reads.append(end - start),
+                                                                real(path, start=start, end=end, **kw))[1]
+        try:
+            assert np.array_equal(remote.window(5, 40), here.window(5, 40))
+        finally:
+            del fs.cat_file
+        assert sum(reads) == 40 * here.tokens[0].dtype.itemsize, reads
         for r, h in zip(remote.offsets + remote.doc_bytes, here.offsets + here.doc_bytes):
             assert np.array_equal(r, h)
 

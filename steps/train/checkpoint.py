@@ -19,6 +19,7 @@ process 0 commits. `restore` reads both layouts, into host arrays or straight in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -172,9 +173,10 @@ def _piece_reader(fs, directory: str, manifest: dict):
     if manifest.get("layout") == sharded_checkpoint.LAYOUT:
         return sharded_checkpoint.ShardReader(fs, directory, json.loads(fs.cat_file(f"{directory}/COMMITTED"))).read
     arrays = np.load(io.BytesIO(fs.cat_file(f"{directory}/arrays.npz")))
+    member = functools.lru_cache(maxsize=1)(lambda leaf: arrays[f"leaf_{leaf:05d}"])  # once per leaf, not per device
 
     def read(leaf: int, shape, dtype, index: tuple) -> np.ndarray:
-        value = arrays[f"leaf_{leaf:05d}"]
+        value = member(leaf)
         if value.shape != shape or value.dtype != dtype:
             raise CheckpointMismatch(f"{directory}: leaf {leaf} holds {value.shape} {value.dtype}, "
                                      f"state.json says {shape} {dtype}")

@@ -224,7 +224,9 @@ class CheckpointWriter:
     """Saves checkpoints, in a background thread when `background`: the state is copied to host
     memory first (the next step donates the device buffers), then the files are written while
     the following steps run. At most one save is in flight; its error surfaces at the next save
-    or at close(). A process killed mid-save leaves a torn checkpoint, which resume skips."""
+    or at close(). A process killed mid-save leaves a torn checkpoint, which resume skips.
+    With several processes each writes only its own shards, and `token` (the same in all of them)
+    marks this run's shards for process 0's commit."""
 
     def __init__(self, background: bool, token: str = ""):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint") if background else None

@@ -3,13 +3,14 @@
     uv run python scripts/bench/bench_data_scale.py [--base-docs 250000] [--sizes 1,4,16]
         [--nodes 3] [--storage local,s3] [--steps exact,fuzzy,tokenize] [--scaling]
 
-A cluster of `--nodes` one-CPU nodes is started on this machine (ray.cluster_utils.Cluster); the
-step runs in this process (its driver) and fans shards out to the nodes. Per step and size it
-prints: wall time, documents/s, peak RSS of the driver (this process) and of the largest Ray
-worker (sampled every 0.2 s), bytes shuffled, the CPU seconds of each node's workers, and the kept set's fingerprint
-(sha256 of the kept ids in order). On the 1x corpus an in-process run (no Ray) is the reference
-the cluster's fingerprint must equal. `--scaling` times exact dedup on the 4x corpus with one
-node and then with two. `--storage s3` runs against moto's S3 emulator in this process.
+A cluster of `--nodes` one-CPU nodes is started on this machine (ray.cluster_utils.Cluster); each
+measured step runs in a fresh driver process joined to it (as an experiment would) and fans shards
+out to the nodes. Per step and size it prints: wall time, documents/s, peak RSS of that driver
+process and of the largest Ray worker (sampled every 0.2 s), bytes shuffled, the CPU seconds of
+each node's workers, and the kept set's fingerprint (sha256 of the kept ids in order). On the 1x
+corpus an in-process run (a fresh process, no Ray) is the reference the cluster's fingerprint must
+equal. `--scaling` times exact dedup on the 4x corpus with one node and then with two.
+`--storage s3` runs against moto's S3 emulator started by this process.
 Print `uptime` next to the figures: on a shared machine they vary with the load.
 """
 
@@ -30,13 +31,13 @@ SCRATCH = REPO / "scratch" / "bench" / "scale"
 
 
 class PeakRss:
-    """Peak RSS of this process and of the largest `ray::` worker process, and the CPU seconds the
-    workers of each node (raylet) spent, sampled in a thread (no dashboard needed)."""
+    """Peak RSS of the step's driver process and of the largest `ray::` worker process, and the CPU
+    seconds the workers of each node (raylet) spent, sampled in a thread (no dashboard needed)."""
 
-    def __init__(self, interval: float = 0.2):
+    def __init__(self, driver_pid: int, interval: float = 0.2):
         import psutil
 
-        self.psutil, self.interval = psutil, interval
+        self.psutil, self.interval, self.driver_pid = psutil, interval, driver_pid
         self.driver = self.worker = 0
         self._cpu: dict[int, tuple[int, float]] = {}   # worker pid -> (raylet pid, cpu seconds in this step)
         self._baseline: dict[int, float] = {}          # cpu seconds a worker had spent before this step
@@ -46,9 +47,12 @@ class PeakRss:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        me = self.psutil.Process()
+        driver = self.psutil.Process(self.driver_pid)
         while not self._stop.is_set():   # the first pass records the workers already there
-            self.driver = max(self.driver, me.memory_info().rss)
+            try:
+                self.driver = max(self.driver, driver.memory_info().rss)
+            except self.psutil.Error:
+                pass   # the driver has just exited
             for p in self.psutil.process_iter(["name", "memory_info", "cpu_times", "ppid"]):
                 try:
                     if (p.info["name"] or "").startswith("ray::") and p.info["memory_info"] and self._ours(p):
@@ -159,22 +163,49 @@ def run_step(step: str, input_dir: str, output: str) -> dict:
                                    num_output_shards=8))
 
 
-def measure(step: str, input_dir: str, docs: int, output: str, label: str) -> dict:
+def measure(step: str, input_dir: str, docs: int, output: str, label: str, address: str = "",
+            storage_options: dict | None = None) -> dict:
+    """Run the step in a fresh driver process (as a user's experiment would), joined to the
+    cluster at `address` (none: in-process, no Ray), and sample that process and the workers."""
+    import json
+
     from executor.engine import location
 
     fs, path = location.url_to_fs(output)
     if fs.exists(path):  # a fresh run each time, not a resumed one
         fs.rm(path, recursive=True)
     start = time.perf_counter()
-    with PeakRss() as rss:
-        result = run_step(step, input_dir, output)
+    child = subprocess.Popen([sys.executable, __file__, "run-step", step, input_dir, output, address,
+                              json.dumps(storage_options or {})], stdout=subprocess.PIPE, text=True)
+    with PeakRss(child.pid) as rss:
+        stdout, _ = child.communicate()
     wall = time.perf_counter() - start
+    if child.returncode != 0:
+        raise SystemExit(f"{step} on {input_dir} failed (exit {child.returncode})")
+    result = json.loads(stdout.rsplit("RESULT ", 1)[1])
     row = {"label": label, "wall_s": round(wall, 1), "docs_per_s": round(docs / wall),
            "driver_rss_mb": rss.driver >> 20, "worker_rss_mb": rss.worker >> 20,
            "shuffled_mb": round(result.get("bytes_shuffled", 0) / 1e6, 1), "worker_cpu_s_by_node": rss.cpu_by_node(),
            "fingerprint": fingerprint(output) if step != "tokenize" else f"{result['train_tokens']} tokens"}
     print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return row
+
+
+def run_step_here(argv: list[str]) -> None:
+    """The driver process of one measured step."""
+    import json
+
+    step, input_dir, output, address, options = argv[0], argv[1], argv[2], argv[3], json.loads(argv[4])
+    if options:
+        from executor.engine import location
+
+        location.use_storage_options(output.split("/", 3)[0] + "//", options)
+    if address:
+        import ray
+
+        ray.init(address=address, log_to_driver=False)
+    result = run_step(step, input_dir, output)
+    print("RESULT " + json.dumps(result, default=str), flush=True)
 
 
 def main() -> None:
@@ -226,7 +257,8 @@ def main() -> None:
                 input_dir, docs = corpus_elsewhere(args.base_docs, size, roots[storage], options[storage])
                 for step in steps:
                     print(f"[{storage}] {step} at {size}x ({docs} docs) on {args.nodes} nodes", flush=True)
-                    row = measure(step, input_dir, docs, f"{roots[storage]}/out-{step}-{size}x", f"{size}x")
+                    row = measure(step, input_dir, docs, f"{roots[storage]}/out-{step}-{size}x", f"{size}x",
+                                  cluster.address, options[storage])
                     if size == 1 and step in references:
                         print(f"  equals the in-process reference: {row['fingerprint'] == references[step]}")
         if args.scaling:
@@ -236,7 +268,7 @@ def main() -> None:
             for nodes in (1, 2):
                 cluster, workers = start_cluster(nodes)
                 print(f"[scaling] exact at 4x on {nodes} one-CPU node(s)", flush=True)
-                measure("exact", input_dir, docs, f"{SCRATCH}/scaling-{nodes}", f"{nodes} node(s)")
+                measure("exact", input_dir, docs, f"{SCRATCH}/scaling-{nodes}", f"{nodes} node(s)", cluster.address)
                 ray.shutdown()
                 cluster.shutdown()
     finally:
@@ -249,5 +281,7 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["make-corpus"]:
         make_corpus(sys.argv[2:])
+    elif sys.argv[1:2] == ["run-step"]:
+        run_step_here(sys.argv[2:])
     else:
         main()

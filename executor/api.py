@@ -345,7 +345,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         from executor.engine.live import LiveReporter
 
         every = float(os.environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30)
-        reporter = LiveReporter(console=reporter.console, plan=plan_, still_running_every_s=every)
+        reporter = LiveReporter(console=reporter.console, plan=plan_, still_running_every_s=every,
+                                verbose_wait_s=reporter.verbose_wait_s, compact_above=reporter.compact_above,
+                                tally_every_s=reporter.tally_every_s)
     reporter = timeline = TimelineRecorder(reporter)  # lease waits, starts and ends for the run report
     make_runner, started_runner = _make_runner_factory(options, reporter, guard, prefix)
 

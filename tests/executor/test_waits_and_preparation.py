@@ -1,0 +1,137 @@
+"""Two execute paths no other test saw (both found by mutation testing, scripts/mutation.sh):
+
+- a step whose config cannot be resolved into real paths (its own validation refuses the real
+  output path) fails alone, recorded as "could not prepare the step", and the other steps run;
+- a step whose lease another runner holds is announced once ("running elsewhere … waiting"), then
+  the wait is reported as "no heartbeat for Ns", and the lease is taken over after the TTL;
+- a step forced with --force-run that another runner re-ran and committed after this run's plan
+  is not run a second time ("completed by another runner").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from executor import ExecutorStep, this_output_path
+from executor.cli import run
+from executor.core.record import Owner, State, Status, parse_status, status_key
+from executor.engine.report import ConsoleReporter
+from executor.engine.store.local import LocalStore, _generation
+
+
+@dataclass(frozen=True)
+class Picky:
+    output_path: Any
+
+    def __post_init__(self):  # passes on the placeholder, refuses the real path
+        if isinstance(self.output_path, str) and not self.output_path.endswith(".zarr"):
+            raise ValueError(f"output_path must end with .zarr, got {self.output_path!r}")
+
+
+@dataclass(frozen=True)
+class Plain:
+    output_path: Any
+
+
+def write_marker(config) -> dict:
+    Path(config.output_path, "done.txt").write_text("ok")
+    return {"ok": True}
+
+
+def execute(steps, prefix: Path, *args: str, reporter=None) -> int:
+    return run(steps, argv=["--prefix", str(prefix), "--runner", "inline", *args], main_file=__file__,
+               reporter=reporter)
+
+
+def status_of(prefix: Path, name: str) -> Status:
+    [path] = prefix.glob(f"{name}-*/.executor/status.json")
+    return parse_status(path.read_bytes(), str(path))
+
+
+def test_a_step_that_cannot_be_prepared_fails_alone(tmp_path):
+    steps = [ExecutorStep("picky", write_marker, Picky(this_output_path())),
+             ExecutorStep("plain", write_marker, Plain(this_output_path()))]
+    assert execute(steps, tmp_path) == 1
+    picky = status_of(tmp_path, "picky")
+    assert picky.state == State.FAILED
+    assert picky.error.startswith("could not prepare the step: ValueError: output_path must end with .zarr"), picky.error
+    assert status_of(tmp_path, "plain").state == State.SUCCESS
+    assert not list(tmp_path.glob("picky-*/done.txt")), "the step function must not have run"
+
+
+def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over(tmp_path, capsys):
+    step = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    assert execute([step], tmp_path, "--dry-run", "--json") == 0
+    [row] = json.loads(capsys.readouterr().out)["steps"]
+    rel = row["output_path"][len(str(tmp_path)) + 1:]
+    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
+    LocalStore(str(tmp_path)).create_if_absent(status_key(rel), Status(
+        State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(), started_at=time.time()).to_bytes())
+
+    reporter = ConsoleReporter(verbose_wait_s=0.5)
+    assert execute([step], tmp_path, "--lease-ttl", "3", "--heartbeat-interval", "1", reporter=reporter) == 0
+    out = capsys.readouterr().out
+    assert out.count("running elsewhere (elsewhere pid 4242); waiting") == 1, out
+    assert re.search(r"held: no heartbeat for \d+s of 3s before takeover", out), out
+    assert status_of(tmp_path, "held").state == State.SUCCESS
+    assert (Path(row["output_path"]) / "done.txt").read_text() == "ok"
+
+
+@dataclass(frozen=True)
+class Counted:
+    output_path: Any
+    calls_file: str
+
+
+def count_call(config: Counted) -> dict:
+    with open(config.calls_file, "a") as f:
+        f.write("call\n")
+    return {"ok": True}
+
+
+@dataclass(frozen=True)
+class Rewrites:
+    output_path: Any
+    prefix: str
+
+
+def commit_b_as_another_runner(config: Rewrites) -> dict:
+    """While this run goes on, "another runner" re-runs b and commits: a new SUCCESS of b whose
+    generation sorts *below* the one this run planned from (so `<=` instead of `==` is caught).
+    Does nothing unless b has succeeded before."""
+    store = LocalStore(config.prefix)
+    found = list(Path(config.prefix).glob("b-*/.executor/status.json"))
+    if not found:
+        return {"rewrote": False}
+    key = str(found[0].relative_to(config.prefix))
+    planned = store.read(key)
+    status = json.loads(planned.data)
+    if status["state"] != State.SUCCESS.value:
+        return {"rewrote": False}
+    for n in range(10_000):
+        data = json.dumps({**status, "seq": status["seq"] + 1, "written_at": status["written_at"] + n + 1},
+                          sort_keys=True, indent=1).encode()
+        if _generation(data) < planned.generation:
+            break
+    assert store.replace_if_generation(key, data, planned.generation) is not None
+    return {"rewrote": True}
+
+
+def test_a_forced_step_committed_meanwhile_by_another_runner_is_not_run_again(tmp_path, capsys):
+    prefix, calls = tmp_path / "prefix", tmp_path / "b-calls.txt"
+    steps = [ExecutorStep("a", commit_b_as_another_runner, Rewrites(this_output_path(), str(prefix))),
+             ExecutorStep("b", count_call, Counted(this_output_path(), str(calls)))]
+    assert execute(steps, prefix, "--max-concurrent", "1") == 0 and calls.read_text().count("call") == 1
+    capsys.readouterr()
+    # both forced, one at a time, in declaration order: a (which makes "another runner" commit b) first
+    assert execute(steps, prefix, "--force-run", "^(a|b)$", "--max-concurrent", "1") == 0
+    out = capsys.readouterr().out
+    [record] = prefix.glob("a-*/.executor/record.json")
+    assert json.loads(record.read_text())["result"] == {"rewrote": True}, "a did not run before b was decided"
+    assert calls.read_text().count("call") == 1, "b ran again although another runner had just re-run it"
+    assert "b (completed by another runner)" in out, out

@@ -157,7 +157,7 @@ class TrainConfig:
     # devices per host keeps token traffic inside a host and makes the data axis cross hosts.
     expert_axis_size: int | None = execution_only(None)
     expert_dispatch: str = execution_only("all_gather")  # how tokens reach experts: all_gather | all_to_all
-    # all_to_all buffer rows per destination = ceil(factor * local assignments / devices);
+    # all_to_all buffer rows per destination = ceil(factor * local assignments / expert-axis devices);
     # None never drops (results equal the single-device layer). Dropping changes results: hashed.
     expert_capacity_factor: float | None = None
     trackers: tuple[str, ...] = execution_only(())  # "wandb", "tensorboard": see steps/tracking.py

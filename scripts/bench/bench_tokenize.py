@@ -8,7 +8,8 @@ means something for real-world text, not only ASCII.
 
 Same input (the generated corpus as plain .jsonl shards), same tokenizer.json (trained once,
 outside the timing, on the same corpus), all documents in one split. Ours: JSONL -> token cache
-(.npy shards + ledger), in-process, `encode_batch_fast` using the tokenizer's own threads.
+(.npy shards + ledger), in-process on one core, or with `--ray N` its shards on a local Ray
+cluster of N CPUs (the default runner of an experiment; started before the timing).
 Anchor: `load_dataset("json")` + `.map(encode_batch_fast, batched=True, num_proc=2)`, into its
 Arrow cache. Token ids must be identical (each document's ids followed by EOS, in corpus order).
 """
@@ -117,6 +118,9 @@ def main() -> None:
     parser = corpus_parser(__doc__)
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--unicode", action="store_true")
+    parser.add_argument("--ray", type=int, default=0, metavar="N",
+                        help="run ours on an embedded local Ray cluster of N CPUs (what an experiment's default "
+                             "runner gives a step), started before the timing; 0: in-process, one core")
     args = parser.parse_args()
     import subprocess
 
@@ -132,6 +136,12 @@ def main() -> None:
     print(f"corpus: {truth['num_docs']} docs, {truth['num_bytes'] / 1e6:.1f} MB of text in {args.shards} .jsonl "
           f"shards; tokenizer {tokenizer_path} (vocab {args.vocab_size})")
     warm_imports()
+    if args.ray:
+        from executor.engine.runner import ray_env
+
+        ray_env.prepare_loopback_environment()
+        ray_env.start_embedded(args.ray, None, None)
+        print(f"ours runs its shards on a local Ray cluster of {args.ray} CPUs (datasets: num_proc=2)")
     SCRATCH.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-tokenize-", dir=SCRATCH)
     times: dict[str, float] = {}

@@ -73,12 +73,14 @@ def read_ledger(root: str | Path) -> dict:
     return ledger
 
 
-def load_array(path: str) -> np.ndarray:
-    """A .npy file: memory-mapped when local; read whole from an object store (offsets and byte
-    lengths: 16 bytes per document)."""
+def load_array(path: str, *, ranged: bool = False):
+    """A .npy file: memory-mapped when local; on an object store read by byte range when `ranged`
+    (token streams), else whole (offsets and byte lengths: 16 bytes per document)."""
     fs, target = location.url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         return np.load(target, mmap_mode="r")
+    if ranged:
+        return RangeReadArray(fs, target)
     return np.load(io.BytesIO(fs.cat_file(target)))
 
 
@@ -101,10 +103,6 @@ class RangeReadArray:
         if len(shape) != 1:
             raise ValueError(f"{path}: a token stream is 1-d, this array has shape {shape}")
         self.shape, self.dtype, self._data_start = shape, np.dtype(dtype), head.tell()
-
-    @property
-    def ndim(self) -> int:
-        return 1
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -131,14 +129,6 @@ class RangeReadArray:
             yield from self[lo:lo + chunk]
 
 
-def load_token_stream(path: str):
-    """A shard's token ids: memory-mapped when local, read by range on an object store."""
-    fs, target = location.url_to_fs(path)
-    if isinstance(fs, LocalFileSystem):
-        return np.load(target, mmap_mode="r")
-    return RangeReadArray(fs, target)
-
-
 @dataclass
 class TokenSplit:
     """One split of a token cache as a single random-access token stream (memory-mapped locally)."""
@@ -158,9 +148,9 @@ class TokenSplit:
         if split not in ledger["splits"]:
             raise KeyError(f"{root}: no split {split!r}; it has {sorted(ledger['splits'])}")
         shards = ledger["splits"][split]["shards"]
-        load = lambda n, kind: load_array(join(root, split, f"{n}.{kind}.npy"))  # noqa: E731
+        load = lambda n, kind, ranged=False: load_array(join(root, split, f"{n}.{kind}.npy"), ranged=ranged)  # noqa: E731
         return cls(root, split, ledger["vocab_size"], ledger["eos_id"],
-                   [load_token_stream(join(root, split, f"{s['name']}.tokens.npy")) for s in shards],
+                   [load(s["name"], "tokens", ranged=True) for s in shards],
                    [load(s["name"], "offsets") for s in shards],
                    [load(s["name"], "bytes") for s in shards])
 

@@ -158,13 +158,11 @@ class CanonicalEncoder:
                 if encode is None:
                     encode = _dataclass_encoders[t] = _compile_dataclass_encoder(t)
                 return encode(v, text)
-            # str/int/float items inline, as in the generated dataclass encoders: no call per item
-            if kind == _LIST:
-                return "[" + ",".join([_string(x) if (k := type(x)) is str else int.__repr__(x) if k is int
-                                       else _float(x) if k is float else text(x) for x in v]) + "]"
-            if kind == _TUPLE:
-                return '{"tuple":[' + ",".join([_string(x) if (k := type(x)) is str else int.__repr__(x) if k is int
-                                                else _float(x) if k is float else text(x) for x in v]) + "]}"
+            if kind == _LIST or kind == _TUPLE:
+                # str/int/float items inline, as in the generated dataclass encoders: no call per item
+                items = ",".join([_string(x) if (k := type(x)) is str else int.__repr__(x) if k is int
+                                  else _float(x) if k is float else text(x) for x in v])
+                return "[" + items + "]" if kind == _LIST else '{"tuple":[' + items + "]}"
             if kind == _DICT:  # a key that is not a str fails in _string (TypeError)
                 return '{"dict":{' + ",".join([_string(k) + ":" + text(v[k]) for k in sorted(v)]) + "}}"
         except (_Unencodable, TypeError):

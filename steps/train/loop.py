@@ -204,12 +204,17 @@ def _write_checkpoint(config: TrainConfig, out: str, step: int, host_state, hist
     # metrics first: rows past a checkpoint that never committed are dropped again on resume
     if primary:
         _write_metrics(out, history)
-    if isinstance(host_state, sharded_checkpoint.HostPieces):
-        checkpoint.save_sharded(out, step, host_state, token)
-    else:
-        checkpoint.save(out, step, host_state)
+    _save_host_copy(out, step, host_state, token)
     if primary:
         checkpoint.prune(out, config.keep_checkpoints, config.permanent_every, up_to_step=step)
+
+
+def _save_host_copy(out: str, step: int, host_state, token: str, subdir: str = "checkpoints") -> None:
+    """Write what _off_devices copied: this process's shards, or the whole state."""
+    if isinstance(host_state, sharded_checkpoint.HostPieces):
+        checkpoint.save_sharded(out, step, host_state, token, subdir=subdir)
+    else:
+        checkpoint.save(out, step, host_state, subdir=subdir)
 
 
 def _off_devices(state: dict):
@@ -245,11 +250,7 @@ class CheckpointWriter:
     def save_now(self, tree: dict, out: str, step: int, subdir: str) -> None:
         """Write `tree` as checkpoint `step` of `subdir` before returning (the final model export)."""
         self.wait()
-        host = _off_devices(tree)
-        if isinstance(host, sharded_checkpoint.HostPieces):
-            checkpoint.save_sharded(out, step, host, self.token, subdir=subdir)
-        else:
-            checkpoint.save(out, step, host, subdir=subdir)
+        _save_host_copy(out, step, _off_devices(tree), self.token, subdir)
 
     def wait(self) -> None:
         pending, self._pending = self._pending, None

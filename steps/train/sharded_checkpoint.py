@@ -119,7 +119,9 @@ def _await_manifests(fs, directory: str, num_processes: int, token: str, wait_s:
 
 def is_complete(fs, directory: str, marker: dict) -> tuple[bool, str]:
     """Every process file the marker lists is there with its recorded size (checksums: on read)."""
-    for name, expected in marker.get("files", {}).items():
+    if not marker.get("files"):
+        return False, "COMMITTED lists no shard files"
+    for name, expected in marker["files"].items():
         path = f"{directory}/shards/{name}.npz"
         try:
             size = fs.size(path)
@@ -127,7 +129,7 @@ def is_complete(fs, directory: str, marker: dict) -> tuple[bool, str]:
             return False, f"shards/{name}.npz is missing"
         if size != expected["bytes"]:
             return False, f"shards/{name}.npz has {size} bytes, COMMITTED says {expected['bytes']}"
-    return bool(marker.get("files")), "" if marker.get("files") else "COMMITTED lists no shard files"
+    return True, ""
 
 
 class ShardReader:

@@ -87,6 +87,10 @@ def assert_same_cache(url: str, local: str) -> None:
         finally:
             del fs.cat_file
         assert sum(reads) == 40 * here.tokens[0].dtype.itemsize, reads
+        # the rest of the array protocol eval and the unigram baseline use: whole, iterated, sliced
+        ranged, mapped = remote.tokens[0], here.tokens[0]
+        assert np.array_equal(np.asarray(ranged), mapped) and list(ranged) == mapped.tolist()
+        assert np.array_equal(ranged[3:9], mapped[3:9]) and len(ranged[9:3]) == 0 and ranged[-1] == mapped[-1]
         for r, h in zip(remote.offsets + remote.doc_bytes, here.offsets + here.doc_bytes):
             assert np.array_equal(r, h)
 

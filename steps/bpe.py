@@ -85,9 +85,15 @@ _SAFE_SPLIT = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])|(?<=[!-~]\n)(?=[!-~])")
 
 @functools.lru_cache(maxsize=1)
 def _python_pretoken_pattern() -> tuple[re.Pattern, dict[str, str]]:
-    """The ByteLevel pattern with explicit Unicode classes for Python's `re`."""
+    """The ByteLevel pattern with explicit Unicode classes for Python's `re`.
+
+    The classes hold characters of the Basic Multilingual Plane only: `re` tests a class of BMP
+    characters with one table lookup, but walks a list of ranges for each class that reaches
+    beyond it, which made every split four times slower, on ASCII text too. A letter or number
+    beyond the BMP is therefore "other" here; the per-character check finds that HF disagrees,
+    and texts holding one go through HF."""
     ranges: dict[str, list[list[int]]] = {"L": [], "N": [], "S": []}
-    for code in range(0x110000):
+    for code in range(0x10000):
         if 0xD800 <= code <= 0xDFFF:
             continue
         c = chr(code)
@@ -100,11 +106,25 @@ def _python_pretoken_pattern() -> tuple[re.Pattern, dict[str, str]]:
             spans[-1][1] = code
         else:
             spans.append([code, code])
-    classes = {k: "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
-                          for a, b in spans) for k, spans in ranges.items()}
+    classes = {k: _class_body(spans) for k, spans in ranges.items()}
     L, N, S = classes["L"], classes["N"], classes["S"]
     pattern = re.compile(f"'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+")
     return pattern, classes
+
+
+def _class_body(spans: Iterable[tuple[int, int] | list[int]]) -> str:
+    """The inside of a regex character class holding the code point ranges `spans` (inclusive)."""
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in spans)
+
+
+def _spans(chars: Iterable[str]) -> list[list[int]]:
+    spans: list[list[int]] = []
+    for code in sorted(map(ord, chars)):
+        if spans and spans[-1][1] == code - 1:
+            spans[-1][1] = code
+        else:
+            spans.append([code, code])
+    return spans
 
 
 def _windows(text: str, max_chars: int) -> list[tuple[int, int]]:
@@ -148,6 +168,9 @@ class BatchEncoder:
             self._pattern, _ = _python_pretoken_pattern()
         self._verified: set[str] = set()
         self._disagreeing: set[str] = set()
+        # regexes over the checked characters: one C-level scan tells whether a text holds a new one
+        self._unchecked_char = re.compile(r"[\s\S]")
+        self._disagreeing_char: re.Pattern | None = None
         self._cache: dict[str, list[int]] = {}
         self._max_cached = max_cached_pretokens
 
@@ -162,17 +185,27 @@ class BatchEncoder:
             return False
         return True
 
+    def _check_new_characters(self, text: str) -> None:
+        """Check each character of `text` not met before against HF's pre-tokenizer, once."""
+        if self._unchecked_char.search(text) is None:
+            return
+        for c in set(text) - self._verified - self._disagreeing:
+            (self._verified if self._agrees_with_hf(c) else self._disagreeing).add(c)
+        self._unchecked_char = re.compile(f"[^{_class_body(_spans(self._verified | self._disagreeing))}]")
+        if self._disagreeing:
+            self._disagreeing_char = re.compile(f"[{_class_body(_spans(self._disagreeing))}]")
+
     def _fast_path_applies(self, text: str) -> bool:
-        chars = set(text)
-        new = chars - self._verified
-        if new:
-            if new & self._disagreeing:
-                return False
-            for c in new:
-                (self._verified if self._agrees_with_hf(c) else self._disagreeing).add(c)
-            if new & self._disagreeing:
-                return False
+        self._check_new_characters(text)
+        if self._disagreeing_char is not None and self._disagreeing_char.search(text) is not None:
+            return False
         return not any(a in text for a in self._added)
+
+    def _fast_path_flags(self, texts: list[str]) -> list[bool]:
+        # the whole batch at once: most batches hold no character HF splits differently
+        if self._fast_path_applies("".join(texts)):
+            return [True] * len(texts)
+        return [self._fast_path_applies(t) for t in texts]
 
     def _encode_pieces(self, texts: list[str]) -> list[list[int]]:
         """Ids of texts that take the fast path: split in Python, BPE of each pre-token cached."""
@@ -192,7 +225,7 @@ class BatchEncoder:
         if self._pieces is None:
             return [e.ids for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
         out: list[list[int] | None] = [None] * len(texts)
-        fast = [self._fast_path_applies(t) for t in texts]
+        fast = self._fast_path_flags(texts)
         slow = [i for i, f in enumerate(fast) if not f]
         if slow:
             for i, e in zip(slow, self.tokenizer.encode_batch_fast([texts[i] for i in slow], add_special_tokens=False)):

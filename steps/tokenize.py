@@ -14,6 +14,7 @@ Input and output may be local paths or fsspec URLs (gs://, s3://).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass
@@ -181,6 +182,13 @@ class _SplitBuffer:
         return token_cache.write_shard(split_dir, name, tokens, offsets, np.asarray(self.doc_bytes, np.int64))
 
 
+@functools.lru_cache(maxsize=1)
+def _process_encoder(tokenizer_json: str) -> BatchEncoder:
+    """One encoder per process and tokenizer: a worker's pre-token cache and checked characters
+    stay warm from one shard to the next instead of starting cold on each."""
+    return BatchEncoder(tokenizer_json)
+
+
 def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
@@ -191,7 +199,7 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
     config = job.config
     tokenizer = Tokenizer.from_str(job.tokenizer_json)
     if config.fast_ascii_encoding:
-        encode = BatchEncoder(job.tokenizer_json, tokenizer=tokenizer).encode_batch
+        encode = _process_encoder(job.tokenizer_json).encode_batch
     else:
         def encode(texts: list[str]) -> list[list[int]]:
             return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]

@@ -57,6 +57,9 @@ def timed(label: str, into: dict):
 
 def warm_imports() -> None:
     """Import what our steps import lazily (ray, via map_shards) so that it is not timed."""
+    from executor.engine.runner.ray_env import prepare_loopback_environment
+
+    prepare_loopback_environment()  # before `import ray`, which reads some of these settings once
     import ray  # noqa: F401
 
 

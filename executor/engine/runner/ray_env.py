@@ -130,8 +130,9 @@ def start_embedded(num_cpus: int | None, object_store_memory: int | None,
     node can time out while its agents start (a raylet waits ~30 s for them); that is retried.
     """
     import ray
-    from ray._private import parameter
+    from ray._private import parameter, ray_constants
 
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # read at `import ray`, which may have come first
     agent_port, dashboard_port, metrics_port = free_ports(3)
     original = parameter.RayParams.__init__
     patch = "dashboard_agent_listen_port" in inspect.signature(original).parameters

@@ -172,3 +172,22 @@ def test_the_commit_waits_for_a_heartbeat_in_flight_by_default(store):
     threading.Timer(0.2, lease.lock.release).start()
     assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is True
     assert parse_status(store.read("k").data, "k").state == State.SUCCESS
+
+
+def test_a_status_reads_back_exactly_as_written_and_a_damaged_one_is_refused():
+    from dataclasses import fields
+
+    from executor.core.errors import StatusError
+
+    status = Status(State.SUCCESS, "d" * 64, "s-123", 7, 2, Owner("run", "host", 42, "me"), 1.5,
+                    started_at=1.0, error="e", traceback_tail="t", alias_of={"output_rel": "x"},
+                    function_sha256="f", content_sha256="c", inputs={"a": "b"})
+    assert {f.name for f in fields(Status) if getattr(status, f.name) == f.default} == {"schema"}  # all set
+    parsed = parse_status(status.to_bytes(), "k")
+    assert parsed == status and isinstance(parsed.state, State)
+    with pytest.raises(Exception):  # still frozen
+        parsed.seq = 8  # type: ignore[misc]
+    for damaged in (b'{"schema": 1, "state": "DONE"}', status.to_bytes()[:-20], b"[]",
+                    status.to_bytes().replace(b'"run_id"', b'"id"')):
+        with pytest.raises(StatusError, match="k: corrupt status file"):
+            parse_status(damaged, "k")

@@ -35,6 +35,8 @@ def step_ids(output: str) -> dict[str, str]:
     return {m.group(1): f"{m.group(1)}-{m.group(2)}" for m in re.finditer(r"▶ (hello/\w+) → \S+-([0-9a-f]{12})", output)}
 
 
+# s3 in the slow pass (30 s): the default suite proves the same on gs, and tiny_moe runs on S3 there
+@pytest.mark.parametrize("bucket", ["gs", pytest.param("s3", marks=pytest.mark.slow)], indirect=True)
 def test_hello_and_the_tools_on_a_bucket(bucket, capsys):
     runner = ["--runner", "inline"] if bucket.scheme == "gs" else []
     first = run_experiment("hello.py", bucket, *runner)

@@ -15,7 +15,9 @@ def backend(request, tmp_path):
     return make_backend(request.param, tmp_path, request)
 
 
-BOTH = pytest.mark.parametrize("backend", ["local", "s3"], indirect=True)
+# s3 in the slow pass: the same proof runs on local disk in the default suite, and test_sigterm_on_s3
+# keeps one ending on S3 there
+BOTH = pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.slow)], indirect=True)
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def test_sigkill_rounds_then_a_fresh_run_completes(backend_name, sidefx, tmp_pat
         "took over a stale lease" in (tmp_path / f"killed{i}.log").read_text() for i in (1, 2))
 
 
-@pytest.mark.parametrize("backend_name", ["local", "s3"])
+@pytest.mark.parametrize("backend_name", ["local", pytest.param("s3", marks=pytest.mark.slow)])
 def test_paused_holder_loses_its_lease_and_never_commits(backend_name, sidefx, tmp_path, request):
     backend = make_backend(backend_name, tmp_path, request)
     zombie = Runner(backend, sidefx, tmp_path / "zombie.log", "--steps", "1", sleep_s=2.5, ttl=TTL)

@@ -58,7 +58,7 @@ TARGETS = [
     Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py",)),
     Target("dedup", ("steps/dedup",), ("tests/steps/test_dedup_exact.py", "tests/steps/test_dedup_fuzzy.py",
                                         "tests/steps/test_dedup_bad_input.py"), 240.0),
-    Target("tokenize", ("steps/tokenize.py",), ("tests/steps/test_tokenize.py",), 240.0),
+    Target("tokenize", ("steps/tokenize.py", "steps/bpe.py"), ("tests/steps/test_tokenize.py",), 240.0),
     Target("train-state", ("steps/train/state.py",),
            ("tests/promises/test_router_bias.py", "tests/steps/test_train_optim.py")),
     Target("eval", ("steps/eval",), ("tests/steps/test_eval.py",), 240.0),

@@ -30,8 +30,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 DEFAULT_EOS = "<|endoftext|>"
 
 
-def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos_token: str = DEFAULT_EOS,
-                         min_frequency: int = 2) -> Tokenizer:
+def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos_token: str = DEFAULT_EOS, *,
+                         min_frequency: int) -> Tokenizer:
     """Train a byte-level BPE (GPT-2 style pre-tokenisation) with `eos_token` as its one special token."""
     if vocab_size < 257:
         raise ValueError(f"vocab_size={vocab_size}: a byte-level BPE needs at least 257 ids "

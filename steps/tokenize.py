@@ -121,7 +121,7 @@ def _tokenizer(config: TokenizeConfig, files: list[str], out: str) -> str:
         eos_id_of(tokenizer, config.eos_token, f"tokenizer_path {config.tokenizer_path!r}")
     else:
         tokenizer = train_byte_level_bpe(_training_texts(config, files), config.vocab_size,
-                                         config.eos_token, config.min_pair_frequency)
+                                         config.eos_token, min_frequency=config.min_pair_frequency)
         text = tokenizer.to_str()
     write_file_atomically(target, lambda f: f.write(text.encode("utf-8")))
     return text

@@ -85,7 +85,7 @@ def training_tokenizer(input_dir: str, vocab_size: int) -> str:
     path = Path(input_dir).parent / f"tokenizer-{Path(input_dir).name}-{vocab_size}.json"
     if not path.exists():
         texts = (d["text"] for f in list_document_files(input_dir) for d in read_documents(f))
-        train_byte_level_bpe(texts, vocab_size).save(str(path))
+        train_byte_level_bpe(texts, vocab_size, min_frequency=2).save(str(path))
     return str(path)
 
 

@@ -138,7 +138,7 @@ def test_empty_input_and_bad_config_are_clear_errors(tmp_path):
 
 TRICKY = ["", " ", "a", "  a", "a  ", "it's we'll they'd I'M 'S", "x  \t\n\n  y\r\n", "1234abc  99 zz",
           "!!! ?? ...hello---world", "tabs\tand\nnewlines\n\n\n", "don't'll've", "  'twas  ", "_under_score__",
-          "snake_case + 2*x == y; // c", "ends with spaces   ", "\n", "\t\t", "a\x0bb\x0cc",  # VT/FF: HF path
+          "snake_case + 2*x == y; // c", "ends with spaces   ", "\n", "\t\t", "a\x0bb\x0cc",  # VT/FF: spaces to both engines
           "café", "日本語 text", "<|endoftext|> inside", "emoji 🎭!"]
 
 
@@ -210,3 +210,49 @@ def test_a_huge_document_is_encoded_piece_by_piece_with_the_same_ids(one_shard, 
     ids = encoder.encode_batch(["short one", huge])
     assert isinstance(ids[1], np.ndarray)
     assert ids[1].tolist() == Tokenizer.from_str(text).encode(huge, add_special_tokens=False).ids
+
+
+def test_characters_met_batch_after_batch_are_each_checked(one_shard):
+    """The tokenize step encodes batch after batch with one encoder per worker: a character first
+    met in a later batch is checked then, whatever was checked before (here: tab, newline and two
+    neighbouring letters, then the separators U+001C-U+001F, which Python counts as spaces and HF
+    does not: texts holding them must not take the fast path)."""
+    from steps.bpe import BatchEncoder
+
+    out, _ = one_shard
+    text = Path(f"{out}/tokenizer.json").read_text()
+    reference = Tokenizer.from_str(text)
+    hf_split = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str
+    encoder = BatchEncoder(text)
+    separated = ["x \x1cy", "a\x1db", "\x1e\x1f z"]
+    texts = ["\t\nab yz"] + separated + _sample_of_unicode(np.random.default_rng(2), 300)
+    for t in texts:  # one text per batch
+        assert encoder.encode_batch([t])[0] == reference.encode(t, add_special_tokens=False).ids, repr(t)
+    assert not any(encoder._fast_path_applies(t) for t in separated)
+    fast = [t for t in texts if encoder._fast_path_applies(t)]
+    assert [[m.span() for m in encoder._pattern.finditer(t)] for t in fast] == \
+        [[span for _, span in hf_split(t)] for t in fast]
+
+
+def test_documents_are_encoded_in_batches_of_batch_docs(corpus_dir, one_shard, tmp_path, monkeypatch):
+    from steps import tokenize as tokenize_module
+
+    out1, _ = one_shard
+    batches: list[int] = []
+    encoder = tokenize_module._process_encoder(Path(f"{out1}/tokenizer.json").read_text())
+    encode = encoder.encode_batch
+    monkeypatch.setattr(encoder, "encode_batch", lambda texts: batches.append(len(texts)) or encode(texts))
+    out = str(tmp_path / "batched")
+    result = tokenize(TokenizeConfig(corpus_dir, out, tokenizer_path=f"{out1}/tokenizer.json", num_output_shards=1,
+                                     validation_fraction=0.1, batch_docs=7))
+    assert sum(batches) == result["documents"] and len(batches) > 3
+    assert set(batches[:-1]) == {7} and 1 <= batches[-1] <= 7, batches
+    for split in ("train", "validation"):
+        assert np.array_equal(stream(out, split), stream(out1, split))
+
+
+def test_training_a_tokenizer_prints_nothing(capfd):
+    from steps.bpe import train_byte_level_bpe
+
+    train_byte_level_bpe(["hello world, hello tokenizer"] * 200, 300, min_frequency=2)
+    assert capfd.readouterr() == ("", "")  # the step shows its own progress; HF's bar would garble logs

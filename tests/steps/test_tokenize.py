@@ -134,6 +134,11 @@ def test_empty_input_and_bad_config_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer_path"):
         (tmp_path / "in" / "a.jsonl").write_text('{"id": "1", "text": "x"}\n')
         tokenize(TokenizeConfig(str(tmp_path / "in"), str(tmp_path / "out2"), tokenizer_path=str(tmp_path / "no.json")))
+    from steps.bpe import train_byte_level_bpe
+
+    with pytest.raises(ValueError, match="vocab_size=256: a byte-level BPE needs at least 257 ids"):
+        train_byte_level_bpe(["x"], 256, min_frequency=2)
+    assert train_byte_level_bpe(["ab ab ab"], 257, min_frequency=2).get_vocab_size() == 257  # the least allowed
 
 
 TRICKY = ["", " ", "a", "  a", "a  ", "it's we'll they'd I'M 'S", "x  \t\n\n  y\r\n", "1234abc  99 zz",
@@ -256,3 +261,22 @@ def test_training_a_tokenizer_prints_nothing(capfd):
 
     train_byte_level_bpe(["hello world, hello tokenizer"] * 200, 300, min_frequency=2)
     assert capfd.readouterr() == ("", "")  # the step shows its own progress; HF's bar would garble logs
+
+
+def test_a_tokenizer_that_adds_special_tokens_is_encoded_without_them(one_shard):
+    """Documents are encoded without the tokenizer's post-processor (EOS is added by the step), on
+    the fast path and on HF's path alike."""
+    from steps.bpe import BatchEncoder
+
+    out, _ = one_shard
+    spec = json.loads(Path(f"{out}/tokenizer.json").read_text())
+    spec["post_processor"] = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                                                                        {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0],
+                                                                   "tokens": ["<|endoftext|>"]}}}
+    text = json.dumps(spec)
+    reference = Tokenizer.from_str(text)
+    texts = ["plain words here", "x \x1cy takes HF's path"]
+    assert reference.encode(texts[0]).ids[0] == 0  # the post-processor is live
+    assert BatchEncoder(text).encode_batch(texts) == [reference.encode(t, add_special_tokens=False).ids for t in texts]

@@ -44,7 +44,8 @@ class Target:
 
 TARGETS = [
     Target("identity", ("executor/core/canonical.py", "executor/core/identity.py"),
-           ("tests/executor/test_canonical.py", "tests/executor/test_identity.py")),
+           ("tests/executor/test_canonical.py", "tests/executor/test_identity.py",
+            "tests/executor/test_canonical_reference.py", "tests/executor/test_encodings.py")),
     Target("plan", ("executor/core/plan.py",),
            ("tests/executor/test_plan.py", "tests/promises/test_promises.py")),
     Target("lease", ("executor/engine/lease.py",),

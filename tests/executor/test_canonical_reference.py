@@ -98,3 +98,13 @@ def test_the_encoder_and_tree_fold_see_the_same_placeholders(config):
     found: list = []
     fold(config, lambda v, path: found.append(v) if hasattr(v, "sub") else v, lambda v, c, p: None)
     assert CanonicalEncoder(no_deps).config_text(config).count('"this_output"') == len(found)
+
+
+def test_a_shared_sub_config_holding_a_dependency_makes_every_step_that_uses_it_depend_on_it():
+    """The encoder memoises shared sub-configs, but never one holding a placeholder: each step
+    that holds it must register the dependency (and wait for it)."""
+    source = ExecutorStep("source", fn, Inner())
+    shared = (output_path_of(source), "x")
+    users = [ExecutorStep(f"user{i}", fn, Outer(a=shared)) for i in range(3)]
+    graph = build_graph(users)
+    assert [graph.nodes[graph.digest_of(u)].deps for u in users] == [(graph.digest_of(source),)] * 3

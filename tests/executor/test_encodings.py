@@ -199,6 +199,8 @@ def test_a_lone_surrogate_names_step_and_field():
         digest({"name": bad})
     with pytest.raises(ConfigEncodingError, match=r"step 's'.*code_version.*lone surrogate"):
         build_graph([ExecutorStep("s", fn, Outer(), code_version=bad)])
+    with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.files\['\{\}'\]`.*lone surrogate"):
+        digest({"files": frozenset({"ok.txt", bad})})  # inside a set, too
 
 
 def test_a_chain_deeper_than_the_recursion_limit_is_digested():

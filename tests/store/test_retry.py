@@ -204,3 +204,25 @@ def test_concurrent_writers_through_faults_count_exactly(store, store_location):
     assert state["count"] == threads * rounds
     assert state["last"] == {f"w{i}": rounds for i in range(threads)}
     assert sum(f.counts.after for _, f in stores) > 0
+
+
+def test_the_default_policy_is_the_readmes_eight_attempts_within_sixty_seconds():
+    """README: object-store calls are retried up to 8 attempts within 60 s per call."""
+    inner = Scripted(memory(), "read", ["before"] * 100)
+    store, _ = retrying(inner)
+    with pytest.raises(TransientStoreError, match=r"after 8 attempts.*policy: 8 attempts, 60s"):
+        store.read("k")
+    assert inner.calls == 8
+
+    class Hanging:  # each call hangs 14.84 s, then times out: four calls and their backoff pass 60 s
+        root = "memory://hanging"
+
+        def read(self, key):
+            time.now += 14.84
+            raise TransientStoreError("timed out")
+
+    time = FakeTime()
+    store = RetryingStore(Hanging(), RetryPolicy(), sleep=time.sleep, clock=time.clock, rng=random.Random(0))
+    with pytest.raises(TransientStoreError, match="still failing after 4 attempts"):
+        store.read("k")
+    assert 59 < time.now <= 60  # gave up at once rather than sleep past the budget

@@ -25,8 +25,10 @@ def one_step(cfg: ModelConfig) -> tuple[dict, dict, dict]:
 
 
 def test_aux_free_train_step_moves_the_bias_against_the_load():
-    cfg = dataclasses.replace(CFG, balance="aux_free", bias_update_rate=0.01)
+    from_a_flag = "".join(["aux_", "free"])  # built at run time, as a parsed flag or file is: not interned
+    cfg = dataclasses.replace(CFG, balance=from_a_flag, bias_update_rate=0.01)
     state, new_state, metrics = one_step(cfg)
+    assert new_state["step"] == state["step"] + 1 and new_state["step"].dtype == jnp.int32  # the state's step counter
     delta = np.asarray(new_state["router_bias"] - state["router_bias"])
     counts = np.asarray(metrics["expert_counts"])
     assert np.any(delta != 0), "the router bias did not move"

@@ -240,7 +240,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     """A function `(instance, text) -> canonical text` specialised to the dataclass `t`.
 
     Generated, as dataclasses generates __init__, because it runs once per step config and shared
-    sub-config: attribute reads and the str/int/float cases inline, one join, no loop.
+    sub-config: attribute reads and the str/int/float/None/bool cases inline, one join, no loop.
     """
     head, keys = _dataclass_layout(t)
     pieces = []
@@ -248,7 +248,8 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
         pieces.append(repr((head if i == 0 else "") + key))
         read = f"v.{name}" if name.isidentifier() else f"getattr(v, {name!r})"
         pieces.append(f"(S(x) if (k := type(x := {read})) is str else R(x) if k is int "
-                      f"else F(x) if k is float else text(x))")
+                      f"else F(x) if k is float else 'null' if x is None else 'true' if x is True "
+                      f"else 'false' if x is False else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
     namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float}

@@ -90,3 +90,17 @@ def test_lsh_pairs_share_a_band():
 def test_config_rejects_bad_threshold():
     with pytest.raises(ValueError, match="threshold"):
         FuzzyDedupConfig("in", "out", threshold=1.5)
+
+
+def test_buckets_up_to_small_bucket_propose_all_pairs_larger_ones_pairs_with_their_head():
+    from itertools import combinations
+
+    from steps.dedup.fuzzy import SMALL_BUCKET, bucket_pairs
+
+    small = np.arange(SMALL_BUCKET) * 3 + 100        # one bucket of exactly SMALL_BUCKET members
+    large = np.arange(SMALL_BUCKET + 1) * 5 + 1000   # one just over it
+    keys = np.r_[np.full(len(small), 7), np.full(len(large), 9), 11].astype(np.uint64)  # 11: alone, no pair
+    members = np.r_[small, large, 5000][::-1].copy()
+    keys = keys[::-1].copy()                          # input order does not matter
+    pairs = {tuple(p) for p in bucket_pairs(keys, members).tolist()}
+    assert pairs == set(combinations(small.tolist(), 2)) | {(int(large[0]), int(m)) for m in large[1:]}

@@ -106,3 +106,47 @@ def test_shipped_task_file_is_well_formed():
     assert len({it["answer"] for it in items}) > 1        # answers are not all in one position
     with pytest.raises(FileNotFoundError, match="known: .*shakespeare_completions"):
         load_task("nope")
+
+
+def test_each_choice_is_scored_by_its_tokens_given_all_that_precedes_them():
+    """score_rows sees, per (item, choice), the inputs ids[:-1] and targets ids[1:] of few-shot
+    prefix + context + choice (cut to seq_len + 1 from the left), masked to the choice's tokens:
+    a bigram cost table makes every input and target count."""
+    items = [{"context": "The sky is ", "choices": [" blue", " green", " a very long red"], "answer": 0},
+             {"context": "Grass, in spring, is ", "choices": [" green", " blue"], "answer": 0},
+             {"context": "x", "choices": [" y", " zz"], "answer": 1}]
+    encode = lambda text: list(text.encode())  # noqa: E731
+    table = np.random.default_rng(0).random((256, 256))
+    seen: list[np.ndarray] = []
+
+    def score_rows(inputs, targets, mask):
+        seen.append(nats := (table[inputs, targets] * mask).sum(-1))
+        return nats
+
+    seq_len = 24
+    result = score_task(items, encode, score_rows, seq_len=seq_len, num_fewshot=1)
+    expected, correct = [], 0
+    for i, item in enumerate(items):
+        shot = items[(i + 1) % len(items)]
+        prompt = encode(shot["context"] + shot["choices"][shot["answer"]] + "\n\n" + item["context"])
+        costs = []
+        for choice in item["choices"]:
+            ids = (prompt + encode(choice))[-(seq_len + 1):]
+            n = min(len(encode(choice)), len(ids) - 1)
+            costs.append(sum(table[ids[k], ids[k + 1]] for k in range(len(ids) - 1 - n, len(ids) - 1)))
+        expected += costs
+        correct += int(np.argmin(costs) == item["answer"])
+    np.testing.assert_allclose(np.concatenate(seen), expected, rtol=1e-12)
+    assert result["acc"] == correct / len(items)
+
+
+def test_a_task_whose_answer_is_not_an_index_of_its_choices_is_refused(tmp_path, monkeypatch):
+    import steps.eval.multiple_choice as mc
+
+    monkeypatch.setattr(mc, "TASKS_DIR", tmp_path)
+    for answer in (2, -1):
+        (tmp_path / "bad.jsonl").write_text(json.dumps({"context": "c", "choices": ["a", "b"], "answer": answer}) + "\n")
+        with pytest.raises(ValueError, match=rf"bad.jsonl:1: answer={answer} is not an index into"):
+            load_task("bad")
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"context": "c", "choices": ["a", "b"], "answer": 1}) + "\n")
+    assert load_task("bad")[0][0]["answer"] == 1

@@ -12,6 +12,7 @@ line and the value, or (with `on_bad_line="skip"`) a counted skip that the step 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import itertools
@@ -61,6 +62,8 @@ class ReadStats:
     bytes: int = 0
     skipped_lines: int = 0
     skip_examples: list[str] = field(default_factory=list)
+    numeric_ids: int = 0
+    """Documents whose integer id was turned into a string."""
 
     def skip(self, where: str, why: str) -> None:
         self.skipped_lines += 1
@@ -71,6 +74,7 @@ class ReadStats:
         self.documents += other.documents
         self.bytes += other.bytes
         self.skipped_lines += other.skipped_lines
+        self.numeric_ids += other.numeric_ids
         self.skip_examples.extend(other.skip_examples[: max(0, 5 - len(self.skip_examples))])
         return self
 
@@ -196,6 +200,7 @@ def _parse_line(line: bytes, where: str, on_bad_line: OnBadLine, stats: ReadStat
                             f"or set on_bad_line='skip' to count and skip bad lines")
     if not isinstance(doc["id"], str):
         doc["id"] = str(doc["id"])
+        stats.numeric_ids += 1
     stats.documents += 1
     stats.bytes += len(line)
     return doc
@@ -277,6 +282,14 @@ def read_shard(shard: DocumentShard, on_bad_line: OnBadLine = "error",
 def _read_byte_range(shard: DocumentShard, on_bad_line: OnBadLine, stats: ReadStats) -> Iterator[dict[str, Any]]:
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
+    for position, line in _byte_range_lines(shard):
+        doc = _parse_line(line, f"{shard.path}@byte{position}", on_bad_line, stats)
+        if doc is not None:
+            yield doc
+
+
+def _byte_range_lines(shard: DocumentShard) -> Iterator[tuple[int, bytes]]:
+    """(byte position, line) of the non-blank lines that start in [start, end) of an uncompressed file."""
     with location.open_file(shard.path, "rb") as f:
         position = shard.start
         if shard.start > 0:  # the line under way at `start` belongs to the previous shard
@@ -288,12 +301,31 @@ def _read_byte_range(shard: DocumentShard, on_bad_line: OnBadLine, stats: ReadSt
             line = f.readline()
             if not line:
                 break
-            where = f"{shard.path}@byte{position}"
-            position += len(line)
             if line.strip():
-                doc = _parse_line(line, where, on_bad_line, stats)
-                if doc is not None:
-                    yield doc
+                yield position, line
+            position += len(line)
+
+
+def read_shard_lines(shard: DocumentShard) -> Iterator[bytes]:
+    """The non-blank lines of a JSONL shard as stored (newline included); when every line is a valid
+    document, line i holds the i-th document `read_shard` yields. For copying documents unparsed."""
+    if shard.path.endswith(".parquet"):
+        raise ValueError(f"{shard.path}: a Parquet shard has no lines")
+    if not shard.whole_file:
+        return (line for _, line in _byte_range_lines(shard))
+    return _file_lines(shard.path)
+
+
+def _file_lines(path: str) -> Iterator[bytes]:
+    with open_binary_lines(path) as f:
+        yield from (line for line in f if line.strip())
+
+
+def parse_document(line: bytes, where: str) -> dict[str, Any]:
+    """The document on one JSONL line (see `read_documents`); `BadInputError` naming `where` if it is not one."""
+    doc = _parse_line(line, where, "error", ReadStats())
+    assert doc is not None  # "error" raises instead of skipping
+    return doc
 
 
 def _read_parquet(shard: DocumentShard, stats: ReadStats) -> Iterator[dict[str, Any]]:
@@ -335,31 +367,39 @@ def _document_problem(doc: Any) -> str | None:
     return None
 
 
+def dumps_document(doc: dict[str, Any]) -> bytes:
+    """One document as a JSONL line, without the newline (as `write_documents` writes it)."""
+    return _dumps(doc)
+
+
 def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -> int:
     """Write documents as JSONL (.zst/.gz by suffix) or Parquet (.parquet: `id`, `text` columns)
     atomically: a temporary name, then rename.
 
     Returns the number of documents written. A reader never sees a partly written file.
     """
+    with _atomic_file(path) as (raw, target):
+        if target.endswith(".parquet"):
+            return _write_parquet(raw, docs)
+        return _write_lines(raw, target, (_dumps(doc) for doc in docs), level)
+
+
+def write_json_lines(path: str, lines: Iterable[bytes], level: int = 3) -> int:
+    """Like `write_documents` for documents already serialised: one JSON object per item, no newline."""
+    with _atomic_file(path) as (raw, target):
+        return _write_lines(raw, target, lines, level)
+
+
+@contextlib.contextmanager
+def _atomic_file(path: str) -> Iterator[tuple[BinaryIO, str]]:
+    """(a new temporary file, the final path): renamed to the final path when the block succeeds."""
     fs, target = location.url_to_fs(path)
     parent = target.rsplit("/", 1)[0] if "/" in target else "."
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    count = 0
     try:
         with fs.open(tmp, "wb") as raw:
-            if target.endswith(".parquet"):
-                count = _write_parquet(raw, docs)
-            elif target.endswith(".zst"):
-                out: Any = zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False)
-            elif target.endswith(".gz"):
-                out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level)
-            else:
-                out = raw
-            if not target.endswith(".parquet"):
-                count = _write_lines(out, docs)
-                if out is not raw:
-                    out.close()
+            yield raw, target
         fs.mv(tmp, target)
     except BaseException:
         try:
@@ -367,21 +407,29 @@ def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -
         except (FileNotFoundError, OSError):
             pass
         raise
-    return count
 
 
-def _write_lines(out: Any, docs: Iterable[dict[str, Any]]) -> int:
+def _write_lines(raw: BinaryIO, target: str, lines: Iterable[bytes], level: int) -> int:
+    """Write lines (compressed by `target`'s suffix), 1024 at a time; returns how many."""
+    if target.endswith(".zst"):
+        out: Any = zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False)
+    elif target.endswith(".gz"):
+        out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level)
+    else:
+        out = raw
     count = 0
-    buffer: list[bytes] = []
-    for doc in docs:
-        buffer.append(_dumps(doc))
-        count += 1
-        if len(buffer) >= 1024:
-            out.write(b"\n".join(buffer) + b"\n")
-            buffer.clear()
-    if buffer:
-        out.write(b"\n".join(buffer) + b"\n")
+    for batch in _batched(lines, 1024):
+        out.write(b"\n".join(batch) + b"\n")
+        count += len(batch)
+    if out is not raw:
+        out.close()
     return count
+
+
+def _batched(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
 
 
 def _write_parquet(raw: Any, docs: Iterable[dict[str, Any]], rows_per_group: int = 8192) -> int:

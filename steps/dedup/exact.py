@@ -7,7 +7,9 @@
    hash are removed, the first occurrence in the global order (input files sorted by path, then
    line order) being canonical; removals are written partitioned by shard.
 3. paragraphs (optional, the same two stages over lines of surviving documents).
-4. write (one task per shard): sparse attributes and the kept documents (see output.py).
+4. write (one task per shard): sparse attributes and the kept documents (see output.py); when the
+   hash stage found every line of a JSONL shard a valid document, untouched documents are copied
+   byte for byte rather than parsed again.
 The driver holds one small dict per shard and per partition, never per document, and a worker
 holds one shard's or one partition's records: `partition_bytes` (execution-only) sizes the
 partitions. The kept set does not depend on the shard, partition or worker counts. Each task
@@ -26,7 +28,8 @@ import xxhash
 
 from executor.core.step import execution_only
 from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
-from steps.dedup.shuffle import choose_partitions, read_partition, remove_tree, run_stage, write_partitioned
+from steps.dedup.shuffle import (choose_partitions, nodes_per_stage, numpy_column, read_partition, remove_tree,
+                                 run_stage, string_column, write_partitioned)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
                              plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
 
@@ -81,7 +84,7 @@ def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray, indexes:
                    ids: list[str]) -> int:
     h1, h2 = _digests_to_columns(digests)
     columns = {"h1": h1, "h2": h2, "shard": np.full(len(h1), k, np.int32), "index": np.asarray(indexes, np.int64),
-               "line": np.asarray(lines, np.int32), "id": pa.array(ids, pa.string())}
+               "line": np.asarray(lines, np.int32), "id": ids}
     return write_partitioned(f"{plan.work}/{stage}", columns, (h1 % np.uint64(plan.num_partitions)).astype(np.int64),
                              plan.num_partitions, f"{k:06d}")
 
@@ -89,14 +92,24 @@ def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray, indexes:
 def _hash_documents(job: tuple[_Plan, int]) -> dict:
     plan, k = job
     stats = ReadStats()
-    digests, indexes, ids = bytearray(), [], []
+    digests, indexes, ids, text_bytes = bytearray(), [], [], 0
     digest = xxhash.xxh3_128_digest
     for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line, stats)):
-        digests += digest(doc["text"].encode("utf-8"))
+        text = doc["text"].encode("utf-8")
+        digests += digest(text)
+        text_bytes += len(text)
         indexes.append(index)
         ids.append(doc["id"])
     shuffled = _write_records(plan, "hash", k, digests, indexes, [0] * len(ids), ids) if plan.config.documents else 0
-    return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled}
+    return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes}
+
+
+def _text_bytes_if_clean(hashed: dict) -> int | None:
+    """The shard's text bytes when every line was a document with a string id (its lines may be
+    copied as they are), else None. None too for a marker from before `text_bytes` was recorded."""
+    stats = hashed["stats"]
+    clean = stats["skipped_lines"] == 0 and stats.get("numeric_ids", 1) == 0
+    return hashed.get("text_bytes") if clean else None
 
 
 def _reduce(job: tuple[_Plan, str, int]) -> dict:
@@ -105,16 +118,15 @@ def _reduce(job: tuple[_Plan, str, int]) -> dict:
     table = read_partition(f"{plan.work}/{stage}", p, HASH_SCHEMA)
     if table.num_rows == 0:
         return {"removed": 0, "bytes_shuffled": 0}
-    col = lambda name: table.column(name).to_numpy()  # noqa: E731
-    h1, h2, shard, index, line = col("h1"), col("h2"), col("shard"), col("index"), col("line")
+    h1, h2, shard, index, line = (numpy_column(table, name) for name in ("h1", "h2", "shard", "index", "line"))
     order = np.lexsort((line, index, shard, h2, h1))
     h1, h2 = h1[order], h2[order]
     first = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
     canonical_row = order[np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))]
     removed_rows, canonical_rows = order[~first], canonical_row[~first]
-    ids = table.column("id")
-    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": ids.take(pa.array(removed_rows)),
-               "duplicate_of": ids.take(pa.array(canonical_rows))}
+    ids = string_column(table, "id")
+    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": [ids[i] for i in removed_rows.tolist()],
+               "duplicate_of": [ids[i] for i in canonical_rows.tolist()]}
     shuffled = write_partitioned(f"{plan.work}/{stage}-removals", columns, shard[removed_rows].astype(np.int64),
                                  len(plan.shards), f"{p:05d}")
     return {"removed": int(len(removed_rows)), "bytes_shuffled": shuffled}
@@ -124,10 +136,15 @@ def _removals(plan: _Plan, stage: str, k: int) -> pa.Table:
     return read_partition(f"{plan.work}/{stage}-removals", k, REMOVAL_SCHEMA)
 
 
+def _removal_columns(removals: pa.Table, names: tuple[str, ...]) -> list[list]:
+    return [string_column(removals, n) if removals.schema.field(n).type == pa.string()
+            else numpy_column(removals, n).tolist() for n in names]
+
+
 def _hash_paragraphs(job: tuple[_Plan, int]) -> dict:
     """Line records of the documents of shard k that survive document dedup."""
     plan, k = job
-    removed = set(_removals(plan, "hash", k).column("index").to_pylist())
+    removed = set(numpy_column(_removals(plan, "hash", k), "index").tolist())
     digests, indexes, lines, ids = bytearray(), [], [], []
     digest, min_chars = xxhash.xxh3_128_digest, plan.config.min_paragraph_chars
     for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line)):
@@ -152,21 +169,21 @@ def _line_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _write_shard(job: tuple[_Plan, int, str]) -> dict:
-    plan, k, name = job
+def _write_shard(job: tuple[_Plan, int, str, int | None]) -> dict:
+    plan, k, name, text_bytes_in = job
     config = plan.config
     attributes: dict[int, dict[str, Any]] = {}
     if config.documents:
         removals = _removals(plan, "hash", k)
-        for index, doc_id, canonical in zip(*(removals.column(c).to_pylist() for c in ("index", "id", "duplicate_of"))):
+        for index, doc_id, canonical in zip(*_removal_columns(removals, ("index", "id", "duplicate_of"))):
             attributes[index] = {"index": index, "id": doc_id, "duplicate_of": canonical, "reason": "exact_document"}
     removed_paragraphs = 0
     if config.paragraphs:
         lines_by_doc: dict[int, list[tuple[int, str]]] = {}
         removals = _removals(plan, "paragraphs", k)
         doc_ids = {}
-        for index, line, doc_id, canonical in zip(*(removals.column(c).to_pylist()
-                                                    for c in ("index", "line", "id", "duplicate_of"))):
+        for index, line, doc_id, canonical in zip(*_removal_columns(removals, ("index", "line", "id",
+                                                                               "duplicate_of"))):
             lines_by_doc.setdefault(index, []).append((line, canonical))
             doc_ids[index] = doc_id
         if lines_by_doc:
@@ -179,7 +196,7 @@ def _write_shard(job: tuple[_Plan, int, str]) -> dict:
                                          "reason": "exact_paragraph"}
     ordered = [attributes[i] for i in sorted(attributes)]
     result = write_dedup_shard(ShardWrite(plan.shards[k], config.output_path, name, ordered, config.on_bad_line,
-                                          config.output_format))
+                                          config.output_format, text_bytes_in))
     return {**result, "duplicate_documents": sum("duplicate_of" in a for a in ordered),
             "duplicate_paragraphs": removed_paragraphs}
 
@@ -196,25 +213,29 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     part_keys = [f"{p:05d}" for p in parts]
     cpus = config.num_cpus_per_shard
 
-    stages = []
-    hashed = run_stage(work, "hash", _hash_documents, [(plan, k) for k in range(len(shards))], keys,
-                       "exact-dedup: hash", cpus)
+    stages: dict[str, list[dict]] = {}
+    hashed = stages["hash"] = run_stage(work, "hash", _hash_documents, [(plan, k) for k in range(len(shards))],
+                                        keys, "exact-dedup: hash", cpus)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
-    stages.append(hashed)
     if config.documents:
-        stages.append(run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
-                                "exact-dedup: reduce", cpus))
+        stages["reduce"] = run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
+                                     "exact-dedup: reduce", cpus)
     if config.paragraphs:
-        stages.append(run_stage(work, "paragraph-hash", _hash_paragraphs, [(plan, k) for k in range(len(shards))],
-                                keys, "exact-dedup: hash lines", cpus))
-        stages.append(run_stage(work, "paragraph-reduce", _reduce, [(plan, "paragraphs", p) for p in parts],
-                                part_keys, "exact-dedup: reduce lines", cpus))
-    written = run_stage(work, "write", _write_shard, [(plan, k, names[k]) for k in range(len(shards))], keys,
-                        "exact-dedup: write", cpus)
-    shuffled = sum(x.get("bytes_shuffled", 0) for stage in stages for x in stage)
+        stages["paragraph-hash"] = run_stage(work, "paragraph-hash", _hash_paragraphs,
+                                             [(plan, k) for k in range(len(shards))], keys,
+                                             "exact-dedup: hash lines", cpus)
+        stages["paragraph-reduce"] = run_stage(work, "paragraph-reduce", _reduce,
+                                               [(plan, "paragraphs", p) for p in parts], part_keys,
+                                               "exact-dedup: reduce lines", cpus)
+    written = stages["write"] = run_stage(
+        work, "write", _write_shard,
+        [(plan, k, names[k], _text_bytes_if_clean(hashed[k])) for k in range(len(shards))], keys,
+        "exact-dedup: write", cpus)
+    shuffled = sum(x.get("bytes_shuffled", 0) for stage in stages.values() for x in stage)
     remove_tree(f"{config.output_path.rstrip('/')}/.work")
     return {**written_counts(stats, written, shards),
             "duplicate_documents": sum(w["duplicate_documents"] for w in written),
             "duplicate_paragraphs": sum(w["duplicate_paragraphs"] for w in written),
             "partitions": plan.num_partitions, "bytes_shuffled": int(shuffled),
-            "tasks_resumed": sum(bool(x["resumed"]) for stage in stages + [written] for x in stage)}
+            "tasks_resumed": sum(bool(x["resumed"]) for stage in stages.values() for x in stage),
+            "nodes_per_stage": nodes_per_stage(stages)}

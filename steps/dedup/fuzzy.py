@@ -20,6 +20,7 @@ The result does not depend on shard, partition or worker counts.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -30,7 +31,8 @@ import pyarrow as pa
 from executor.core.step import execution_only
 from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
 from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
-from steps.dedup.shuffle import choose_partitions, read_partition, remove_tree, run_stage, write_partitioned
+from steps.dedup.shuffle import (choose_partitions, list_column, nodes_per_stage, numpy_column, read_partition,
+                                 remove_tree, run_stage, string_column, write_partitioned)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
                              plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
 
@@ -202,8 +204,8 @@ def _send_pairs(plan: _Plan, stage: str, pairs: np.ndarray, name: str) -> int:
 def _lsh(job: tuple[_Plan, int]) -> dict:
     plan, p = job
     table = read_partition(f"{plan.work}/keys", p, KEY_SCHEMA)
-    shard, index = table.column("shard").to_numpy(), table.column("index").to_numpy()
-    pairs = bucket_pairs(table.column("key").to_numpy(), plan.starts[shard] + index)
+    shard, index = numpy_column(table, "shard"), numpy_column(table, "index")
+    pairs = bucket_pairs(numpy_column(table, "key"), plan.starts[shard] + index)
     return {"bytes_shuffled": _send_pairs(plan, "candidates", pairs, f"{p:05d}")}
 
 
@@ -214,7 +216,7 @@ def _shingles(job: tuple[_Plan, str, int]) -> dict:
     if requests.num_rows == 0:
         return {"bytes_shuffled": 0}
     wanted: dict[int, list[int]] = {}
-    for index, target in zip(requests.column("index").to_pylist(), requests.column("target").to_pylist()):
+    for index, target in zip(numpy_column(requests, "index").tolist(), numpy_column(requests, "target").tolist()):
         wanted.setdefault(index, []).append(target)
     gids, ids, shingles, targets = [], [], [], []
     for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line)):
@@ -225,8 +227,7 @@ def _shingles(job: tuple[_Plan, str, int]) -> dict:
                 ids.append(doc["id"])
                 shingles.append(sorted_unique)
                 targets.append(target)
-    columns = {"gid": np.asarray(gids, np.int64), "id": pa.array(ids, pa.string()),
-               "shingles": pa.array(shingles, pa.list_(pa.uint64()))}
+    columns = {"gid": np.asarray(gids, np.int64), "id": ids, "shingles": shingles}
     return {"bytes_shuffled": write_partitioned(f"{plan.work}/{stage}/shingles", columns,
                                                 np.asarray(targets, np.int64), plan.num_partitions, f"{k:06d}")}
 
@@ -235,11 +236,11 @@ def _pairs_with_similarity(plan: _Plan, stage: str, q: int) -> tuple[np.ndarray,
     pairs = read_partition(f"{plan.work}/{stage}/pairs", q, PAIR_SCHEMA)
     if pairs.num_rows == 0:
         return np.zeros((0, 2), np.int64), np.zeros(0), {}
-    unique = np.unique(np.stack([pairs.column("a").to_numpy(), pairs.column("b").to_numpy()], axis=1), axis=0)
+    unique = np.unique(np.stack([numpy_column(pairs, "a"), numpy_column(pairs, "b")], axis=1), axis=0)
     found = read_partition(f"{plan.work}/{stage}/shingles", q, SHINGLE_SCHEMA)
-    sets = {g: np.asarray(s, np.uint64) for g, s in zip(found.column("gid").to_pylist(),
-                                                       found.column("shingles").to_numpy(zero_copy_only=False))}
-    ids = dict(zip(found.column("gid").to_pylist(), found.column("id").to_pylist()))
+    gids = numpy_column(found, "gid").tolist()
+    sets = dict(zip(gids, list_column(found, "shingles")))
+    ids = dict(zip(gids, string_column(found, "id")))
     similarity = np.array([jaccard(sets[a], sets[b]) for a, b in unique.tolist()])
     return unique, similarity, ids
 
@@ -262,7 +263,7 @@ def _propagate(job: tuple[_Plan, int, int]) -> dict:
     and the labels its neighbours sent. Nodes whose label dropped send it to their neighbours."""
     plan, r, p = job
     edges = read_partition(f"{plan.work}/edges", p, EDGE_SCHEMA)
-    u, v = edges.column("u").to_numpy(), edges.column("v").to_numpy()
+    u, v = numpy_column(edges, "u"), numpy_column(edges, "v")
     if r == 0:
         nodes = np.unique(u)
         old = nodes.copy()
@@ -270,12 +271,12 @@ def _propagate(job: tuple[_Plan, int, int]) -> dict:
         changed_nodes = nodes
     else:
         labels = read_partition(f"{plan.work}/labels-{r - 1:05d}", p, LABEL_SCHEMA)
-        nodes, old = labels.column("node").to_numpy(), labels.column("label").to_numpy()
+        nodes, old = numpy_column(labels, "node"), numpy_column(labels, "label")
         messages = read_partition(f"{plan.work}/messages-{r - 1:05d}", p, LABEL_SCHEMA)
         new = old.copy()
         if messages.num_rows:
-            at = np.searchsorted(nodes, messages.column("node").to_numpy())
-            np.minimum.at(new, at, messages.column("label").to_numpy())
+            at = np.searchsorted(nodes, numpy_column(messages, "node"))
+            np.minimum.at(new, at, numpy_column(messages, "label"))
         changed_nodes = nodes[new < old]
     shuffled = write_partitioned(f"{plan.work}/labels-{r:05d}", {"node": nodes, "label": new},
                                  np.full(len(nodes), p, np.int64) if len(nodes) else np.zeros(0, np.int64),
@@ -291,7 +292,7 @@ def _root_pairs(job: tuple[_Plan, int, int]) -> dict:
     """(canonical, member) pairs of the final labels of partition p, sent for verification."""
     plan, r, p = job
     labels = read_partition(f"{plan.work}/labels-{r:05d}", p, LABEL_SCHEMA)
-    node, label = labels.column("node").to_numpy(), labels.column("label").to_numpy()
+    node, label = numpy_column(labels, "node"), numpy_column(labels, "label")
     members = node != label
     pairs = np.stack([label[members], node[members]], axis=1)
     return {"members": int(members.sum()), "bytes_shuffled": _send_pairs(plan, "check", pairs, f"{p:05d}")}
@@ -304,9 +305,8 @@ def _check(job: tuple[_Plan, int]) -> dict:
     keep = similarity >= plan.config.threshold if len(pairs) else np.zeros(0, bool)
     canonical, member = pairs[keep, 0], pairs[keep, 1]
     shard = plan.shard_of(member)
-    columns = {"index": member - plan.starts[shard], "id": pa.array([ids[g] for g in member.tolist()], pa.string()),
-               "duplicate_of": pa.array([ids[g] for g in canonical.tolist()], pa.string()),
-               "jaccard": similarity[keep]}
+    columns = {"index": member - plan.starts[shard], "id": [ids[g] for g in member.tolist()],
+               "duplicate_of": [ids[g] for g in canonical.tolist()], "jaccard": similarity[keep]}
     shuffled = write_partitioned(f"{plan.work}/removals", columns, shard, len(plan.shards), f"{q:05d}")
     return {"removed": int(keep.sum()), "rejected": int((~keep).sum()), "bytes_shuffled": shuffled}
 
@@ -314,10 +314,11 @@ def _check(job: tuple[_Plan, int]) -> dict:
 def _write_shard(job: tuple[_Plan, int, str]) -> dict:
     plan, k = job
     name = shard_names(plan.shards)[k]
-    removals = read_partition(f"{plan.work}/removals", k, REMOVAL_SCHEMA).sort_by("index")
-    attributes = [{"index": i, "id": doc_id, "duplicate_of": c, "reason": "fuzzy_document", "jaccard": round(j, 4)}
-                  for i, doc_id, c, j in zip(*(removals.column(n).to_pylist()
-                                               for n in ("index", "id", "duplicate_of", "jaccard")))]
+    removals = read_partition(f"{plan.work}/removals", k, REMOVAL_SCHEMA)
+    index, jaccard = numpy_column(removals, "index"), numpy_column(removals, "jaccard")
+    doc_ids, canonical = string_column(removals, "id"), string_column(removals, "duplicate_of")
+    attributes = [{"index": int(index[r]), "id": doc_ids[r], "duplicate_of": canonical[r], "reason": "fuzzy_document",
+                   "jaccard": round(float(jaccard[r]), 4)} for r in np.argsort(index, kind="stable").tolist()]
     return write_dedup_shard(ShardWrite(plan.shards[k], plan.config.output_path, name, attributes,
                                         plan.config.on_bad_line, plan.config.output_format))
 
@@ -334,32 +335,37 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     part_keys = [f"{p:05d}" for p in parts]
     cpus = config.num_cpus_per_shard
 
+    ran: dict[str, list[dict]] = {}  # the results of every stage, component rounds together
+
     def per_shard(stage: str, fn, *extra) -> list[dict]:
-        return run_stage(work, stage, fn, [(plan, *extra, k) for k in range(len(shards))], shard_keys,
-                         f"fuzzy-dedup: {stage}", cpus)
+        results = run_stage(work, stage, fn, [(plan, *extra, k) for k in range(len(shards))], shard_keys,
+                            f"fuzzy-dedup: {stage}", cpus)
+        ran.setdefault(re.sub(r"-\d+$", "", stage), []).extend(results)
+        return results
 
     def per_partition(stage: str, fn, *extra) -> list[dict]:
-        return run_stage(work, stage, fn, [(plan, *extra, p) for p in parts], part_keys, f"fuzzy-dedup: {stage}", cpus)
+        results = run_stage(work, stage, fn, [(plan, *extra, p) for p in parts], part_keys,
+                            f"fuzzy-dedup: {stage}", cpus)
+        ran.setdefault(re.sub(r"-\d+$", "", stage), []).extend(results)
+        return results
 
     hashed = per_shard("minhash", _minhash)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
     plan.starts = np.cumsum([0] + [h["documents"] for h in hashed]).astype(np.int64)
-    stages = [hashed, per_partition("lsh", _lsh), per_shard("candidate-shingles", _shingles, "candidates")]
+    per_partition("lsh", _lsh)
+    per_shard("candidate-shingles", _shingles, "candidates")
     verified = per_partition("verify", _verify)
-    stages.append(verified)
     rounds = 0
     while True:
         propagated = per_partition(f"components-{rounds:05d}", _propagate, rounds)
-        stages.append(propagated)
         if rounds > 0 and sum(x["changed"] for x in propagated) == 0:
             break
         rounds += 1
         if rounds > MAX_ROUNDS:
             raise RuntimeError(f"fuzzy-dedup: connected components did not converge in {MAX_ROUNDS} rounds")
-    roots = per_partition("root-pairs", _root_pairs, rounds)
-    stages += [roots, per_shard("check-shingles", _shingles, "check")]
+    per_partition("root-pairs", _root_pairs, rounds)
+    per_shard("check-shingles", _shingles, "check")
     checked = per_partition("check", _check)
-    stages.append(checked)
     written = per_shard("write", _write_shard)
     remove_tree(f"{config.output_path.rstrip('/')}/.work")
     return {
@@ -372,6 +378,7 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
         "documents_without_words": sum(h["without_words"] for h in hashed),
         "partitions": plan.num_partitions,
         "component_rounds": rounds + 1,
-        "bytes_shuffled": int(sum(x["bytes_shuffled"] for stage in stages for x in stage)),
-        "tasks_resumed": sum(bool(x["resumed"]) for stage in stages + [written] for x in stage),
+        "bytes_shuffled": int(sum(x.get("bytes_shuffled", 0) for stage in ran.values() for x in stage)),
+        "tasks_resumed": sum(bool(x["resumed"]) for stage in ran.values() for x in stage),
+        "nodes_per_stage": nodes_per_stage(ran),
     }

@@ -2,7 +2,8 @@
 
 Layout of a dedup step's output directory:
 
-    docs/<shard>.jsonl.zst         kept documents, in input order (.parquet with output_format="parquet")
+    docs/<shard>.jsonl.zst         kept documents, in input order (.parquet with output_format="parquet");
+                                   lines copied as they were when the step passes `text_bytes_in`
     attributes/<shard>.jsonl.zst   what was removed and why (see attributes.py)
     shards/<shard>.json            commit marker with the shard's counts, written last
 
@@ -15,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from steps.dedup.attributes import filter_documents
-from steps.documents import (DocumentShard, OnBadLine, ReadStats, read_json, read_shard, write_documents,
-                             write_json_atomically)
+from steps.dedup.attributes import apply_attribute, filter_documents
+from steps.documents import (DocumentShard, OnBadLine, ReadStats, dumps_document, parse_document, read_json,
+                             read_shard, read_shard_lines, write_documents, write_json_atomically, write_json_lines)
 
 OUTPUT_FORMATS = ("jsonl.zst", "parquet")
 
@@ -37,10 +38,19 @@ class ShardWrite:
     attributes: list[dict[str, Any]] = field(default_factory=list)
     on_bad_line: OnBadLine = "error"
     output_format: str = "jsonl.zst"
+    text_bytes_in: int | None = None
+    """The UTF-8 bytes of the shard's texts, from an earlier pass that found every line a valid
+    document with a string id; with it, a JSONL shard's untouched documents are copied byte for
+    byte instead of parsed and written again."""
 
     @property
     def marker(self) -> str:
         return f"{self.output_path}/shards/{self.name}.json"
+
+    @property
+    def copies_lines(self) -> bool:
+        return (self.text_bytes_in is not None and not self.shard.path.endswith(".parquet")
+                and self.output_format == "jsonl.zst")
 
 
 def write_dedup_shard(job: ShardWrite) -> dict[str, Any]:
@@ -49,6 +59,18 @@ def write_dedup_shard(job: ShardWrite) -> dict[str, Any]:
     if committed is not None:
         return {**committed, "resumed": True}
     write_documents(f"{job.output_path}/attributes/{job.name}.jsonl.zst", job.attributes)
+    docs_path = f"{job.output_path}/docs/{job.name}.{job.output_format}"
+    if job.copies_lines:
+        docs_out, out_bytes = _copy_kept_lines(job, docs_path)
+    else:
+        docs_out, out_bytes = _rewrite_kept_documents(job, docs_path)
+    result = {"shard": job.name, "documents_out": docs_out, "text_bytes_out": out_bytes}
+    write_json_atomically(job.marker, {"schema": 1, **result})
+    return {**result, "resumed": False}
+
+
+def _rewrite_kept_documents(job: ShardWrite, docs_path: str) -> tuple[int, int]:
+    """Parse every document, apply attributes, write what is kept: (documents, text bytes) written."""
     stats = ReadStats()
     out_bytes = 0
 
@@ -58,10 +80,30 @@ def write_dedup_shard(job: ShardWrite) -> dict[str, Any]:
             out_bytes += len(doc["text"].encode("utf-8"))
             yield doc
 
-    docs_out = write_documents(f"{job.output_path}/docs/{job.name}.{job.output_format}", kept_docs())
-    result = {"shard": job.name, "documents_out": docs_out, "text_bytes_out": out_bytes}
-    write_json_atomically(job.marker, {"schema": 1, **result})
-    return {**result, "resumed": False}
+    return write_documents(docs_path, kept_docs()), out_bytes
+
+
+def _copy_kept_lines(job: ShardWrite, docs_path: str) -> tuple[int, int]:
+    """Copy the lines of untouched documents as they are; parse only those with an attribute."""
+    assert job.text_bytes_in is not None
+    by_index = {a["index"]: a for a in job.attributes}
+    removed_bytes = 0
+
+    def kept_lines():
+        nonlocal removed_bytes
+        for index, line in enumerate(read_shard_lines(job.shard)):
+            attribute = by_index.get(index)
+            if attribute is None:
+                yield line.rstrip(b"\r\n")
+                continue
+            doc = parse_document(line, f"{job.shard.path} document {index}")
+            kept = apply_attribute(doc, attribute)
+            removed_bytes += len(doc["text"].encode("utf-8")) - (len(kept["text"].encode("utf-8")) if kept else 0)
+            if kept is not None:
+                yield dumps_document(kept)
+
+    docs_out = write_json_lines(docs_path, kept_lines())
+    return docs_out, job.text_bytes_in - removed_bytes
 
 
 def written_counts(stats: ReadStats, written: list[dict[str, Any]], files: list) -> dict[str, Any]:

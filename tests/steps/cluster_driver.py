@@ -108,6 +108,7 @@ def main(work: str) -> None:
         result = fuzzy_dedup(FuzzyDedupConfig(f"{work}/in", f"{work}/cluster-fuzzy", partition_bytes=60_000))
         found["cluster_fuzzy"] = kept(f"{work}/cluster-fuzzy")
         found["cluster_fuzzy_partitions"] = result["partitions"]
+        found["cluster_fuzzy_nodes_per_stage"] = result["nodes_per_stage"]
 
         # A node removed while fuzzy dedup's tasks run on it: Ray retries them elsewhere.
         outcome: dict = {}

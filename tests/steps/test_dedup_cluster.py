@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 DRIVER = Path(__file__).with_name("cluster_driver.py")
+FUZZY_STAGES = ["minhash", "lsh", "candidate-shingles", "verify", "components", "root-pairs", "check-shingles", "check",
+                "write"]
 # One three-node cluster serves the module: ~2 min on a quiet 2-core machine, more under load.
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -33,6 +35,8 @@ def test_three_nodes_give_the_kept_sets_of_one_process(findings):
     assert findings["cluster_exact"] == findings["reference_exact"]
     assert findings["cluster_fuzzy"] == findings["reference_fuzzy"]
     assert findings["cluster_fuzzy_partitions"] > 1
+    nodes = findings["cluster_fuzzy_nodes_per_stage"]  # stages of one or two tasks may stay on one node
+    assert list(nodes) == FUZZY_STAGES and max(nodes.values()) >= 2 and max(nodes.values()) <= 3
 
 
 def test_a_node_lost_mid_step_gives_the_identical_result(findings):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import glob
+import gzip
 import json
 import os
+import subprocess
+import sys
 
+import orjson
 import pytest
 
 from steps.dedup import ExactDedupConfig, exact_dedup, filter_shard
@@ -97,3 +102,77 @@ def test_empty_input_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no documents"):
         exact_dedup(ExactDedupConfig(str(tmp_path / "in"), str(tmp_path / "out")))
     assert list_document_files(str(tmp_path / "in")) == [str(tmp_path / "in" / "empty.jsonl")]
+
+
+def _jsonl(docs) -> bytes:
+    """Lines as Python's json writes them (spaces after separators, escaped non-ASCII), unlike ours."""
+    return b"".join(json.dumps(d).encode() + b"\n" for d in docs)
+
+
+def test_untouched_documents_are_copied_byte_for_byte(tmp_path):
+    shared = "A licence line repeated verbatim on several pages of the site, long enough."
+    docs = [{"id": f"d{i}", "text": f"Caf\u00e9 \u6771\u4eac page {i}, \u00a9 2024", "lang": "fr", "score": i / 3}
+            for i in range(40)]
+    docs[7]["text"] = docs[3]["text"]                      # an exact copy: removed
+    docs[11]["text"] = f"Own words of eleven.\n{shared}"   # keeps its first line once 12 holds the line
+    docs[9]["text"] = f"{shared}\nNine's own text."
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(_jsonl(docs[:30]))   # read as several byte ranges below
+    with gzip.open(tmp_path / "in" / "b.jsonl.gz", "wb") as f:
+        f.write(_jsonl(docs[30:]))
+    out = str(tmp_path / "out")
+    result = exact_dedup(ExactDedupConfig(str(tmp_path / "in"), out, paragraphs=True, min_paragraph_chars=20,
+                                          shard_bytes=1000))
+    assert result["shards"] > 3  # a.jsonl was split, so the copy works on byte ranges too
+    written = b"".join(b"".join(_lines(path)) for path in sorted(glob.glob(f"{out}/docs/*.jsonl.zst")))
+    copied = [d for i, d in enumerate(docs) if i not in (7, 11)]
+    rewritten_11 = orjson.dumps({**docs[11], "text": "Own words of eleven.\n"}) + b"\n"
+    expected = _jsonl(copied[:10]) + rewritten_11 + _jsonl(copied[10:])
+    assert written == expected
+    kept_texts = [d["text"] for path in sorted(glob.glob(f"{out}/docs/*.jsonl.zst")) for d in read_documents(path)]
+    assert result["text_bytes_out"] == sum(len(t.encode()) for t in kept_texts)
+    assert result["documents_out"] == len(kept_texts) == 39
+
+
+@pytest.mark.parametrize("odd_line", ["integer id", "bad line"])
+def test_a_shard_with_an_integer_id_or_a_skipped_line_is_parsed_and_written_again(tmp_path, odd_line):
+    docs = [{"id": "a", "text": "first"}, {"id": "b", "text": "first"}, {"id": "c", "text": "third"}]
+    lines = [json.dumps(d).encode() for d in docs]
+    lines.insert(1, b'{"id": 7, "text": "seven"}' if odd_line == "integer id" else b'{"id": "x", "text": 3}')
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "p.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    out = str(tmp_path / "out")
+    result = exact_dedup(ExactDedupConfig(str(tmp_path / "in"), out, on_bad_line="skip"))
+    kept = [orjson.loads(line) for line in _lines(f"{out}/docs/p.jsonl.zst")]
+    survivors = ["a", "7", "c"] if odd_line == "integer id" else ["a", "c"]
+    assert [d["id"] for d in kept] == survivors   # ids as strings, and "b" (a copy of "a") removed
+    assert _lines(f"{out}/docs/p.jsonl.zst") == [orjson.dumps(d) + b"\n" for d in kept]  # our serialisation
+    assert result["text_bytes_out"] == sum(len(d["text"]) for d in kept)
+
+
+def test_dedup_never_imports_pandas(tmp_path):
+    """pyarrow's conversions import pandas when it is installed (0.2-0.6 s a process), and its casts and takes
+    pyarrow.compute (0.1 s); the shuffle avoids both."""
+    pytest.importorskip("pandas")
+    docs = [{"id": f"d{i}", "text": f"text {i % 5}"} for i in range(50)]
+    write_documents(str(tmp_path / "in" / "p.jsonl"), docs)
+    script = ("import sys\n"
+              "from steps.dedup import ExactDedupConfig, FuzzyDedupConfig, exact_dedup, fuzzy_dedup\n"
+              f"r = exact_dedup(ExactDedupConfig({str(tmp_path / 'in')!r}, {str(tmp_path / 'exact')!r},"
+              " paragraphs=True, min_paragraph_chars=1))\n"
+              f"f = fuzzy_dedup(FuzzyDedupConfig({str(tmp_path / 'in')!r}, {str(tmp_path / 'fuzzy')!r}))\n"
+              "print(r['documents_out'], f['documents_out'], 'pandas' in sys.modules,"
+              " 'pyarrow.compute' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["5", "5", "False", "False"]
+
+
+def test_the_result_says_how_many_nodes_ran_each_stage(tmp_path):
+    docs = [{"id": f"d{i}", "text": f"line {i % 3}\nshared paragraph long enough to count"} for i in range(9)]
+    write_documents(str(tmp_path / "in" / "p.jsonl"), docs)
+    plain = exact_dedup(ExactDedupConfig(str(tmp_path / "in"), str(tmp_path / "a")))
+    assert plain["nodes_per_stage"] == {"hash": 1, "reduce": 1, "write": 1}   # one process: one node
+    both = exact_dedup(ExactDedupConfig(str(tmp_path / "in"), str(tmp_path / "b"), paragraphs=True))
+    assert both["nodes_per_stage"] == {"hash": 1, "reduce": 1, "paragraph-hash": 1, "paragraph-reduce": 1, "write": 1}

@@ -33,6 +33,9 @@ def test_recall_and_precision_against_ground_truth(dedup_corpus, fuzzy_outputs, 
     assert all(k in removed for k in dedup_corpus.exact_copies)
     assert result["duplicate_documents"] == len(removed)
     assert all(a["jaccard"] >= 0.8 for a in read_attributes(out).values())
+    assert result["nodes_per_stage"] == {stage: 1 for stage in (  # one process: one node; rounds together
+        "minhash", "lsh", "candidate-shingles", "verify", "components", "root-pairs", "check-shingles", "check",
+        "write")}
 
 
 def test_boilerplate_sharing_pages_are_kept(dedup_corpus, fuzzy_outputs, read_attributes):

@@ -7,10 +7,10 @@ A cluster of `--nodes` one-CPU nodes is started on this machine (ray.cluster_uti
 measured step runs in a fresh driver process joined to it (as an experiment would) and fans shards
 out to the nodes. Per step and size it prints: wall time, documents/s, peak RSS of that driver
 process and of the largest Ray worker (sampled every 0.2 s), bytes shuffled, the CPU seconds of
-each node's workers, and the kept set's fingerprint (sha256 of the kept ids in order). On the 1x
-corpus an in-process run (a fresh process, no Ray) is the reference the cluster's fingerprint must
-equal. `--scaling` times exact dedup on the 4x corpus with one node and then with two.
-`--storage s3` runs against moto's S3 emulator started by this process.
+each node's workers, how many nodes ran tasks of each dedup stage, and the kept set's fingerprint
+(sha256 of the kept ids in order). On the 1x corpus an in-process run (a fresh process, no Ray) is
+the reference the cluster's fingerprint must equal. `--scaling` times exact dedup on the 4x corpus
+with one node and then with two. `--storage s3` runs against moto's S3 emulator started by this process.
 Print `uptime` next to the figures: on a shared machine they vary with the load.
 """
 
@@ -187,6 +187,8 @@ def measure(step: str, input_dir: str, docs: int, output: str, label: str, addre
            "driver_rss_mb": rss.driver >> 20, "worker_rss_mb": rss.worker >> 20,
            "shuffled_mb": round(result.get("bytes_shuffled", 0) / 1e6, 1), "worker_cpu_s_by_node": rss.cpu_by_node(),
            "fingerprint": fingerprint(output) if step != "tokenize" else f"{result['train_tokens']} tokens"}
+    if "nodes_per_stage" in result:  # dedup: how many nodes ran tasks of each stage
+        row["nodes_per_stage"] = ",".join(f"{stage}:{n}" for stage, n in result["nodes_per_stage"].items())
     print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return row
 

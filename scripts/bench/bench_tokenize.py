@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from data_bench_common import SCRATCH, bench_corpus, corpus_parser, report, timed, warm_imports
+from data_bench_common import SCRATCH, bench_corpus, corpus_parser, report, start_ray_for_ours, timed, warm_imports
 
 
 def plain_jsonl_copy(input_dir: str) -> str:
@@ -135,13 +135,8 @@ def main() -> None:
     tokenizer_path = training_tokenizer(input_dir, args.vocab_size)
     print(f"corpus: {truth['num_docs']} docs, {truth['num_bytes'] / 1e6:.1f} MB of text in {args.shards} .jsonl "
           f"shards; tokenizer {tokenizer_path} (vocab {args.vocab_size})")
-    warm_imports()
-    if args.ray:
-        from executor.engine.runner import ray_env
-
-        ray_env.prepare_loopback_environment()
-        ray_env.start_embedded(args.ray, None, None)
-        print(f"ours runs its shards on a local Ray cluster of {args.ray} CPUs (datasets: num_proc=2)")
+    warm_imports("steps.tokenize", "steps.token_cache", "datasets")
+    start_ray_for_ours(args.ray)
     SCRATCH.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-tokenize-", dir=SCRATCH)
     times: dict[str, float] = {}

@@ -55,12 +55,35 @@ def timed(label: str, into: dict):
     print(f"  {label}: {into[label]:.2f} s", flush=True)
 
 
-def warm_imports() -> None:
-    """Import what our steps import lazily (ray, via map_shards) so that it is not timed."""
+def add_workers_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="N > 1: ours runs its tasks on an embedded local Ray cluster of N CPUs (an "
+                             "experiment's default runner; started before the timing) and datatrove with N "
+                             "workers; 1: both in one process")
+
+
+def start_ray_for_ours(cpus: int) -> None:
+    """An embedded Ray cluster of `cpus` CPUs, started before any timing (0 or 1: none, in-process)."""
+    if cpus > 1:
+        from executor.engine.runner import ray_env
+
+        ray_env.prepare_loopback_environment()
+        ray_env.start_embedded(cpus, None, None)
+        print(f"ours runs its tasks on a local Ray cluster of {cpus} CPUs")
+
+
+def warm_imports(*modules: str) -> None:
+    """Import what our steps import lazily (ray, via map_shards), and `modules` (the steps and the
+    anchor's pipeline), so that no side's imports are timed."""
+    import importlib
+
     from executor.engine.runner.ray_env import prepare_loopback_environment
 
     prepare_loopback_environment()  # before `import ray`, which reads some of these settings once
     import ray  # noqa: F401
+
+    for module in modules:
+        importlib.import_module(module)
 
 
 def datatrove_word_tokenizer():
@@ -82,6 +105,35 @@ def datatrove_word_tokenizer():
             return [m.span() for m in word.finditer(text)]
 
     return RegexWordTokenizer("en")
+
+
+@contextmanager
+def datatrove_zstd_level(level: int | None):
+    """datatrove's JsonlWriter(compression="zstd") compresses through fsspec, which (without the
+    `backports.zstd` package) uses zstandard at level 10; ours writes level 3. With `level`, fsspec's
+    zstd writer uses that level inside the block, so both sides do the same compression work."""
+    if level is None:
+        yield
+        return
+    import fsspec.compression
+    import zstandard
+
+    installed = fsspec.compression.compr["zstd"]
+
+    def zstd_file(infile, mode="rb"):
+        if "r" in mode:
+            return zstandard.ZstdDecompressor().stream_reader(infile)
+        return zstandard.ZstdCompressor(level=level).stream_writer(infile)
+
+    fsspec.compression.register_compression("zstd", zstd_file, "zst", force=True)
+    try:
+        yield
+    finally:
+        fsspec.compression.register_compression("zstd", installed, "zst", force=True)
+
+
+DATATROVE_SETTINGS = {"datatrove": None, "datatrove-zstd3": 3}
+"""The anchor as installed (its writer compresses at fsspec's zstd level 10), and at our level 3."""
 
 
 def read_ids(directory: str, pattern: str = "*") -> list[str]:

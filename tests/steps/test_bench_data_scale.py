@@ -30,3 +30,5 @@ def test_the_data_scale_benchmark_runs_and_its_cluster_equals_one_process():
         assert len(per_node) == 2 and all(v > 0 for v in per_node), row   # both nodes ran tasks
         assert int(re.search(r"driver_rss_mb=(\d+)", row).group(1)) > 0
         assert int(re.search(r"worker_rss_mb=(\d+)", row).group(1)) > 0
+        stages = dict(pair.split(":") for pair in re.search(r"nodes_per_stage=(\S+)", row).group(1).split(","))
+        assert stages and all(1 <= int(n) <= 2 for n in stages.values()), row

@@ -148,8 +148,8 @@ def count_records(path: str) -> int:
 
         with location.open_file(path, "rb") as f:
             return pq.ParquetFile(f).metadata.num_rows
-    with open_binary_lines(path) as f:
-        return sum(1 for line in f if line.strip())
+    with contextlib.closing(_file_lines(path)) as lines:
+        return sum(1 for _ in lines)
 
 
 def read_documents(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats | None = None,
@@ -169,16 +169,8 @@ def read_documents(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats
         docs = _read_parquet(DocumentShard(path), stats)
         yield from itertools.islice(docs, first, last)
         return
-    record = -1
-    with open_binary_lines(path) as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            record += 1
-            if record < first:
-                continue
-            if last is not None and record >= last:
-                break
+    with contextlib.closing(_file_lines(path)) as lines:
+        for line_number, line in itertools.islice(lines, first, last):
             doc = _parse_line(line, f"{path}:{line_number}", on_bad_line, stats)
             if doc is not None:
                 yield doc
@@ -311,14 +303,16 @@ def read_shard_lines(shard: DocumentShard) -> Iterator[bytes]:
     document, line i holds the i-th document `read_shard` yields. For copying documents unparsed."""
     if shard.path.endswith(".parquet"):
         raise ValueError(f"{shard.path}: a Parquet shard has no lines")
-    if not shard.whole_file:
-        return (line for _, line in _byte_range_lines(shard))
-    return _file_lines(shard.path)
+    numbered = _file_lines(shard.path) if shard.whole_file else _byte_range_lines(shard)
+    return (line for _, line in numbered)
 
 
-def _file_lines(path: str) -> Iterator[bytes]:
+def _file_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, line) of the non-blank lines of a whole (possibly compressed) file."""
     with open_binary_lines(path) as f:
-        yield from (line for line in f if line.strip())
+        for line_number, line in enumerate(f, start=1):
+            if line.strip():
+                yield line_number, line
 
 
 def parse_document(line: bytes, where: str) -> dict[str, Any]:

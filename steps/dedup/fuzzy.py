@@ -331,23 +331,22 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     work = f"{config.output_path.rstrip('/')}/.work/fuzzy"
     plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
     shard_keys = [f"{k:06d}" for k in range(len(shards))]
-    parts = list(range(plan.num_partitions))
-    part_keys = [f"{p:05d}" for p in parts]
+    part_keys = [f"{p:05d}" for p in range(plan.num_partitions)]
     cpus = config.num_cpus_per_shard
 
     ran: dict[str, list[dict]] = {}  # the results of every stage, component rounds together
 
-    def per_shard(stage: str, fn, *extra) -> list[dict]:
-        results = run_stage(work, stage, fn, [(plan, *extra, k) for k in range(len(shards))], shard_keys,
-                            f"fuzzy-dedup: {stage}", cpus)
+    def stage_over(keys: list[str], stage: str, fn, *extra) -> list[dict]:
+        jobs = [(plan, *extra, i) for i in range(len(keys))]
+        results = run_stage(work, stage, fn, jobs, keys, f"fuzzy-dedup: {stage}", cpus)
         ran.setdefault(re.sub(r"-\d+$", "", stage), []).extend(results)
         return results
 
+    def per_shard(stage: str, fn, *extra) -> list[dict]:
+        return stage_over(shard_keys, stage, fn, *extra)
+
     def per_partition(stage: str, fn, *extra) -> list[dict]:
-        results = run_stage(work, stage, fn, [(plan, *extra, p) for p in parts], part_keys,
-                            f"fuzzy-dedup: {stage}", cpus)
-        ran.setdefault(re.sub(r"-\d+$", "", stage), []).extend(results)
-        return results
+        return stage_over(part_keys, stage, fn, *extra)
 
     hashed = per_shard("minhash", _minhash)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))

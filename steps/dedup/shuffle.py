@@ -12,8 +12,8 @@ array and writes `<dir>/<p:05d>/<name>.parquet` for each non-empty partition p;
 `read_partition(dir, p)` concatenates what every writer wrote for p, in writer-name order.
 Paths are local or URLs; everything is opened through executor.engine.location.
 
-Columns go between numpy/Python and Arrow through `arrow_column`, `numpy_column` and
-`string_column`, built on Arrow buffers: pyarrow's own conversions (`pa.array`, `to_numpy`,
+Columns go between numpy/Python and Arrow through `arrow_column`, `numpy_column`, `string_column`
+and `list_column`, built on Arrow buffers: pyarrow's own conversions (`pa.array`, `to_numpy`,
 `to_pylist`, `pq.read_table`) import pandas when it is installed, and its takes and casts
 pyarrow.compute: 0.3-0.7 s in every worker process, a third of a small step's time.
 """
@@ -37,11 +37,9 @@ from executor.engine.runner.ray_env import ray_is_active
 from steps.documents import read_json, write_file_atomically, write_json_atomically
 
 
-def arrow_column(values: np.ndarray | list | pa.Array) -> pa.Array:
+def arrow_column(values: np.ndarray | list) -> pa.Array:
     """An Arrow array from a numpy array (fixed-width dtype), a non-empty list of str or a non-empty
-    list of 1-d numpy arrays (a list column); Arrow arrays pass through."""
-    if isinstance(values, pa.Array):
-        return values
+    list of 1-d numpy arrays (a list column)."""
     if isinstance(values, np.ndarray):
         values = np.ascontiguousarray(values)
         return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
@@ -138,12 +136,10 @@ def read_partition(directory: str, p: int, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _permuted(values: np.ndarray | list | pa.Array, order: np.ndarray) -> pa.Array:
+def _permuted(values: np.ndarray | list, order: np.ndarray) -> pa.Array:
     if isinstance(values, np.ndarray):
         return arrow_column(values[order])
-    if isinstance(values, list):
-        return arrow_column([values[i] for i in order.tolist()])
-    return values.take(arrow_column(order))
+    return arrow_column([values[i] for i in order.tolist()])
 
 
 @dataclass

@@ -92,3 +92,11 @@ def test_a_work_tree_is_removed_one_directory_at_a_time(request, tmp_path, monke
     assert not fs.exists(base)
     if where == "s3":  # one listing per directory (the largest: hash/ with 6 partitions and done/)
         assert listed and max(listed) <= 7 and len(listed) == 1 + 2 + 2 * 6 + 1, listed
+
+
+def test_a_column_too_large_for_arrow_names_the_settings_to_lower():
+    from steps.dedup.shuffle import _offsets
+
+    assert _offsets([2**31 - 2, 1]).tolist() == [0, 2**31 - 2, 2**31 - 1]
+    with pytest.raises(ValueError, match=r"2147483648 items or bytes in one column.*lower the step's shard_bytes"):
+        _offsets([2**31 - 1, 1])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,18 +19,15 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from executor.core.errors import ExecutorError
-from executor.core.graph import Graph, build_graph
+from executor.core.frozen import new_frozen
+from executor.core.graph import Graph, build_graph, gc_paused
 from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
 from executor.core.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
 from executor.core.step import ExecutorStep, Resources
 from executor.engine import outputs
-from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.report import ConsoleReporter, plan_rows
-from executor.engine.regions import note_cross_region_reads
 from executor.engine.snapshot import read_snapshot
-from executor.engine.timeline import TimelineRecorder
-from executor.tools.run_report import write_report
 
 
 @dataclass(frozen=True)
@@ -175,9 +171,18 @@ def _output_path(prefix: str, decision: Decision) -> str:
 
 
 def _report(prefix: str, decision: Decision, output_path: str | None = None, **after: Any) -> StepReport:
+    """The step's report (a plan of 10,000 steps makes 10,000: built with new_frozen). `after`:
+    status, error, ran_here."""
     node = decision.node
-    return StepReport(node.name, node.step_id, node.digest, output_path or _output_path(prefix, decision),
-                      decision.action.value, decision.reason, **after)
+    return new_frozen(StepReport, {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
+                                   "output_path": output_path or _output_path(prefix, decision),
+                                   "decision": decision.action.value, "reason": decision.reason,
+                                   "status": None, "error": None, "ran_here": False} | after)
+
+
+def _ended(report: StepReport, status: str) -> StepReport:
+    """The report with its final status (dataclasses.replace, without __init__)."""
+    return new_frozen(StepReport, {**report.__dict__, "status": status})
 
 
 def _run_file_entry(report: StepReport) -> dict[str, Any]:
@@ -206,11 +211,12 @@ def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dic
 
 def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
-    snapshot = read_snapshot(store, graph.nodes.values())
-    decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
-                                                      now=time.time()))
-    return PlanResult(prefix, tuple(_report(prefix, d) for d in decided.decisions.values()), graph,
-                      plan=decided, storage_options=storage_options, store=store, fs=fs)
+    with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
+        snapshot = read_snapshot(store, graph.nodes.values())
+        decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
+                                                          now=time.time()))
+        reports = tuple(_report(prefix, d) for d in decided.decisions.values())
+    return PlanResult(prefix, reports, graph, plan=decided, storage_options=storage_options, store=store, fs=fs)
 
 
 def _step_list(steps: Iterable[ExecutorStep]) -> list[ExecutorStep]:
@@ -261,8 +267,8 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     warn_drift(planned.plan, planned.prefix, planned.fs, reporter)
     reporter.info(f"prefix: {planned.prefix}")
     if not planned.needs_runner:
-        result = RunResult(planned.prefix, tuple(dataclasses.replace(s, status="succeeded" if s.succeeded else
-                                                                     ("blocked" if s.decision == "blocked" else "failed"))
+        result = RunResult(planned.prefix, tuple(_ended(s, "succeeded" if s.succeeded else
+                                                        ("blocked" if s.decision == "blocked" else "failed"))
                                                  for s in planned.steps), graph)
         if result.failed:
             reporter.print_plan(planned.plan, planned.prefix, title=description)
@@ -325,9 +331,15 @@ def _make_runner_factory(options: Options, reporter: Any, guard: Any = None,
 
 def _execute(graph: Graph, planned: PlanResult, options: Options, description: str | None,
              main_file: str | None, reporter: Any, guard: Any, secret_flags: frozenset[str]) -> RunResult:
+    # imported here: a plan or a no-op re-run needs none of the machinery that runs steps
+    import secrets
+
     from executor.engine.execute import Execution, RunContext
+    from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
     from executor.engine.provenance import invocation
+    from executor.engine.regions import note_cross_region_reads
     from executor.engine.signals import exit_code_for, reason_for, signum_of
+    from executor.engine.timeline import TimelineRecorder
 
     prefix, plan_, store, fs = planned.prefix, planned.plan, planned.store, planned.fs
     outputs.check_writable(prefix)
@@ -421,6 +433,8 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
         from executor.engine.runner.log_forwarding import forwarded
 
         echo_step_logs(reporter, graph, summary.ran_here, fs, prefix, forwarded=forwarded)
+    from executor.tools.run_report import write_report  # here: a plan or a no-op re-run writes no report
+
     try:
         report_path = write_report(prefix, run_path, fs=fs)
     except Exception as e:  # the report is a convenience; the run file holds the facts

@@ -7,6 +7,7 @@ Exit codes: 0 all done; 1 one or more steps failed; 2 usage or config error (not
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -115,7 +116,8 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
 
     signals.own_process()  # SIGINT/SIGTERM end this process's runs cleanly and promptly
     try:
-        code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv)
+        code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv,
+                   owns_process=True)
         sys.stdout.flush()
     except BrokenPipeError:  # `python foo.py --dry-run | head`: the reader left; no traceback (issue 19.10)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -131,7 +133,10 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
 
 def run(steps: Any, description: str | None = None, *, config: Any = None, argv: Sequence[str] = (),
         environ: dict[str, str] | None = None, main_file: str | None = None,
-        reporter: ConsoleReporter | None = None) -> int:
+        reporter: ConsoleReporter | None = None, owns_process: bool = False) -> int:
+    """The command line on `steps`; returns the exit code. `owns_process`: the process ends with
+    this call (executor_main), so the graph, which lives until then, is moved out of the cyclic
+    garbage collector's sight: its collections would rescan every step and config each time."""
     environ = dict(os.environ) if environ is None else environ
     main_file = main_file or api.main_file_path()
     reporter = reporter or ConsoleReporter()
@@ -145,6 +150,8 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
+        if owns_process:
+            gc.freeze()
         from executor.engine.provenance import secret_flag_names
 
         return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag,

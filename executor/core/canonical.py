@@ -11,8 +11,8 @@ digests, never paths, so ids do not depend on the prefix), {"this_output": S} an
 qualified name (naming.py). Execution-only fields are left out.
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
-memoises the text of sub-configs that several steps share (the same optimizer config object in
-10,000 steps is encoded once): planning a large graph is mostly this function. It walks the same
+memoises the text of dataclasses and large containers that several steps share (the same optimizer
+config object in 10,000 steps is encoded once): planning a large graph is mostly this function. It walks the same
 structure as tree.fold, and tests hold the two to the same answer.
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import math
 import pathlib
 from typing import Any, Callable
 
@@ -34,6 +33,7 @@ from executor.core.tree import format_path, kept_field_names
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
 
 _string = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
+_float_repr = float.__repr__
 
 
 def is_hashed_field(f: dataclasses.Field) -> bool:
@@ -54,6 +54,11 @@ class _Unencodable(Exception):
 _kinds: dict[type, int] = {}
 _type_names: dict[type, str] = {}
 encodings.on_change(_kinds.clear)
+
+
+# Sub-configs memoised by identity: dataclasses, and containers of at least this many items (a
+# shared list of 1,000 data files). A small list costs less to encode again than to look up and keep.
+MEMO_MIN_ITEMS = 16
 
 
 def _kind(t: type) -> int:
@@ -86,7 +91,7 @@ def type_name(t: type) -> str:
 
 
 def _float(v: float) -> str:
-    return f'{{"float":"{v!r}"}}' if math.isfinite(v) else f'{{"float":"{v}"}}'
+    return '{"float":"' + _float_repr(v) + '"}'  # the shortest text that reads back; 'inf', 'nan' as such
 
 
 class CanonicalEncoder:
@@ -120,8 +125,12 @@ class CanonicalEncoder:
             return "true" if v else "false"
         if v is None:
             return "null"
-        kind = _kind(t)
+        kind = _kinds.get(t)
+        if kind is None:
+            kind = _kind(t)
         if kind <= _SET:
+            if kind != _DATACLASS and len(v) < MEMO_MIN_ITEMS:
+                return self._container(v, t, kind)
             memo = self._memo.get(id(v))
             if memo is not None:
                 return memo[1]
@@ -161,7 +170,7 @@ class CanonicalEncoder:
             if kind == _LIST or kind == _TUPLE:
                 # str/int/float items inline, as in the generated dataclass encoders: no call per item
                 items = ",".join([_string(x) if (k := type(x)) is str else int.__repr__(x) if k is int
-                                  else _float(x) if k is float else text(x) for x in v])
+                                  else '{"float":"' + _float_repr(x) + '"}' if k is float else text(x) for x in v])
                 return "[" + items + "]" if kind == _LIST else '{"tuple":[' + items + "]}"
             if kind == _DICT:  # a key that is not a str fails in _string (TypeError)
                 return '{"dict":{' + ",".join([_string(k) + ":" + text(v[k]) for k in sorted(v)]) + "}}"
@@ -248,11 +257,11 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
         pieces.append(repr((head if i == 0 else "") + key))
         read = f"v.{name}" if name.isidentifier() else f"getattr(v, {name!r})"
         pieces.append(f"(S(x) if (k := type(x := {read})) is str else R(x) if k is int "
-                      f"else F(x) if k is float else 'null' if x is None else 'true' if x is True "
-                      f"else 'false' if x is False else text(x))")
+                      f"else '{{\"float\":\"' + F(x) + '\"}}' if k is float else 'null' if x is None "
+                      f"else 'true' if x is True else 'false' if x is False else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
-    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float}
+    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float_repr}
     exec(compile(source, f"<canonical encoder of {type_name(t)}>", "exec"), namespace)  # noqa: S102
     return namespace["encode"]
 

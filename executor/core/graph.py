@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from executor.core.errors import GraphError
+from executor.core.frozen import new_frozen
 from executor.core.canonical import CanonicalEncoder
 from executor.core.identity import identity_and_digest, step_id
 from executor.core.step import ExecutorStep, OutputPathOf, validate_name
@@ -119,7 +120,7 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
 
     def dependency_digest(placeholder: OutputPathOf) -> str:
         # Called by the encoder for each dependency placeholder: one walk discovers and hashes.
-        digest = visit(placeholder.step)
+        digest = digests.get(id(placeholder.step)) or visit(placeholder.step)
         deps, weak = collecting[-1]
         (deps if placeholder.blocking else weak)[digest] = None
         return digest
@@ -153,8 +154,10 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
         if digest not in nodes:
             _check_override(step)
             sid = step_id(step.name, digest)
-            nodes[digest] = StepNode(step, digest, sid, step.override_output_path or sid, document,
-                                     tuple(deps), tuple(d for d in weak if d not in deps))
+            nodes[digest] = new_frozen(StepNode, {
+                "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,
+                "identity_bytes": document, "deps": tuple(deps),
+                "weak_deps": tuple(d for d in weak if d not in deps) if weak else ()})
         return digest
 
     def visit_from_top(step: ExecutorStep) -> str:

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from executor.core.errors import GraphError
+from executor.core.frozen import new_frozen
 from executor.core.graph import Graph, StepNode, gc_paused
 from executor.core.record import State, Status
 
@@ -87,6 +88,16 @@ def select(graph: Graph, only: str | None) -> list[str]:
     return [d for d in graph.nodes if d in wanted]
 
 
+_NOTHING_OBSERVED = Observed(None)
+
+
+def _decision(node: StepNode, action: Action, reason: str, observed: Observed,
+              recheck: tuple[str, ...] = ()) -> Decision:
+    """Decision(...) built with new_frozen: one per step of a plan of any size."""
+    return new_frozen(Decision, {"node": node, "action": action, "reason": reason, "observed": observed,
+                                 "recheck": recheck})
+
+
 def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str, Decision],
                snapshot: dict[str, Observed], observed: Observed) -> Decision:
     """SKIP, unless a dependency's committed output is no longer the one this output consumed."""
@@ -99,17 +110,17 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
         if dep_decision is not None and (dep_decision.action == Action.RUN or dep_decision.recheck):
             rerunning.append(dep)
             continue
-        dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep, Observed(None))).status
+        dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep) or _NOTHING_OBSERVED).status
         now_there = dep_status.content_sha256 if dep_status is not None else None
         if now_there is not None and now_there != consumed[dep]:
-            return Decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
-                                              f"output was made, and its output changed", observed)
+            return _decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
+                                               f"output was made, and its output changed", observed)
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
     if rerunning:
         names = ", ".join(graph.nodes[d].name for d in rerunning)
-        return Decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
-                        observed, recheck=tuple(rerunning))
-    return Decision(node, Action.SKIP, f"succeeded{alias}", observed)
+        return _decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
+                         observed, tuple(rerunning))
+    return _decision(node, Action.SKIP, f"succeeded{alias}", observed)
 
 
 def describe_owner(status: Status, now: float | None) -> str:
@@ -132,7 +143,7 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
     decisions: dict[str, Decision] = {}
     for digest in selected:
         node = graph.nodes[digest]
-        observed = snapshot.get(digest, Observed(None))
+        observed = snapshot.get(digest) or _NOTHING_OBSERVED
         status = observed.status
         if status is not None and status.digest != digest:
             raise GraphError(
@@ -143,21 +154,23 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
                            if d in decisions and decisions[d].action in (Action.BLOCKED, Action.STOP)), None)
         if failed_dep is not None and not (status and status.state == State.SUCCESS):
             root = failed_dep.node.name
-            decision = Decision(node, Action.BLOCKED, f"dependency {root} "
-                                + ("failed" if failed_dep.action == Action.STOP else "is blocked"), observed)
+            decision = _decision(node, Action.BLOCKED, f"dependency {root} "
+                                 + ("failed" if failed_dep.action == Action.STOP else "is blocked"), observed)
         elif status is None:
-            decision = Decision(node, Action.RUN, "new: no previous attempt", observed)
+            decision = _decision(node, Action.RUN, "new: no previous attempt", observed)
         elif status.state == State.SUCCESS:
             if digest in forced:
-                decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
+                decision = _decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
             else:
                 decision = _succeeded(graph, node, status, decisions, snapshot, observed)
         elif status.state == State.RUNNING:
-            decision = Decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now), observed)
+            decision = _decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now),
+                                 observed)
         elif options.force_failed:
-            decision = Decision(node, Action.RUN, f"previous attempt failed: {status.error or 'unknown error'}", observed)
+            decision = _decision(node, Action.RUN, f"previous attempt failed: {status.error or 'unknown error'}",
+                                 observed)
         else:
-            decision = Decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
-                                "(--force-failed false leaves it)", observed)
+            decision = _decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
+                                 "(--force-failed false leaves it)", observed)
         decisions[digest] = decision
     return Plan(decisions)

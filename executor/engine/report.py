@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from executor.core.graph import StepNode
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
@@ -45,13 +47,14 @@ class Reporter(Protocol):
 
 
 def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
+    root = prefix.rstrip("/") + "/"
     rows = []
     for d in plan.decisions.values():
         status = d.observed.status
         rows.append({
             "name": d.node.name, "step_id": d.node.step_id, "digest": d.node.digest,
-            "output_path": f"{prefix.rstrip('/')}/{d.node.output_rel}", "action": d.action.value,
-            "reason": d.reason, "dependencies": [p for p in d.node.deps],
+            "output_path": root + d.node.output_rel, "action": d.action.value,
+            "reason": d.reason, "dependencies": list(d.node.deps),
             "lease": (None if status is None or status.owner is None or d.action != Action.WAIT else
                       {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,
                        "heartbeat_written_at": status.written_at}),
@@ -60,13 +63,15 @@ def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
 
 
 def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
-    """The plan as one JSON document, written a step (one line) at a time: 10,000 steps are 5 MB,
-    and the compact per-row encoder is several times faster than an indented whole-document dump."""
+    """The plan as one JSON document, a step per line: 10,000 steps are 4 MB. Rows are encoded by
+    orjson (several times faster than json.dumps) and written a thousand at a time; a stream that
+    cannot take UTF-8 gets json.dumps' ASCII escapes instead."""
+    encoding = (getattr(out, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    dumps = (lambda row: orjson.dumps(row).decode()) if encoding == "utf8" else json.dumps
     out.write(f'{{"schema": 1, "prefix": {json.dumps(prefix)}, "steps": [')
-    separator = "\n"
-    for row in plan_rows(plan, prefix):
-        out.write(separator + json.dumps(row))
-        separator = ",\n"
+    rows = plan_rows(plan, prefix)
+    for start in range(0, len(rows), 1000):
+        out.write(("\n" if start == 0 else ",\n") + ",\n".join([dumps(row) for row in rows[start:start + 1000]]))
     out.write("\n]}\n")
 
 

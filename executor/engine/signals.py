@@ -13,11 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
@@ -81,7 +80,7 @@ class SignalGuard:
         self._callbacks: list[LastBreath] = []
         self._previous: dict[int, object] = {}
         self._previous_wakeup: int | None = None
-        self._sockets: tuple[socket.socket, socket.socket] | None = None
+        self._sockets: tuple[Any, Any] | None = None  # socket.socket pair, made when first needed
         self._active = False
         self._done = threading.Event()
         self._forcing = threading.Lock()
@@ -93,6 +92,8 @@ class SignalGuard:
     def __enter__(self) -> "SignalGuard":
         if not _owns_process or threading.current_thread() is not threading.main_thread():
             return self
+        import socket  # here: only a run that executes steps guards them (socket is 10 ms to import)
+
         global _received
         self._active = True
         _received = None
@@ -150,7 +151,7 @@ class SignalGuard:
             reader.settimeout(timeout)
             try:
                 data = reader.recv(64)
-            except socket.timeout:
+            except TimeoutError:  # socket.timeout
                 data = b""
             except OSError:
                 return

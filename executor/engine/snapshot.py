@@ -6,9 +6,9 @@ round trips rather than one request per step after another. Reads only.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 from typing import Iterable, Iterator
 
+from executor.core.frozen import new_frozen
 from executor.core.graph import StepNode, gc_paused
 from executor.core.plan import Observed
 from executor.core.record import parse_status, status_key
@@ -19,17 +19,25 @@ from executor.engine.store.memory import MemoryStore
 
 def observe(versioned: Versioned | None, where: str) -> Observed:
     if versioned is None:
-        return Observed(None)
-    return Observed(parse_status(versioned.data, where), versioned.generation)
+        return _NOTHING
+    return new_frozen(Observed, {"status": parse_status(versioned.data, where), "generation": versioned.generation})
+
+
+_NOTHING = Observed(None)  # frozen: one for every step without a status
 
 
 def read_many(store: CoordinationStore, keys: list[str], parallelism: int = 64) -> Iterator[Versioned | None]:
     """store.read of each key, in order: on a thread pool for object stores, in this thread for
     local and memory stores (where a pool only slows the reads down)."""
-    if isinstance(store, (LocalStore, MemoryStore)) or len(keys) < 4:
+    if isinstance(store, LocalStore):
+        yield from store.read_many(keys)
+        return
+    if isinstance(store, MemoryStore) or len(keys) < 4:
         yield from map(store.read, keys)
         return
-    with cf.ThreadPoolExecutor(max_workers=min(parallelism, len(keys))) as pool:
+    import concurrent.futures  # here: planning on local disk never needs it
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(parallelism, len(keys))) as pool:
         yield from pool.map(store.read, keys)
 
 

@@ -8,7 +8,6 @@ they point at. Reads only; a record that cannot be read is simply not compared.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +78,9 @@ def find_drift(plan: Plan, prefix: str, fs: Any, parallelism: int = 16) -> list[
     if outputs.is_local(prefix) or len(done) < 4:
         records = [_record_of(d, prefix, fs) for d in done]
     else:
-        with cf.ThreadPoolExecutor(max_workers=min(parallelism, len(done))) as pool:
+        import concurrent.futures  # here: a local prefix, the common case, never needs a pool
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(parallelism, len(done))) as pool:
             records = list(pool.map(lambda d: _record_of(d, prefix, fs), done))
     return [drift for d, r in zip(done, records) if (drift := check_decision(d, r)) is not None]
 

@@ -113,3 +113,35 @@ def test_a_dependent_is_stale_exactly_when_its_dependencys_content_changed():
                 graph.digest_of(c): Observed(c_status, "g")}
         action, reason = actions(plan_steps(graph, snap, PlanOptions()))["c"]
         assert (action == Action.RUN) is stale and (reason.startswith("stale: dependency b")) is stale, now_there
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "ascii"])
+def test_the_json_plan_is_the_rows_on_any_stream(encoding):
+    """--dry-run --json: rows encoded by orjson on a UTF-8 stream, by json's escapes on any other."""
+    import io
+    import json
+
+    from executor.engine.report import plan_rows, write_plan_json
+
+    graph, a, b, c, side = chain()
+    snap = {graph.digest_of(a): status(graph, a, State.FAILED, error="échec: 検証 failed ☃"),
+            graph.digest_of(side): status(graph, side, State.RUNNING)}
+    plan = plan_steps(graph, snap, PlanOptions(now=130.5))
+    stream = io.TextIOWrapper(io.BytesIO(), encoding=encoding)
+    write_plan_json(plan, "gs://bucket/prefix/", stream)
+    stream.flush()
+    document = json.loads(stream.buffer.getvalue().decode(encoding))
+    assert document == {"schema": 1, "prefix": "gs://bucket/prefix/", "steps": plan_rows(plan, "gs://bucket/prefix/")}
+    assert "échec: 検証" in document["steps"][0]["reason"] and document["steps"][-1]["lease"]["pid"] == 42
+
+
+def test_a_json_plan_of_thousands_of_steps_is_one_document():
+    import io
+    import json
+
+    from executor.engine.report import write_plan_json
+
+    graph = build_graph([ExecutorStep(f"s{i}", fn, Cfg(value=i)) for i in range(2345)])  # rows go out 1,000 at a time
+    stream = io.StringIO()
+    write_plan_json(plan_steps(graph, {}, PlanOptions()), "/p", stream)
+    assert [row["name"] for row in json.loads(stream.getvalue())["steps"]] == [f"s{i}" for i in range(2345)]

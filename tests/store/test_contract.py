@@ -7,7 +7,9 @@ import os
 import threading
 import time
 
+from executor.engine.snapshot import read_many
 from executor.engine.store import Versioned
+from executor.engine.store.local import LocalStore
 from tests.store import cas_counter
 from tests.store.conftest import StoreLocation
 
@@ -76,6 +78,22 @@ def test_arbitrary_bytes_round_trip(store):
     for name, data in payloads.items():
         generation = store.create_if_absent(f"bytes/{name}", data)
         assert store.read(f"bytes/{name}") == Versioned(data, generation), name
+
+
+def test_reading_many_keys_at_once_gives_what_reading_each_gives(store):
+    """Planning reads every step's status through snapshot.read_many (local: one open root, one
+    read call for a small file; object stores: a thread pool). Sizes around the local read size."""
+    sizes = {"small": 10, "at-read-size": 1 << 16, "past-read-size": (1 << 16) + 1, "large": 300_001}
+    for name, size in sizes.items():
+        store.create_if_absent(f"many/{name}/status.json", bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+    keys = [f"many/{name}/status.json" for name in sizes] + ["many/absent/status.json", "nowhere/at/all.json"]
+    read_each = [store.read(key) for key in keys]
+    assert [len(v.data) if v else None for v in read_each] == [*sizes.values(), None, None]
+    assert list(read_many(store, keys)) == read_each
+
+
+def test_reading_many_keys_of_a_local_prefix_not_yet_created_finds_none(tmp_path):
+    assert list(read_many(LocalStore(str(tmp_path / "not-yet")), ["a/status.json", "b/status.json"])) == [None, None]
 
 
 def test_keys_with_spaces_plus_and_unicode(store):

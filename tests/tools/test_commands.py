@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_repair_deletes_a_corrupt_status_but_not_a_running_one(ran_toy):
     code, out = run_main("repair", "--delete-status", str(train))
     assert code == 0 and "deleted" in out, out
     code, out = ran_toy.run("--dry-run", "--json")
-    assert code == 0 and '"reason": "new: no previous attempt"' in out
+    assert code == 0 and "new: no previous attempt" in [step["reason"] for step in json.loads(out)["steps"]]
 
     busy = _running(ran_toy.prefix, "toy/busy-111111111111")
     code, out = run_main("repair", "--delete-status", str(busy))

@@ -1,0 +1,109 @@
+"""Objects that planning builds with `new_frozen` (no __init__) are whole, equal and still frozen.
+
+`new_frozen` applies no defaults: a field added to Status, Owner, StepNode, Observed, Decision or
+StepReport but not passed where planning builds them would be missing. Each object below comes from
+the real call site, and `dataclasses.replace` (which reads every field and runs __init__) must give
+an equal object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+
+from executor import ExecutorStep, api, output_path_of
+from executor.core.frozen import new_frozen
+from executor.core.graph import build_graph
+from executor.core.plan import Action, Observed, PlanOptions, plan_steps
+from executor.core.record import Owner, State, Status, parse_status
+from executor.engine.snapshot import observe
+from executor.engine.store.base import Versioned
+
+
+@dataclass(frozen=True)
+class Cfg:
+    dep: object = None
+    value: int = 0
+
+
+def fn(config):
+    return None
+
+
+def assert_whole(obj) -> None:
+    names = {f.name for f in dataclasses.fields(obj)}
+    assert names <= set(vars(obj)), f"{type(obj).__name__} lacks {names - set(vars(obj))}"
+    assert dataclasses.replace(obj) == obj
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, next(iter(names)), None)
+
+
+def graph_and_statuses():
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", fn, Cfg(dep=output_path_of(a)))
+    weak = ExecutorStep("weak", fn, Cfg(dep=output_path_of(b).nonblocking()))
+    running = ExecutorStep("running", fn, Cfg(value=2))
+    failed = ExecutorStep("failed", fn, Cfg(value=3))
+    after_failed = ExecutorStep("after_failed", fn, Cfg(dep=output_path_of(failed)))
+    graph = build_graph([weak, b, running, after_failed])
+    owner = Owner("run1", "host", 7, "ada")
+
+    def observed(step, state, **extra):
+        node = graph.nodes[graph.digest_of(step)]
+        data = Status(state, node.digest, node.step_id, 1, 1, owner, 100.0, **extra).to_bytes()
+        return observe(Versioned(data, "gen-1"), f"x/{node.step_id}")
+
+    snapshot = {graph.digest_of(a): observed(a, State.SUCCESS, content_sha256="c1"),
+                graph.digest_of(b): observed(b, State.SUCCESS, inputs={graph.digest_of(a): "c1"}),
+                graph.digest_of(running): observed(running, State.RUNNING),
+                graph.digest_of(failed): observed(failed, State.FAILED, error="boom")}
+    return graph, snapshot, (a, b, weak, running, failed, after_failed)
+
+
+def test_statuses_nodes_and_observations_are_whole():
+    graph, snapshot, steps = graph_and_statuses()
+    for node in graph.nodes.values():
+        assert_whole(node)
+    assert any(node.weak_deps for node in graph.nodes.values())
+    for seen in snapshot.values():
+        assert_whole(seen)
+        assert_whole(seen.status)
+        assert_whole(seen.status.owner)
+    assert observe(None, "x") == Observed(None)
+
+
+@pytest.mark.parametrize("options", [PlanOptions(now=130.0), PlanOptions(force_failed=False),
+                                     PlanOptions(force_run="^a$")])
+def test_every_kind_of_decision_is_whole(options):
+    graph, snapshot, _ = graph_and_statuses()
+    plan = plan_steps(graph, snapshot, options)
+    seen_actions = set()
+    for decision in plan.decisions.values():
+        assert_whole(decision)
+        seen_actions.add(decision.action)
+    assert {Action.SKIP, Action.WAIT} <= seen_actions or Action.RUN in seen_actions
+    if options.force_run:  # a re-run dependency: b is kept for now, rechecked when a commits
+        assert any(d.recheck for d in plan.decisions.values())
+    if not options.force_failed:
+        assert {Action.STOP, Action.BLOCKED} <= seen_actions
+
+
+def test_plan_and_no_op_run_reports_are_whole(tmp_path):
+    step = ExecutorStep("only", fn, Cfg(value=5))
+    planned = api.plan([step], prefix=str(tmp_path))
+    for report in planned.steps:
+        assert_whole(report)
+    assert api.run([step], prefix=str(tmp_path), runner="inline").ok
+    again = api.run([step], prefix=str(tmp_path), runner="inline")  # nothing to do: the no-op path
+    assert again.run_file is None
+    for report in again.steps:
+        assert_whole(report)
+        assert report.status == "succeeded"
+
+
+def test_new_frozen_is_the_constructor_without_init():
+    owner = new_frozen(Owner, {"run_id": "r", "host": "h", "pid": 1, "user": "u"})
+    assert owner == Owner("r", "h", 1, "u") and hash(owner) == hash(Owner("r", "h", 1, "u"))
+    assert parse_status(Status(State.SUCCESS, "d", "s-d", 1, 1, owner, 1.0).to_bytes(), "x").owner == owner

@@ -24,7 +24,7 @@ from executor.core.graph import Graph, build_graph, gc_paused
 from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
 from executor.core.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
 from executor.core.step import ExecutorStep, Resources
-from executor.engine import outputs
+from executor.engine import collector, outputs
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.report import ConsoleReporter, plan_rows
 from executor.engine.snapshot import read_snapshot
@@ -174,10 +174,12 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     """The step's report (a plan of 10,000 steps makes 10,000: built with new_frozen). `after`:
     status, error, ran_here."""
     node = decision.node
-    return new_frozen(StepReport, {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-                                   "output_path": output_path or _output_path(prefix, decision),
-                                   "decision": decision.action.value, "reason": decision.reason,
-                                   "status": None, "error": None, "ran_here": False} | after)
+    fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
+              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action.value,
+              "reason": decision.reason, "status": None, "error": None, "ran_here": False}
+    if after:
+        fields.update(after)
+    return new_frozen(StepReport, fields)
 
 
 def _ended(report: StepReport, status: str) -> StepReport:
@@ -340,6 +342,8 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     from executor.engine.regions import note_cross_region_reads
     from executor.engine.signals import exit_code_for, reason_for, signum_of
     from executor.engine.timeline import TimelineRecorder
+
+    collector.resume_for_execution()  # steps may run for hours: the collector works as usual from here
 
     prefix, plan_, store, fs = planned.prefix, planned.plan, planned.store, planned.fs
     outputs.check_writable(prefix)

@@ -7,14 +7,13 @@ Exit codes: 0 all done; 1 one or more steps failed; 2 usage or config error (not
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from executor import api, flags
-from executor.engine import location
+from executor.engine import collector, location
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
@@ -135,14 +134,15 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         environ: dict[str, str] | None = None, main_file: str | None = None,
         reporter: ConsoleReporter | None = None, owns_process: bool = False) -> int:
     """The command line on `steps`; returns the exit code. `owns_process`: the process ends with
-    this call (executor_main), so the graph, which lives until then, is moved out of the cyclic
-    garbage collector's sight: its collections would rescan every step and config each time."""
+    this call (executor_main), which lets planning pause the garbage collector (engine/collector.py)."""
     environ = dict(os.environ) if environ is None else environ
     main_file = main_file or api.main_file_path()
     reporter = reporter or ConsoleReporter()
     if "--help" in argv or "-h" in argv:
         _help(config)
         return EXIT_OK
+    if owns_process:
+        collector.pause_for_planning()  # from here to the first step, including the steps' declaration
     try:
         storage_flag, argv = location.pop_storage_options_flag(list(argv))  # JSON: kept from draccus
         options, user_config = parse_flags(argv, config)
@@ -150,8 +150,6 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = build_graph(step_list)
-        if owns_process:
-            gc.freeze()
         from executor.engine.provenance import secret_flag_names
 
         return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag,

@@ -89,6 +89,7 @@ def select(graph: Graph, only: str | None) -> list[str]:
 
 
 _NOTHING_OBSERVED = Observed(None)
+_NOT_RUNNING = (Action.BLOCKED, Action.STOP)  # a dependency decided so blocks its dependents
 
 
 def _decision(node: StepNode, action: Action, reason: str, observed: Observed,
@@ -150,8 +151,12 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
                 f"step {node.name!r}: {node.output_rel} holds a status for digest {status.digest[:16]}… "
                 f"but this step's digest is {digest[:16]}… (a 48-bit id collision, or a hand-made "
                 f"override_output_path clash); refusing to touch it")
-        failed_dep = next((decisions[d] for d in node.deps
-                           if d in decisions and decisions[d].action in (Action.BLOCKED, Action.STOP)), None)
+        failed_dep = None
+        for dep in node.deps:
+            dep_decision = decisions.get(dep)
+            if dep_decision is not None and dep_decision.action in _NOT_RUNNING:
+                failed_dep = dep_decision
+                break
         if failed_dep is not None and not (status and status.state == State.SUCCESS):
             root = failed_dep.node.name
             decision = _decision(node, Action.BLOCKED, f"dependency {root} "

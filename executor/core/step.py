@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
+from executor.core.frozen import new_frozen
+
 ConfigT = TypeVar("ConfigT")
 
 EXECUTION_ONLY = "stepgraph.execution_only"
@@ -107,11 +109,12 @@ def prefix_path(path: str) -> PrefixPath:
 def output_path_of(step: "ExecutorStep", sub: str | None = None) -> OutputPathOf:
     if not isinstance(step, ExecutorStep):
         raise TypeError(f"output_path_of() takes an ExecutorStep, got {type(step).__name__}: {step!r}")
-    return OutputPathOf(step, _check_sub(sub))
+    # new_frozen: experiments call these tens of thousands of times while declaring their steps
+    return new_frozen(OutputPathOf, {"step": step, "sub": _check_sub(sub), "blocking": True})
 
 
 def this_output_path(sub: str | None = None) -> ThisOutputPath:
-    return ThisOutputPath(_check_sub(sub))
+    return new_frozen(ThisOutputPath, {"sub": _check_sub(sub)})
 
 
 def _check_sub(sub: str | None) -> str | None:

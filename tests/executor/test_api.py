@@ -190,3 +190,35 @@ def test_a_ray_cluster_the_caller_started_is_used_and_left_running(tmp_path, ray
     result = executor.run([summary], prefix=str(tmp_path), runner="ray")
     assert result.ok and {s.ran_here for s in result.steps} == {True}
     assert ray_local.is_initialized()  # the notebook's own cluster: not ours to shut down
+
+
+def test_the_command_line_plans_without_the_collector_and_runs_steps_with_it(tmp_path):
+    """executor_main owns its process: it plans with the cyclic garbage collector paused, and before
+    steps run it freezes what planning built and turns the collector back on (engine/collector.py).
+    The library API, used in notebooks, leaves the collector alone."""
+    script = f"""
+import atexit, gc
+from executor import executor_main
+from experiments import hello
+atexit.register(lambda: print("collector:", gc.isenabled(), gc.get_freeze_count()))
+executor_main(hello.build, config=hello.HelloOptions(), argv=["--prefix", {str(tmp_path)!r}, "--runner", "inline"])
+"""
+
+    def collector_at_exit() -> tuple[bool, int]:
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        enabled, frozen = done.stdout.strip().splitlines()[-1].split(":")[1].split()
+        return enabled == "True", int(frozen)
+
+    enabled, frozen = collector_at_exit()  # runs the five steps
+    assert enabled and frozen > 1000
+    assert collector_at_exit() == (False, 0)  # nothing to do: planned, never resumed
+
+    import gc
+
+    from experiments import hello
+
+    before = gc.get_freeze_count()
+    assert executor.run(hello.build(hello.HelloOptions()), prefix=str(tmp_path / "api"), runner="inline").ok
+    assert gc.isenabled() and gc.get_freeze_count() == before

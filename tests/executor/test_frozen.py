@@ -1,7 +1,7 @@
 """Objects that planning builds with `new_frozen` (no __init__) are whole, equal and still frozen.
 
-`new_frozen` applies no defaults: a field added to Status, Owner, StepNode, Observed, Decision or
-StepReport but not passed where planning builds them would be missing. Each object below comes from
+`new_frozen` applies no defaults: a field added to Status, Owner, StepNode, Observed, Decision,
+StepReport or a placeholder but not passed where they are built would be missing. Each object below comes from
 the real call site, and `dataclasses.replace` (which reads every field and runs __init__) must give
 an equal object.
 """
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from executor import ExecutorStep, api, output_path_of
+from executor import ExecutorStep, api, output_path_of, this_output_path
 from executor.core.frozen import new_frozen
 from executor.core.graph import build_graph
 from executor.core.plan import Action, Observed, PlanOptions, plan_steps
 from executor.core.record import Owner, State, Status, parse_status
+from executor.core.step import OutputPathOf, ThisOutputPath
 from executor.engine.snapshot import observe
 from executor.engine.store.base import Versioned
 
@@ -101,6 +102,14 @@ def test_plan_and_no_op_run_reports_are_whole(tmp_path):
     for report in again.steps:
         assert_whole(report)
         assert report.status == "succeeded"
+
+
+def test_placeholders_are_whole():
+    step = ExecutorStep("a", fn, Cfg())
+    for placeholder in (output_path_of(step), output_path_of(step, "sub/dir"), this_output_path(),
+                        this_output_path("x")):
+        assert_whole(placeholder)
+    assert output_path_of(step, "s") == OutputPathOf(step, "s", True) and this_output_path() == ThisOutputPath(None)
 
 
 def test_new_frozen_is_the_constructor_without_init():

@@ -1,0 +1,33 @@
+"""The cyclic garbage collector in a process the command line owns.
+
+Planning builds a handful of objects per step (the steps and configs when `executor_main` is given
+a function that declares them, then the graph, statuses, decisions, reports), all alive until the
+process exits; every collection while they are young rescans them all, about a tenth of a second
+of a 10,000-step plan. `executor_main` owns its process, so it pauses the collector while it plans
+and, before any step runs (for hours, perhaps), freezes what planning built out of the collector's
+sight and lets it run as usual. Garbage without cycles is freed as always meanwhile. The library
+API (`executor.run` in a notebook) leaves the collector alone: freezing would keep its caller's
+garbage cycles forever.
+"""
+
+from __future__ import annotations
+
+import gc
+
+_paused_for_planning = False
+
+
+def pause_for_planning() -> None:
+    """executor_main, before it reads its flags and declares and builds the steps."""
+    global _paused_for_planning
+    _paused_for_planning = gc.isenabled()
+    gc.disable()
+
+
+def resume_for_execution() -> None:
+    """Before steps run: no-op unless pause_for_planning paused the collector."""
+    global _paused_for_planning
+    if _paused_for_planning:
+        _paused_for_planning = False
+        gc.freeze()
+        gc.enable()

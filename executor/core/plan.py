@@ -31,6 +31,9 @@ class Observed:
     generation: str | None = None
 
 
+NOT_OBSERVED = Observed(None)  # no status: one instance for every such step (frozen, so shared safely)
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     force_failed: bool = True
@@ -88,7 +91,6 @@ def select(graph: Graph, only: str | None) -> list[str]:
     return [d for d in graph.nodes if d in wanted]
 
 
-_NOTHING_OBSERVED = Observed(None)
 _NOT_RUNNING = (Action.BLOCKED, Action.STOP)  # a dependency decided so blocks its dependents
 
 
@@ -111,7 +113,7 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
         if dep_decision is not None and (dep_decision.action == Action.RUN or dep_decision.recheck):
             rerunning.append(dep)
             continue
-        dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep) or _NOTHING_OBSERVED).status
+        dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep) or NOT_OBSERVED).status
         now_there = dep_status.content_sha256 if dep_status is not None else None
         if now_there is not None and now_there != consumed[dep]:
             return _decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
@@ -144,7 +146,7 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
     decisions: dict[str, Decision] = {}
     for digest in selected:
         node = graph.nodes[digest]
-        observed = snapshot.get(digest) or _NOTHING_OBSERVED
+        observed = snapshot.get(digest) or NOT_OBSERVED
         status = observed.status
         if status is not None and status.digest != digest:
             raise GraphError(

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 from executor.core.frozen import new_frozen
 from executor.core.graph import StepNode, gc_paused
-from executor.core.plan import Observed
+from executor.core.plan import NOT_OBSERVED, Observed
 from executor.core.record import parse_status, status_key
 from executor.engine.store.base import CoordinationStore, Versioned
 from executor.engine.store.local import LocalStore
@@ -19,11 +19,8 @@ from executor.engine.store.memory import MemoryStore
 
 def observe(versioned: Versioned | None, where: str) -> Observed:
     if versioned is None:
-        return _NOTHING
+        return NOT_OBSERVED
     return new_frozen(Observed, {"status": parse_status(versioned.data, where), "generation": versioned.generation})
-
-
-_NOTHING = Observed(None)  # frozen: one for every step without a status
 
 
 def read_many(store: CoordinationStore, keys: list[str], parallelism: int = 64) -> Iterator[Versioned | None]:

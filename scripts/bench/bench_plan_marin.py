@@ -12,6 +12,8 @@ file's `experiment` entry point (median of --repeats), so interpreter start, imp
     dry-empty  --dry-run --json on an empty prefix
     dry-done   --dry-run --json with every step complete
     noop       the no-op re-run with every step complete ("nothing to do")
+    noop-fn    the same, the steps declared by a function given to executor_main (as experiments/
+               do) rather than before it is called: declaring them is then part of planning
 
 "All complete" is a prefix holding a SUCCESS status.json per step, written as a real run writes it
 (digest, step id, and the function fingerprint that lets drift checks skip the record).
@@ -31,7 +33,7 @@ import random
 import sys
 from dataclasses import dataclass
 
-N_FIELDS = 30  # top-level fields of StepConfig, counted by the test in tests/executor/test_bench_dag.py
+N_FIELDS = 30  # top-level fields of StepConfig, counted by tests/executor/test_bench_plan_marin.py
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,14 @@ def marin_dag(n: int, seed: int = 0) -> list:
 
 
 def experiment(argv: list[str]) -> None:
-    """`python bench_plan_marin.py experiment N [--build-only | executor flags]`."""
+    """`python bench_plan_marin.py experiment N [--build-only | --from-function | executor flags]`."""
     n, rest = int(argv[0]), argv[1:]
-    steps = marin_dag(n)
+    if rest[:1] == ["--from-function"]:  # executor_main declares the steps (as experiments/ do)
+        from executor import executor_main
+
+        executor_main(lambda _: marin_dag(n), description=f"Marin-style DAG, {n} steps", argv=rest[1:])
+        return
+    steps = marin_dag(n)  # declared before executor_main is called (as Marin's experiments do)
     if rest == ["--build-only"]:
         return
     from executor import executor_main
@@ -146,7 +153,7 @@ def timed(cmd: list[str], pythonpath: str | None = None) -> tuple[float, float, 
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, done.stdout
 
 
-MODES = ("build", "dry-empty", "dry-done", "noop")
+MODES = ("build", "dry-empty", "dry-done", "noop", "noop-fn")
 TARGETS = {"dry-done": 1.0, "noop": 0.8}
 
 
@@ -162,7 +169,7 @@ def measure(checkouts: dict[str, str | None], steps: int, repeats: int, tmp: str
     for label, path in checkouts.items():  # fill bytecode caches; the plan with every step, to populate
         timed(me[:-1] + ["100", "--dry-run", "--json", "--prefix", prefixes[label]], path)
     args = {"build": ["--build-only"], "dry-empty": ["--dry-run", "--json"], "dry-done": ["--dry-run", "--json"],
-            "noop": []}
+            "noop": [], "noop-fn": ["--from-function"]}
     for mode in ("python -c pass", *MODES):
         if mode == "dry-done":
             for label, path in checkouts.items():
@@ -178,7 +185,7 @@ def measure(checkouts: dict[str, str | None], steps: int, repeats: int, tmp: str
                 wall, cpu, out = timed(cmd, path)
                 if mode == "dry-done":
                     assert {r["action"] for r in json.loads(out)["steps"]} == {"skip"}, "every step must be complete"
-                if mode == "noop":
+                if mode.startswith("noop"):
                     assert "nothing to do" in out, out
                 runs[label][mode].append((wall, cpu))
     return runs

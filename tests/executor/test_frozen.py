@@ -1,15 +1,14 @@
 """Objects that planning builds with `new_frozen` (no __init__) are whole, equal and still frozen.
 
 `new_frozen` applies no defaults: a field added to Status, Owner, StepNode, Observed, Decision,
-StepReport or a placeholder but not passed where they are built would be missing. Each object below comes from
-the real call site, and `dataclasses.replace` (which reads every field and runs __init__) must give
-an equal object.
+StepReport or a placeholder but not passed where they are built would be missing. Each object
+below comes from the real call site, and `dataclasses.replace` (which reads every field and runs
+__init__) must give an equal object.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import pytest
 
@@ -21,16 +20,7 @@ from executor.core.record import Owner, State, Status, parse_status
 from executor.core.step import OutputPathOf, ThisOutputPath
 from executor.engine.snapshot import observe
 from executor.engine.store.base import Versioned
-
-
-@dataclass(frozen=True)
-class Cfg:
-    dep: object = None
-    value: int = 0
-
-
-def fn(config):
-    return None
+from tests.executor.test_plan import Cfg, fn  # the plan tests' config and step function
 
 
 def assert_whole(obj) -> None:

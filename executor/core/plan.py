@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from executor.core.errors import GraphError
 from executor.core.frozen import new_frozen
@@ -47,7 +47,7 @@ class Decision:
     node: StepNode
     action: Action
     reason: str
-    observed: Observed = field(default_factory=lambda: Observed(None))
+    observed: Observed = NOT_OBSERVED
     recheck: tuple[str, ...] = ()  # SKIP for now; dependencies (digests) that re-run in this plan:
     #                                if the output one of them commits differs from what this step
     #                                consumed, the step re-runs once they finish (staleness by content)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import sys
@@ -66,8 +67,8 @@ def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
     """The plan as one JSON document, a step per line: 10,000 steps are 4 MB. Rows are encoded by
     orjson (several times faster than json.dumps) and written a thousand at a time; a stream that
     cannot take UTF-8 gets json.dumps' ASCII escapes instead."""
-    encoding = (getattr(out, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
-    dumps = (lambda row: orjson.dumps(row).decode()) if encoding == "utf8" else json.dumps
+    utf8 = codecs.lookup(getattr(out, "encoding", None) or "utf-8").name == "utf-8"  # StringIO: None
+    dumps = (lambda row: orjson.dumps(row).decode()) if utf8 else json.dumps
     out.write(f'{{"schema": 1, "prefix": {json.dumps(prefix)}, "steps": [')
     rows = plan_rows(plan, prefix)
     for start in range(0, len(rows), 1000):

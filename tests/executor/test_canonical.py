@@ -152,3 +152,43 @@ def test_dependencies_are_hashed_by_digest_not_path():
     # the subpath is part of the identity
     sub = ExecutorStep("user", fn, Wide(output_path_of(dep_a, "x")))
     assert build_graph([sub]).targets != build_graph([user_a]).targets
+
+
+class _Counted:
+    """A value whose registered encoding counts how often the encoder reaches it."""
+
+    calls = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+    value: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Holder:
+    seed: int
+    held: object
+
+
+def _counted_step_fn(config):
+    return None
+
+
+def test_shared_dataclasses_and_large_containers_are_encoded_once_per_graph():
+    """canonical.py memoises shared sub-configs by identity: dataclasses and containers of
+    MEMO_MIN_ITEMS or more items; a small container is encoded again where it appears."""
+    from executor import register_encoding
+    from executor.core.canonical import MEMO_MIN_ITEMS
+
+    def encode(value):
+        _Counted.calls += 1
+        return "counted"
+
+    register_encoding(_Counted, encode)
+    shared = {"dataclass": _Shared(_Counted()), "large": (_Counted(),) + ("x",) * (MEMO_MIN_ITEMS - 1),
+              "small": (_Counted(), "x")}
+    for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50)):
+        _Counted.calls = 0
+        build_graph([ExecutorStep(f"s{i}", _counted_step_fn, _Holder(i, shared[kind])) for i in range(50)])
+        assert _Counted.calls == expected, kind

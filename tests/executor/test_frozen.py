@@ -65,20 +65,23 @@ def test_statuses_nodes_and_observations_are_whole():
     assert observe(None, "x") == Observed(None)
 
 
-@pytest.mark.parametrize("options", [PlanOptions(now=130.0), PlanOptions(force_failed=False),
-                                     PlanOptions(force_run="^a$")])
-def test_every_kind_of_decision_is_whole(options):
+S, R, W, B, X = Action.SKIP, Action.RUN, Action.WAIT, Action.BLOCKED, Action.STOP
+STEPS = ("a", "b", "weak", "running", "failed", "after_failed")
+
+
+@pytest.mark.parametrize("options, actions, rechecked", [
+    (PlanOptions(now=130.0), (S, S, R, W, R, R), ()),
+    (PlanOptions(force_failed=False), (S, S, R, W, X, B), ()),
+    (PlanOptions(force_run="^a$"), (R, S, R, W, R, R), ("b",)),  # b kept for now, rechecked when a commits
+])
+def test_every_kind_of_decision_is_whole(options, actions, rechecked):
     graph, snapshot, _ = graph_and_statuses()
     plan = plan_steps(graph, snapshot, options)
-    seen_actions = set()
     for decision in plan.decisions.values():
         assert_whole(decision)
-        seen_actions.add(decision.action)
-    assert {Action.SKIP, Action.WAIT} <= seen_actions or Action.RUN in seen_actions
-    if options.force_run:  # a re-run dependency: b is kept for now, rechecked when a commits
-        assert any(d.recheck for d in plan.decisions.values())
-    if not options.force_failed:
-        assert {Action.STOP, Action.BLOCKED} <= seen_actions
+    decided = {d.node.name: d for d in plan.decisions.values()}
+    assert {name: decided[name].action for name in STEPS} == dict(zip(STEPS, actions))
+    assert tuple(name for name in STEPS if decided[name].recheck) == rechecked
 
 
 def test_plan_and_no_op_run_reports_are_whole(tmp_path):

@@ -127,6 +127,7 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    collector.freeze_for_exit()
     sys.exit(code)
 
 

@@ -243,6 +243,7 @@ def _dataclass_layout(t: type) -> tuple[str, list[tuple[str, str]]]:
 
 
 _dataclass_encoders: dict[type, Callable[[Any, Callable[[Any], str]], str]] = {}
+encodings.on_change(_dataclass_encoders.clear)  # their defaults' texts were encoded under the old registry
 
 
 def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]], str]:
@@ -250,20 +251,43 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
 
     Generated, as dataclasses generates __init__, because it runs once per step config and shared
     sub-config: attribute reads and the str/int/float/None/bool cases inline, one join, no loop.
+    A field that still holds its default object, when no instance can change that object (see
+    _is_constant), is its text encoded once: most fields of a large config keep their defaults.
     """
     head, keys = _dataclass_layout(t)
+    defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
+    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float_repr}
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
         read = f"v.{name}" if name.isidentifier() else f"getattr(v, {name!r})"
-        pieces.append(f"(S(x) if (k := type(x := {read})) is str else R(x) if k is int "
+        if name in defaults:  # x read in the test: the dispatch below types the value already read
+            namespace[f"D{i}"] = defaults[name]
+            namespace[f"T{i}"] = CanonicalEncoder(_no_dependencies).text(defaults[name])
+            test, typed = f"T{i} if (x := {read}) is D{i} else ", "type(x)"
+        else:
+            test, typed = "", f"type(x := {read})"
+        pieces.append(f"({test}S(x) if (k := {typed}) is str else R(x) if k is int "
                       f"else '{{\"float\":\"' + F(x) + '\"}}' if k is float else 'null' if x is None "
                       f"else 'true' if x is True else 'false' if x is False else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
-    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float_repr}
     exec(compile(source, f"<canonical encoder of {type_name(t)}>", "exec"), namespace)  # noqa: S102
     return namespace["encode"]
+
+
+_CONSTANT_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _is_constant(value: Any) -> bool:
+    """A str, int, float, bool or None, or a tuple of these (nested): no instance can change it,
+    so one object has one text for good."""
+    t = type(value)
+    return t in _CONSTANT_LEAVES or (t is tuple and all(_is_constant(x) for x in value))
+
+
+def _no_dependencies(placeholder: OutputPathOf) -> str:
+    raise AssertionError("a constant holds no placeholder")
 
 
 def _hint(v: Any, t: type) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import pathlib
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from executor import ExecutorStep, execution_only, output_path_of, this_output_path
@@ -63,6 +63,45 @@ def no_deps(placeholder):
 def test_fast_encoder_matches_the_reference(config):
     expected = reference.canonical_json(reference.encode_value(config, no_deps))
     assert CanonicalEncoder(no_deps).config_text(config) == expected
+
+
+@dataclasses.dataclass(frozen=True)
+class Defaults:
+    """Every kind of default the generated encoder encodes once and reuses while a field holds it."""
+
+    n: int = 7
+    big: int = 10**20
+    s: str = "héllo 世界"
+    zero: float = -0.0
+    flag: bool = True
+    none: object = None
+    nested: tuple = (1, 2.5, ("x", None, False))
+    empty: tuple = ()
+    holds_list: tuple = (1, [2])  # not a constant: a list inside can change
+    mutable: list = dataclasses.field(default_factory=lambda: [1, 2])
+    inner: object = Inner()
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(st.sampled_from([f.name for f in dataclasses.fields(Defaults)]), trees(leaves)))
+@example({})
+@example({"flag": 1, "zero": 0.0, "n": 7.0, "none": False, "empty": []})  # equal to the default, not it
+@example({"nested": (1, 2.5, ("x", None, False)), "s": "héllo " + "世界"})  # equal and the same text
+def test_fields_holding_their_defaults_encode_as_the_reference_does(overrides):
+    config = Defaults(**overrides)
+    expected = reference.canonical_json(reference.encode_value(config, no_deps))
+    assert CanonicalEncoder(no_deps).config_text(config) == expected
+
+
+def test_a_default_that_can_change_is_encoded_as_it_is_now():
+    config = Defaults()
+    config.holds_list[1].append(3)
+    config.mutable.append(3)
+    try:
+        text = CanonicalEncoder(no_deps).config_text(config)
+        assert '"holds_list":{"tuple":[1,[2,3]]}' in text and '"mutable":[1,2,3]' in text
+    finally:
+        config.holds_list[1].remove(3)
 
 
 @settings(max_examples=100)

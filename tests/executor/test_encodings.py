@@ -145,6 +145,28 @@ def test_registering_a_type_makes_it_hashable_and_its_name_part_of_the_id():
         encodings._exact.pop(str)
 
 
+@dataclasses.dataclass(frozen=True)
+class PairDefault:
+    pair: tuple = (1, 2)
+
+
+def test_a_registration_applies_to_defaults_already_encoded():
+    """The encoder encodes a constant default once per dataclass; a registration must redo it."""
+    from executor.core import encodings
+
+    assert encoded(PairDefault()) == {"dataclass": f"{__name__}.PairDefault",
+                                      "fields": {"pair": {"tuple": [1, 2]}}}
+    register_encoding(tuple, list, name="pair")
+    try:
+        assert encoded(PairDefault()) == {"dataclass": f"{__name__}.PairDefault",
+                                          "fields": {"pair": {"type": "pair", "value": [1, 2]}}}
+    finally:
+        encodings._exact.pop(tuple)
+        encodings.register_encoding(str, str)  # any registration clears the encoder's caches
+        encodings._exact.pop(str)
+    assert encoded(PairDefault())["fields"]["pair"] == {"tuple": [1, 2]}
+
+
 def test_a_registered_encoding_that_returns_no_config_data_is_named():
     class Odd:
         pass

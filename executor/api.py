@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from executor.core.errors import ExecutorError
 from executor.core.frozen import new_frozen
@@ -167,7 +167,9 @@ def _output_path(prefix: str, decision: Decision) -> str:
     status = decision.observed.status
     if status is not None and status.alias_of and decision.action == Action.SKIP:  # an adopted output
         return outputs.join(prefix, status.alias_of["output_rel"])
-    return outputs.join(prefix, decision.node.output_rel)
+    # outputs.join(prefix, output_rel), which a plan computes for every step: output_rel is a
+    # validated name (no leading, trailing or doubled '/'), so joining needs no stripping
+    return prefix.rstrip("/") + "/" + decision.node.output_rel
 
 
 def _report(prefix: str, decision: Decision, output_path: str | None = None, **after: Any) -> StepReport:
@@ -175,16 +177,11 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     status, error, ran_here."""
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action.value,
+              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action._value_,
               "reason": decision.reason, "status": None, "error": None, "ran_here": False}
     if after:
         fields.update(after)
     return new_frozen(StepReport, fields)
-
-
-def _ended(report: StepReport, status: str) -> StepReport:
-    """The report with its final status (dataclasses.replace, without __init__)."""
-    return new_frozen(StepReport, {**report.__dict__, "status": status})
 
 
 def _run_file_entry(report: StepReport) -> dict[str, Any]:
@@ -211,14 +208,34 @@ def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dic
     return prefix, storage_options, store, fs
 
 
-def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
+class Decided(NamedTuple):
+    """A plan and where it was made: what plan_graph returns, before the per-step reports that a
+    dry run and a no-op re-run never read."""
+
+    prefix: str
+    storage_options: dict
+    store: Any
+    fs: Any
+    plan: Plan
+
+    def result(self, graph: Graph) -> PlanResult:
+        with gc_paused():  # a few acyclic objects per step
+            reports = tuple(_report(self.prefix, d) for d in self.plan.decisions.values())
+        return PlanResult(self.prefix, reports, graph, plan=self.plan, storage_options=self.storage_options,
+                          store=self.store, fs=self.fs)
+
+
+def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> Decided:
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
         decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
                                                           now=time.time()))
-        reports = tuple(_report(prefix, d) for d in decided.decisions.values())
-    return PlanResult(prefix, reports, graph, plan=decided, storage_options=storage_options, store=store, fs=fs)
+    return Decided(prefix, storage_options, store, fs, decided)
+
+
+def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
+    return decide(graph, options, environ=environ).result(graph)
 
 
 def _step_list(steps: Iterable[ExecutorStep]) -> list[ExecutorStep]:
@@ -265,15 +282,15 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     main_file = main_file or main_file_path()
     reporter = reporter or ConsoleReporter()
     started = time.time()
-    planned = plan_graph(graph, options, environ=environ)
-    warn_drift(planned.plan, planned.prefix, planned.fs, reporter)
-    reporter.info(f"prefix: {planned.prefix}")
-    if not planned.needs_runner:
-        result = RunResult(planned.prefix, tuple(_ended(s, "succeeded" if s.succeeded else
-                                                        ("blocked" if s.decision == "blocked" else "failed"))
-                                                 for s in planned.steps), graph)
+    decided = decide(graph, options, environ=environ)
+    warn_drift(decided.plan, decided.prefix, decided.fs, reporter)
+    reporter.info(f"prefix: {decided.prefix}")
+    if not decided.plan.needs_runner:
+        with gc_paused():
+            result = RunResult(decided.prefix, tuple(_report(decided.prefix, d, status=_ENDS_WITHOUT_RUNNING[d.action])
+                                                     for d in decided.plan.decisions.values()), graph)
         if result.failed:
-            reporter.print_plan(planned.plan, planned.prefix, title=description)
+            reporter.print_plan(decided.plan, decided.prefix, title=description)
             reporter.info(f"[red]{len(result.failed)} step(s) failed or blocked[/]: "
                           + ", ".join(s.name for s in result.failed))
         else:
@@ -283,7 +300,12 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     from executor.engine.signals import SignalGuard
 
     with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/signals.py)
-        return _execute(graph, planned, options, description, main_file, reporter, guard, frozenset(secret_flags))
+        return _execute(graph, decided.result(graph), options, description, main_file, reporter, guard,
+                        frozenset(secret_flags))
+
+
+# How a step ends in a run that needs no runner (no step to run or wait for).
+_ENDS_WITHOUT_RUNNING = {Action.SKIP: "succeeded", Action.BLOCKED: "blocked", Action.STOP: "failed"}
 
 
 NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs

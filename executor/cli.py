@@ -198,7 +198,7 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
              environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
-    planned = api.plan_graph(graph, api_options(options, storage_flag), environ=environ)
+    planned = api.decide(graph, api_options(options, storage_flag), environ=environ)
     plan, prefix = planned.plan, planned.prefix
     warn_drift(plan, prefix, planned.fs, ConsoleReporter(stderr=True) if options.json else reporter)
     if options.json:

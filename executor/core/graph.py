@@ -64,13 +64,14 @@ class Graph:
 
     def closure(self, digests: Iterable[str]) -> set[str]:
         """The given steps plus everything they (blockingly) need."""
-        seen: set[str] = set()
-        stack = list(digests)
+        seen = set(digests)
+        stack = list(seen)
+        nodes = self.nodes
         while stack:
-            d = stack.pop()
-            if d not in seen:
-                seen.add(d)
-                stack.extend(self.nodes[d].deps)
+            for dep in nodes[stack.pop()].deps:
+                if dep not in seen:
+                    seen.add(dep)
+                    stack.append(dep)
         return seen
 
 

@@ -51,6 +51,12 @@ def test_run_returns_paths_decisions_and_statuses_and_failures_are_results(tmp_p
     assert caught.value.result is result
     with pytest.raises(StepFailed, match="hello/summary: blocked"):
         executor.materialize(summary, inline(tmp_path), force_failed=False)
+    left = executor.run([summary], inline(tmp_path), force_failed=False)  # nothing may run: no runner
+    assert left.run_file is None and left.exit_code == 1
+    assert {s.name: (s.decision, s.status) for s in left.steps} == {
+        "hello/words": ("skip", "succeeded"), "hello/count": ("skip", "succeeded"),
+        "hello/greeting": ("skip", "succeeded"), "hello/shout": ("stop", "failed"),
+        "hello/summary": ("blocked", "blocked")}
 
 
 def test_keyword_options_and_materialize(tmp_path):

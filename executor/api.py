@@ -209,8 +209,8 @@ def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dic
 
 
 class Decided(NamedTuple):
-    """A plan and where it was made: what plan_graph returns, before the per-step reports that a
-    dry run and a no-op re-run never read."""
+    """A plan and where it was made (prefix, storage options, store, filesystem): plan_graph's
+    result without its per-step reports, which a dry run and a run with nothing to do never read."""
 
     prefix: str
     storage_options: dict

@@ -12,8 +12,9 @@ qualified name (naming.py). Execution-only fields are left out.
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
 memoises the text of dataclasses and large containers that several steps share (the same optimizer
-config object in 10,000 steps is encoded once): planning a large graph is mostly this function. It walks the same
-structure as tree.fold, and tests hold the two to the same answer.
+config object in 10,000 steps is encoded once), and of each dataclass field's constant default:
+planning a large graph is mostly this function. It walks the same structure as tree.fold, and tests
+hold the two to the same answer.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def freeze_for_exit() -> None:
     interpreter's final collection, which would walk every object (a tenth of a second or more
     after a 10,000-step plan) only to free memory the exit frees anyway. An atexit handler, so
     that a caller who catches the SystemExit (a notebook) keeps its collector; the rest of exit is
-    unchanged (later atexit handlers, clearing modules). Objects left in reference cycles then keep
+    unchanged (the other atexit handlers, clearing modules). Objects left in reference cycles then keep
     their finalizers unrun, which Python does not promise at exit either (object.__del__'s notes)."""
     atexit.unregister(gc.freeze)  # once, however often executor_main is called
     atexit.register(gc.freeze)

@@ -35,4 +35,4 @@ def test_every_mode_runs_as_a_whole_process_and_prints_its_row():
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for mode in ("python -c pass", *bench_plan_marin.MODES):
-        assert re.search(rf"^  {re.escape(mode)}\s+\d+\.\d\d / +\d+\.\d\d s", proc.stdout, re.M), proc.stdout
+        assert re.search(rf"^  {re.escape(mode)}\s+\d+\.\d\d / +\d+\.\d\d s \(\d+\.\d\d\)", proc.stdout, re.M), proc.stdout

@@ -167,9 +167,7 @@ def _output_path(prefix: str, decision: Decision) -> str:
     status = decision.observed.status
     if status is not None and status.alias_of and decision.action == Action.SKIP:  # an adopted output
         return outputs.join(prefix, status.alias_of["output_rel"])
-    # outputs.join(prefix, output_rel), which a plan computes for every step: output_rel is a
-    # validated name (no leading, trailing or doubled '/'), so joining needs no stripping
-    return prefix.rstrip("/") + "/" + decision.node.output_rel
+    return outputs.join(prefix, decision.node.output_rel)
 
 
 def _report(prefix: str, decision: Decision, output_path: str | None = None, **after: Any) -> StepReport:
@@ -177,7 +175,7 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     status, error, ran_here."""
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action._value_,
+              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action.value,
               "reason": decision.reason, "status": None, "error": None, "ran_here": False}
     if after:
         fields.update(after)

@@ -34,7 +34,6 @@ from executor.core.tree import format_path, kept_field_names
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
 
 _string = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
-_float_repr = float.__repr__
 
 
 def is_hashed_field(f: dataclasses.Field) -> bool:
@@ -92,7 +91,7 @@ def type_name(t: type) -> str:
 
 
 def _float(v: float) -> str:
-    return '{"float":"' + _float_repr(v) + '"}'  # the shortest text that reads back; 'inf', 'nan' as such
+    return '{"float":"' + float.__repr__(v) + '"}'  # the shortest text that reads back; 'inf', 'nan' as such
 
 
 class CanonicalEncoder:
@@ -169,9 +168,9 @@ class CanonicalEncoder:
                     encode = _dataclass_encoders[t] = _compile_dataclass_encoder(t)
                 return encode(v, text)
             if kind == _LIST or kind == _TUPLE:
-                # str/int/float items inline, as in the generated dataclass encoders: no call per item
+                # str/int/float items without a call to text(), as in the generated dataclass encoders
                 items = ",".join([_string(x) if (k := type(x)) is str else int.__repr__(x) if k is int
-                                  else '{"float":"' + _float_repr(x) + '"}' if k is float else text(x) for x in v])
+                                  else _float(x) if k is float else text(x) for x in v])
                 return "[" + items + "]" if kind == _LIST else '{"tuple":[' + items + "]}"
             if kind == _DICT:  # a key that is not a str fails in _string (TypeError)
                 return '{"dict":{' + ",".join([_string(k) + ":" + text(v[k]) for k in sorted(v)]) + "}}"
@@ -251,13 +250,14 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     """A function `(instance, text) -> canonical text` specialised to the dataclass `t`.
 
     Generated, as dataclasses generates __init__, because it runs once per step config and shared
-    sub-config: attribute reads and the str/int/float/None/bool cases inline, one join, no loop.
+    sub-config: attribute reads, the str/int/float/None/bool cases without a call to text(), one
+    join, no loop.
     A field that still holds its default object, when no instance can change that object (see
     _is_constant), is its text encoded once: most fields of a large config keep their defaults.
     """
     head, keys = _dataclass_layout(t)
     defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
-    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float_repr}
+    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float}
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
@@ -269,7 +269,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
         else:
             test, typed = "", f"type(x := {read})"
         pieces.append(f"({test}S(x) if (k := {typed}) is str else R(x) if k is int "
-                      f"else '{{\"float\":\"' + F(x) + '\"}}' if k is float else 'null' if x is None "
+                      f"else F(x) if k is float else 'null' if x is None "
                       f"else 'true' if x is True else 'false' if x is False else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"

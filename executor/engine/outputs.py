@@ -31,7 +31,11 @@ def is_local(prefix: str) -> bool:
 
 
 def join(prefix: str, *parts: str | None) -> str:
-    return "/".join([prefix.rstrip("/"), *(p.strip("/") for p in parts if p)])
+    joined = prefix.rstrip("/")  # a loop, not a generator: a plan joins one output path per step
+    for part in parts:
+        if part:
+            joined += "/" + part.strip("/")
+    return joined
 
 
 def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> "fsspec.AbstractFileSystem":

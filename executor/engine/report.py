@@ -15,6 +15,7 @@ import orjson
 from executor.core.graph import StepNode
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
+from executor.engine import outputs
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,13 +49,12 @@ class Reporter(Protocol):
 
 
 def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
-    root = prefix.rstrip("/") + "/"
     rows = []
     for d in plan.decisions.values():
         status = d.observed.status
         rows.append({
             "name": d.node.name, "step_id": d.node.step_id, "digest": d.node.digest,
-            "output_path": root + d.node.output_rel, "action": d.action.value,
+            "output_path": outputs.join(prefix, d.node.output_rel), "action": d.action.value,
             "reason": d.reason, "dependencies": list(d.node.deps),
             "lease": (None if status is None or status.owner is None or d.action != Action.WAIT else
                       {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,

@@ -82,3 +82,16 @@ def test_a_shard_request_no_node_can_give_fails_at_once_naming_both(ray_local):
                                             r"node of the cluster has 2: no node can ever run it"):
         map_tasks(read_back, ["never-read"], num_cpus=4)
     assert time.monotonic() - started < 60  # at once: not after unschedulable_timeout_s (120 s)
+
+
+@pytest.mark.parametrize("prefix, parts, joined", [
+    ("/tmp/p", ("a/s-0123",), "/tmp/p/a/s-0123"),
+    ("gs://b/x/", ("/y/", None, "z"), "gs://b/x/y/z"),  # one '/' between parts; None and "" left out
+    ("s3://b", ("", "runs/x.json"), "s3://b/runs/x.json"),
+    ("/", ("x",), "/x"),
+    ("p", (), "p"),
+])
+def test_outputs_join_puts_one_slash_between_parts_and_skips_empty_ones(prefix, parts, joined):
+    from executor.engine import outputs
+
+    assert outputs.join(prefix, *parts) == joined

@@ -185,10 +185,15 @@ def test_shared_dataclasses_and_large_containers_are_encoded_once_per_graph():
         _Counted.calls += 1
         return "counted"
 
+    from executor.core import encodings
+
     register_encoding(_Counted, encode)
-    shared = {"dataclass": _Shared(_Counted()), "large": (_Counted(),) + ("x",) * (MEMO_MIN_ITEMS - 1),
-              "small": (_Counted(), "x")}
-    for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50)):
-        _Counted.calls = 0
-        build_graph([ExecutorStep(f"s{i}", _counted_step_fn, _Holder(i, shared[kind])) for i in range(50)])
-        assert _Counted.calls == expected, kind
+    try:
+        shared = {"dataclass": _Shared(_Counted()), "large": (_Counted(),) + ("x",) * (MEMO_MIN_ITEMS - 1),
+                  "small": (_Counted(), "x")}
+        for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50)):
+            _Counted.calls = 0
+            build_graph([ExecutorStep(f"s{i}", _counted_step_fn, _Holder(i, shared[kind])) for i in range(50)])
+            assert _Counted.calls == expected, kind
+    finally:
+        encodings._exact.pop(_Counted)  # a registration of this test's own type only

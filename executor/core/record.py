@@ -76,7 +76,9 @@ class Status:
 _STATES = {state.value: state for state in State}
 
 
-def parse_status(data: bytes, where: str) -> Status:
+def parse_status(data: bytes, where: str, owners: dict[tuple, Owner] | None = None) -> Status:
+    """`owners`: Owner objects already made, to share (a snapshot of 10,000 statuses that one run
+    wrote holds one owner, not 10,000 equal ones)."""
     try:
         raw = orjson.loads(data)   # planning reads one status per step: the fast parser pays
         schema = raw.get("schema")
@@ -86,12 +88,19 @@ def parse_status(data: bytes, where: str) -> Status:
             raise StatusError(f"{where}: status schema {schema} is newer than this executor understands "
                               f"({STATUS_SCHEMA}); upgrade stepgraph. The file was left untouched.")
         owner = raw.get("owner")
+        if owner:
+            fields = (owner["run_id"], owner["host"], owner["pid"], owner["user"])
+            owner = owners.get(fields) if owners is not None else None
+            if owner is None:
+                owner = new_frozen(Owner, {"run_id": fields[0], "host": fields[1], "pid": fields[2],
+                                           "user": fields[3]})
+                if owners is not None:
+                    owners[fields] = owner
         state = raw["state"]
         return new_frozen(Status, {
             "state": _STATES.get(state) or State(state), "digest": str(raw["digest"]),
             "step_id": str(raw["step_id"]), "seq": int(raw["seq"]), "attempt": int(raw["attempt"]),
-            "owner": new_frozen(Owner, {"run_id": owner["run_id"], "host": owner["host"], "pid": owner["pid"],
-                                        "user": owner["user"]}) if owner else None,
+            "owner": owner or None,
             "written_at": float(raw["written_at"]), "started_at": raw.get("started_at"), "error": raw.get("error"),
             "traceback_tail": raw.get("traceback_tail"), "alias_of": raw.get("alias_of"),
             "function_sha256": raw.get("function_sha256"), "content_sha256": raw.get("content_sha256"),

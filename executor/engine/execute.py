@@ -343,6 +343,7 @@ class Execution:
         t.consumed = {d: self.tracked[d].content for d in node.deps
                       if d in self.tracked and self.tracked[d].content}
         try:
+            node.identity_bytes  # its config encoded again and checked against its id, before it runs
             config = self.resolve_config(node)
             if outputs.is_local(self.ctx.prefix):
                 self.ctx.fs.makedirs(t.output_path, exist_ok=True)

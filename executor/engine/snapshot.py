@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
+from executor.core.errors import StatusError
 from executor.core.frozen import new_frozen
 from executor.core.graph import StepNode, gc_paused
 from executor.core.plan import NOT_OBSERVED, Observed
@@ -17,10 +18,12 @@ from executor.engine.store.local import LocalStore
 from executor.engine.store.memory import MemoryStore
 
 
-def observe(versioned: Versioned | None, where: str) -> Observed:
+def observe(versioned: Versioned | None, where: str, owners: dict | None = None) -> Observed:
+    """The status read (`where` names it in errors; `owners`: see parse_status)."""
     if versioned is None:
         return NOT_OBSERVED
-    return new_frozen(Observed, {"status": parse_status(versioned.data, where), "generation": versioned.generation})
+    return new_frozen(Observed, {"status": parse_status(versioned.data, where, owners),
+                                 "generation": versioned.generation})
 
 
 def read_many(store: CoordinationStore, keys: list[str], parallelism: int = 64) -> Iterator[Versioned | None]:
@@ -42,5 +45,10 @@ def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode], paralleli
     with gc_paused():
         nodes = list(nodes)
         keys = [status_key(n.output_rel) for n in nodes]
-        return {n.digest: observe(versioned, f"{store.root}/{key}")
-                for n, key, versioned in zip(nodes, keys, read_many(store, keys, parallelism))}
+        owners: dict = {}
+        try:
+            return {n.digest: observe(versioned, "", owners)  # the file is named only if one is corrupt
+                    for n, versioned in zip(nodes, read_many(store, keys, parallelism))}
+        except StatusError:
+            return {n.digest: observe(versioned, f"{store.root}/{key}")  # read again, to name the file
+                    for n, key, versioned in zip(nodes, keys, read_many(store, keys, parallelism))}

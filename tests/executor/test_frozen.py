@@ -25,7 +25,9 @@ from tests.executor.test_plan import Cfg, fn  # the plan tests' config and step 
 
 def assert_whole(obj) -> None:
     names = {f.name for f in dataclasses.fields(obj)}
-    assert names <= set(vars(obj)), f"{type(obj).__name__} lacks {names - set(vars(obj))}"
+    # vars(), not hasattr: a field left out of __dict__ would read its class-level default
+    given = set(vars(obj)) if hasattr(obj, "__dict__") else {n for n in names if hasattr(obj, n)}  # or slots
+    assert names <= given, f"{type(obj).__name__} lacks {names - given}"
     assert dataclasses.replace(obj) == obj
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(obj, next(iter(names)), None)
@@ -65,6 +67,28 @@ def test_statuses_nodes_and_observations_are_whole():
     assert observe(None, "x") == Observed(None)
 
 
+def test_a_snapshot_shares_one_owner_object_per_runner(tmp_path):
+    """10,000 statuses one run wrote hold one Owner object, not 10,000 equal ones."""
+    from executor.core.record import status_key
+    from executor.engine.snapshot import read_snapshot
+    from executor.engine.store.local import LocalStore
+
+    graph, _, _ = graph_and_statuses()
+    store = LocalStore(str(tmp_path))
+    owners = [Owner("run1", "host", 7, "ada"), Owner("run2", "host", 8, "ada")]
+    nodes = list(graph.nodes.values())
+    for i, node in enumerate(nodes):
+        data = Status(State.SUCCESS, node.digest, node.step_id, 1, 1, owners[i % 2], 1.0).to_bytes()
+        store.create_if_absent(status_key(node.output_rel), data)
+    snapshot = read_snapshot(store, nodes)
+    read = [snapshot[node.digest].status for node in nodes]
+    assert [status.owner for status in read] == [owners[i % 2] for i in range(len(nodes))]
+    assert len({id(status.owner) for status in read}) == 2
+    for node, status in zip(nodes, read):
+        assert_whole(status)
+        assert status == parse_status(store.read(status_key(node.output_rel)).data, "x")
+
+
 S, R, W, B, X = Action.SKIP, Action.RUN, Action.WAIT, Action.BLOCKED, Action.STOP
 STEPS = ("a", "b", "weak", "running", "failed", "after_failed")
 
@@ -102,6 +126,7 @@ def test_placeholders_are_whole():
     for placeholder in (output_path_of(step), output_path_of(step, "sub/dir"), this_output_path(),
                         this_output_path("x")):
         assert_whole(placeholder)
+        assert not hasattr(placeholder, "__dict__")  # slots: 10,000 steps' placeholders cost ~60 bytes each
     assert output_path_of(step, "s") == OutputPathOf(step, "s", True) and this_output_path() == ThisOutputPath(None)
 
 

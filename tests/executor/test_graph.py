@@ -86,3 +86,49 @@ def test_lambdas_and_nested_functions_are_rejected():
 def test_output_subpath_cannot_escape():
     with pytest.raises(ValueError, match="relative path"):
         this_output_path("../x")
+
+
+def test_identity_document_is_encoded_again_and_must_still_match_the_id():
+    """Nodes keep no copy of the document they hashed (1-2 KB per step): asking for it encodes
+    the config again, and a config changed since then is an error, not a document that does
+    not match the step's id."""
+    from executor.core.identity import identity_and_digest
+
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", fn, Cfg(deps=[output_path_of(a)], nested={"k": [1, 2]}))
+    graph = build_graph([b])
+    node = graph.nodes[graph.digest_of(b)]
+    assert node.identity_bytes == identity_and_digest(b, lambda p: graph.digest_of(p.step))[0]
+    assert node.identity["config"]["fields"]["deps"] == [{"dependency": graph.digest_of(a), "sub": None}]
+    b.config.nested["k"].append(3)  # mutated after its id was computed
+    with pytest.raises(GraphError, match=r"step 'b': its config changed after its id \(b-[0-9a-f]{12}\)"):
+        node.identity_bytes
+
+
+def test_a_step_whose_config_changed_after_planning_fails_before_it_runs(tmp_path):
+    """The run checks each step's document against its id before the step starts: a config an
+    earlier step changed in place (possible where steps run on threads of the planning process,
+    a memory:// prefix) fails that step rather than run a config its id does not name."""
+    from executor import api
+
+    _SHARED.clear(), _RAN.clear()
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", _append_to_shared, Cfg(deps=[output_path_of(a)]))
+    c = ExecutorStep("c", _note_run, Cfg(deps=[output_path_of(b)], nested={"list": _SHARED}))
+    result = api.run([c], prefix=f"memory://{tmp_path.name}", runner="inline")
+    assert [(s.name, s.status) for s in result.steps] == [("a", "succeeded"), ("b", "succeeded"), ("c", "failed")]
+    assert "config changed after its id" in result.step(c).error and not _RAN
+
+
+_SHARED: list = []  # in c's config, and changed by b (a step gets a copy of its own config, not of others')
+
+
+_RAN: list = []
+
+
+def _append_to_shared(config):
+    _SHARED.append("changed by b")
+
+
+def _note_run(config):
+    _RAN.append(config)

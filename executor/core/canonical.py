@@ -91,7 +91,7 @@ def type_name(t: type) -> str:
 
 
 def _float(v: float) -> str:
-    return '{"float":"' + float.__repr__(v) + '"}'  # the shortest text that reads back; 'inf', 'nan' as such
+    return f'{{"float":"{v!r}"}}'  # the shortest text that reads back; 'inf', 'nan' as such (v is a float)
 
 
 class CanonicalEncoder:
@@ -118,7 +118,7 @@ class CanonicalEncoder:
         if t is str:
             return _string(v)
         if t is int:
-            return int.__repr__(v)
+            return str(v)  # of an int exactly: str() is its repr, and the fastest call to it
         if t is float:
             return _float(v)
         if t is bool:
@@ -169,11 +169,13 @@ class CanonicalEncoder:
                 return encode(v, text)
             if kind == _LIST or kind == _TUPLE:
                 # str/int/float items without a call to text(), as in the generated dataclass encoders
-                items = ",".join([_string(x) if (k := type(x)) is str else int.__repr__(x) if k is int
+                items = ",".join([_string(x) if (k := type(x)) is str else str(x) if k is int
                                   else _float(x) if k is float else text(x) for x in v])
                 return "[" + items + "]" if kind == _LIST else '{"tuple":[' + items + "]}"
             if kind == _DICT:  # a key that is not a str fails in _string (TypeError)
-                return '{"dict":{' + ",".join([_string(k) + ":" + text(v[k]) for k in sorted(v)]) + "}}"
+                return '{"dict":{' + ",".join([_string(key) + ":" + (
+                    _string(x) if (k := type(x := v[key])) is str else str(x) if k is int
+                    else _float(x) if k is float else text(x)) for key in sorted(v)]) + "}}"
         except (_Unencodable, TypeError):
             pass  # encode again, one child at a time, to name the field that failed
         return self._container_naming_fields(v, t, kind)
@@ -257,7 +259,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     """
     head, keys = _dataclass_layout(t)
     defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
-    namespace: dict[str, Any] = {"S": _string, "R": int.__repr__, "F": _float}
+    namespace: dict[str, Any] = {"S": _string, "F": _float}
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
@@ -268,7 +270,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
             test, typed = f"T{i} if (x := {read}) is D{i} else ", "type(x)"
         else:
             test, typed = "", f"type(x := {read})"
-        pieces.append(f"({test}S(x) if (k := {typed}) is str else R(x) if k is int "
+        pieces.append(f"({test}S(x) if (k := {typed}) is str else str(x) if k is int "
                       f"else F(x) if k is float else 'null' if x is None "
                       f"else 'true' if x is True else 'false' if x is False else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))

@@ -167,15 +167,12 @@ class CanonicalEncoder:
                 if encode is None:
                     encode = _dataclass_encoders[t] = _compile_dataclass_encoder(t)
                 return encode(v, text)
-            if kind == _LIST or kind == _TUPLE:
-                # str/int/float items without a call to text(), as in the generated dataclass encoders
-                items = ",".join([_string(x) if (k := type(x)) is str else str(x) if k is int
-                                  else _float(x) if k is float else text(x) for x in v])
-                return "[" + items + "]" if kind == _LIST else '{"tuple":[' + items + "]}"
-            if kind == _DICT:  # a key that is not a str fails in _string (TypeError)
-                return '{"dict":{' + ",".join([_string(key) + ":" + (
-                    _string(x) if (k := type(x := v[key])) is str else str(x) if k is int
-                    else _float(x) if k is float else text(x)) for key in sorted(v)]) + "}}"
+            if kind == _LIST:
+                return _sequence_text(v, text, "[", "]")
+            if kind == _TUPLE:
+                return _sequence_text(v, text, '{"tuple":[', "]}")
+            if kind == _DICT:
+                return _dict_text(v, text)
         except (_Unencodable, TypeError):
             pass  # encode again, one child at a time, to name the field that failed
         return self._container_naming_fields(v, t, kind)
@@ -237,6 +234,24 @@ class CanonicalEncoder:
         raise _Unencodable(v, _hint(v, t))
 
 
+def _sequence_text(v: Any, text: Callable[[Any], str], head: str, tail: str) -> str:
+    """A list's or tuple's text between `head` and `tail`: str/int/float items without a call to
+    text(). Errors propagate: the enclosing container encodes again, naming the item."""
+    return head + ",".join([_string(x) if (k := type(x)) is str else str(x) if k is int
+                            else _float(x) if k is float
+                            else _sequence_text(x, text, "[", "]") if k is list and len(x) < MEMO_MIN_ITEMS
+                            else text(x) for x in v]) + tail
+
+
+def _dict_text(v: Any, text: Callable[[Any], str]) -> str:
+    """A dict's text, keys sorted (a key that is not a str fails in _string: TypeError)."""
+    return '{"dict":{' + ",".join([_string(key) + ":" + (
+        _string(x) if (k := type(x := v[key])) is str else str(x) if k is int
+        else _float(x) if k is float
+        else _sequence_text(x, text, "[", "]") if k is list and len(x) < MEMO_MIN_ITEMS
+        else text(x)) for key in sorted(v)]) + "}}"
+
+
 def _dataclass_layout(t: type) -> tuple[str, list[tuple[str, str]]]:
     """The text before the fields, and (field name, '"name":') for each hashed field, sorted."""
     names = sorted(kept_field_names(t, is_hashed_field))
@@ -252,14 +267,15 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     """A function `(instance, text) -> canonical text` specialised to the dataclass `t`.
 
     Generated, as dataclasses generates __init__, because it runs once per step config and shared
-    sub-config: attribute reads, the str/int/float/None/bool cases without a call to text(), one
-    join, no loop.
+    sub-config: attribute reads, the str/int/float/None/bool cases without a call to text(), small
+    plain lists, tuples and dicts without its dispatch, one join, no loop.
     A field that still holds its default object, when no instance can change that object (see
     _is_constant), is its text encoded once: most fields of a large config keep their defaults.
     """
     head, keys = _dataclass_layout(t)
     defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
-    namespace: dict[str, Any] = {"S": _string, "F": _float}
+    namespace: dict[str, Any] = {"S": _string, "F": _float, "Q": _sequence_text, "M": _dict_text,
+                                 "N": MEMO_MIN_ITEMS, "LH": "[", "LT": "]", "TH": '{"tuple":[', "TT": "]}"}
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
@@ -272,7 +288,11 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
             test, typed = "", f"type(x := {read})"
         pieces.append(f"({test}S(x) if (k := {typed}) is str else str(x) if k is int "
                       f"else F(x) if k is float else 'null' if x is None "
-                      f"else 'true' if x is True else 'false' if x is False else text(x))")
+                      f"else 'true' if x is True else 'false' if x is False "
+                      # small plain containers without text()'s dispatch; large ones are memoised there
+                      f"else Q(x, text, LH, LT) if k is list and len(x) < N "
+                      f"else Q(x, text, TH, TT) if k is tuple and len(x) < N "
+                      f"else M(x, text) if k is dict and len(x) < N else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
     exec(compile(source, f"<canonical encoder of {type_name(t)}>", "exec"), namespace)  # noqa: S102

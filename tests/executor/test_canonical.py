@@ -119,11 +119,13 @@ def test_unencodable_values_name_step_field_and_type(bad, type_name):
     class Outer:
         inner: Wide
 
+    nested = {"schedule": [bad], "deep": [[1, {"a": (2, [bad])}]]}  # small containers inside containers
     with pytest.raises(ConfigEncodingError) as info:
-        digest(Outer(Wide({"schedule": [bad]} if not isinstance(bad, dict) else bad)), name="train/x")
+        digest(Outer(Wide(nested if not isinstance(bad, dict) else bad)), name="train/x")
     message = str(info.value)
     assert "train/x" in message and type_name in message
-    assert "inner.value" in message
+    path = "inner.value.deep[0][1].a[1][0]" if not isinstance(bad, dict) else "inner.value[1]"
+    assert f"`{path}`" in message
 
 
 def test_numpy_arrays_are_rejected_with_a_fix():
@@ -190,8 +192,11 @@ def test_shared_dataclasses_and_large_containers_are_encoded_once_per_graph():
     register_encoding(_Counted, encode)
     try:
         shared = {"dataclass": _Shared(_Counted()), "large": (_Counted(),) + ("x",) * (MEMO_MIN_ITEMS - 1),
-                  "small": (_Counted(), "x")}
-        for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50)):
+                  "small": (_Counted(), "x"),
+                  "large list in a dict": {"k": [_Counted()] + ["x"] * (MEMO_MIN_ITEMS - 1)},
+                  "small list in a list": [[_Counted(), "x"]]}
+        for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50), ("large list in a dict", 1),
+                               ("small list in a list", 50)):
             _Counted.calls = 0
             build_graph([ExecutorStep(f"s{i}", _counted_step_fn, _Holder(i, shared[kind])) for i in range(50)])
             assert _Counted.calls == expected, kind

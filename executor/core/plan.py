@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 
 from executor.core.errors import GraphError
-from executor.core.frozen import new_frozen
 from executor.core.graph import Graph, StepNode, gc_paused
 from executor.core.record import State, Status
 
@@ -23,7 +22,7 @@ class Action(str, enum.Enum):
     STOP = "stop"  # previous attempt failed and --force-failed is off
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per step of a plan; no dict each (less memory to fault in)
 class Observed:
     """What a status read found: the parsed status (None if absent) and its generation."""
 
@@ -42,7 +41,7 @@ class PlanOptions:
     now: float | None = None  # wall clock, for heartbeat ages shown to people
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots, as Observed
 class Decision:
     node: StepNode
     action: Action
@@ -94,13 +93,6 @@ def select(graph: Graph, only: str | None) -> list[str]:
 _NOT_RUNNING = (Action.BLOCKED, Action.STOP)  # a dependency decided so blocks its dependents
 
 
-def _decision(node: StepNode, action: Action, reason: str, observed: Observed,
-              recheck: tuple[str, ...] = ()) -> Decision:
-    """Decision(...) built with new_frozen: one per step of a plan of any size."""
-    return new_frozen(Decision, {"node": node, "action": action, "reason": reason, "observed": observed,
-                                 "recheck": recheck})
-
-
 def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str, Decision],
                snapshot: dict[str, Observed], observed: Observed) -> Decision:
     """SKIP, unless a dependency's committed output is no longer the one this output consumed."""
@@ -116,14 +108,14 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
         dep_status = (dep_decision.observed if dep_decision else snapshot.get(dep) or NOT_OBSERVED).status
         now_there = dep_status.content_sha256 if dep_status is not None else None
         if now_there is not None and now_there != consumed[dep]:
-            return _decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
+            return Decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
                                                f"output was made, and its output changed", observed)
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
     if rerunning:
         names = ", ".join(graph.nodes[d].name for d in rerunning)
-        return _decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
+        return Decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
                          observed, tuple(rerunning))
-    return _decision(node, Action.SKIP, f"succeeded{alias}", observed)
+    return Decision(node, Action.SKIP, f"succeeded{alias}", observed)
 
 
 def describe_owner(status: Status, now: float | None) -> str:
@@ -161,23 +153,23 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
                 break
         if failed_dep is not None and not (status and status.state == State.SUCCESS):
             root = failed_dep.node.name
-            decision = _decision(node, Action.BLOCKED, f"dependency {root} "
+            decision = Decision(node, Action.BLOCKED, f"dependency {root} "
                                  + ("failed" if failed_dep.action == Action.STOP else "is blocked"), observed)
         elif status is None:
-            decision = _decision(node, Action.RUN, "new: no previous attempt", observed)
+            decision = Decision(node, Action.RUN, "new: no previous attempt", observed)
         elif status.state == State.SUCCESS:
             if digest in forced:
-                decision = _decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
+                decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
             else:
                 decision = _succeeded(graph, node, status, decisions, snapshot, observed)
         elif status.state == State.RUNNING:
-            decision = _decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now),
+            decision = Decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now),
                                  observed)
         elif options.force_failed:
-            decision = _decision(node, Action.RUN, f"previous attempt failed: {status.error or 'unknown error'}",
+            decision = Decision(node, Action.RUN, f"previous attempt failed: {status.error or 'unknown error'}",
                                  observed)
         else:
-            decision = _decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
+            decision = Decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
                                  "(--force-failed false leaves it)", observed)
         decisions[digest] = decision
     return Plan(decisions)

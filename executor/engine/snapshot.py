@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from executor.core.errors import StatusError
-from executor.core.frozen import new_frozen
 from executor.core.graph import StepNode, gc_paused
 from executor.core.plan import NOT_OBSERVED, Observed
 from executor.core.record import parse_status, status_key
@@ -22,8 +21,7 @@ def observe(versioned: Versioned | None, where: str, owners: dict | None = None)
     """The status read (`where` names it in errors; `owners`: see parse_status)."""
     if versioned is None:
         return NOT_OBSERVED
-    return new_frozen(Observed, {"status": parse_status(versioned.data, where, owners),
-                                 "generation": versioned.generation})
+    return Observed(parse_status(versioned.data, where, owners), versioned.generation)
 
 
 def read_many(store: CoordinationStore, keys: list[str], parallelism: int = 64) -> Iterator[Versioned | None]:

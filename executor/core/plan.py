@@ -109,12 +109,12 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
         now_there = dep_status.content_sha256 if dep_status is not None else None
         if now_there is not None and now_there != consumed[dep]:
             return Decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
-                                               f"output was made, and its output changed", observed)
+                                              f"output was made, and its output changed", observed)
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
     if rerunning:
         names = ", ".join(graph.nodes[d].name for d in rerunning)
         return Decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
-                         observed, tuple(rerunning))
+                        observed, tuple(rerunning))
     return Decision(node, Action.SKIP, f"succeeded{alias}", observed)
 
 
@@ -154,7 +154,7 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
         if failed_dep is not None and not (status and status.state == State.SUCCESS):
             root = failed_dep.node.name
             decision = Decision(node, Action.BLOCKED, f"dependency {root} "
-                                 + ("failed" if failed_dep.action == Action.STOP else "is blocked"), observed)
+                                + ("failed" if failed_dep.action == Action.STOP else "is blocked"), observed)
         elif status is None:
             decision = Decision(node, Action.RUN, "new: no previous attempt", observed)
         elif status.state == State.SUCCESS:
@@ -164,12 +164,12 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
                 decision = _succeeded(graph, node, status, decisions, snapshot, observed)
         elif status.state == State.RUNNING:
             decision = Decision(node, Action.WAIT, "running elsewhere: " + describe_owner(status, options.now),
-                                 observed)
+                                observed)
         elif options.force_failed:
             decision = Decision(node, Action.RUN, f"previous attempt failed: {status.error or 'unknown error'}",
-                                 observed)
+                                observed)
         else:
             decision = Decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
-                                 "(--force-failed false leaves it)", observed)
+                                "(--force-failed false leaves it)", observed)
         decisions[digest] = decision
     return Plan(decisions)

@@ -90,12 +90,10 @@ def parse_status(data: bytes, where: str, owners: dict[tuple, Owner] | None = No
         owner = raw.get("owner")
         if owner:
             fields = (owner["run_id"], owner["host"], owner["pid"], owner["user"])
-            owner = owners.get(fields) if owners is not None else None
+            owners = {} if owners is None else owners
+            owner = owners.get(fields)
             if owner is None:
-                owner = new_frozen(Owner, {"run_id": fields[0], "host": fields[1], "pid": fields[2],
-                                           "user": fields[3]})
-                if owners is not None:
-                    owners[fields] = owner
+                owner = owners[fields] = new_frozen(Owner, dict(zip(("run_id", "host", "pid", "user"), fields)))
         state = raw["state"]
         return new_frozen(Status, {
             "state": _STATES.get(state) or State(state), "digest": str(raw["digest"]),

@@ -18,7 +18,7 @@ class TransientStoreError(StoreError):
     """A storage call failed in a way that may succeed if retried (5xx, 429, timeouts)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: planning reads one per step
 class Versioned:
     """Bytes read from the store together with the generation they were read at."""
 

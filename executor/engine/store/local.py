@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from executor.core.frozen import new_frozen
 from executor.engine.store.base import StoreError, Versioned
 
 
@@ -93,7 +92,7 @@ class LocalStore:
             raise StoreError(f"cannot read {os.path.join(self.root, key)}: {e.strerror}") from e
         finally:
             os.close(fd)
-        return new_frozen(Versioned, {"data": data, "generation": _generation(data)})
+        return Versioned(data, _generation(data))
 
     def _write(self, path: Path, data: bytes) -> str:
         import tempfile  # here: planning only reads (its import is a few ms of every no-op re-run)

@@ -28,7 +28,6 @@ this checkout's so that a shared machine's load falls on both alike.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import random
 import sys
@@ -193,6 +192,7 @@ def measure(checkouts: dict[str, str | None], steps: int, repeats: int, tmp: str
 
 
 def main() -> None:
+    import argparse  # here, not at the top: the timed children run this file and never parse arguments
     import os
     import statistics
     import tempfile

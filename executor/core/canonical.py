@@ -50,7 +50,8 @@ class _Unencodable(Exception):
 
 # What a value of a given type is, decided once per type.
 (_DATACLASS, _NAMEDTUPLE, _LIST, _TUPLE, _DICT, _SET, _ENUM, _BYTES, _PATH, _DEPENDENCY, _THIS_OUTPUT,
- _PREFIX_PATH, _REGISTERED, _OTHER) = range(14)
+ _PREFIX_PATH, _REGISTERED, _OTHER, _SCALAR) = range(15)
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # exactly these types, not their subclasses
 _kinds: dict[type, int] = {}
 _type_names: dict[type, str] = {}
 encodings.on_change(_kinds.clear)
@@ -69,6 +70,8 @@ def _kind(t: type) -> int:
 
 
 def _classify(t: type) -> int:
+    if t in _SCALARS:
+        return _SCALAR
     if t in encodings._exact:
         return _REGISTERED
     if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, PrefixPath, ExecutorStep)):
@@ -115,19 +118,17 @@ class CanonicalEncoder:
 
     def text(self, v: Any) -> str:
         t = type(v)
-        if t is str:
-            return _string(v)
-        if t is int:
-            return str(v)  # of an int exactly: str() is its repr, and the fastest call to it
-        if t is float:
-            return _float(v)
-        if t is bool:
-            return "true" if v else "false"
-        if v is None:
-            return "null"
-        kind = _kinds.get(t)
+        kind = _kinds.get(t)  # first: the encoders write str/int/float items themselves, so most values here are not
         if kind is None:
             kind = _kind(t)
+        if kind == _SCALAR:
+            if t is str:
+                return _string(v)
+            if t is int:
+                return str(v)  # of an int exactly: str() is its repr, and the fastest call to it
+            if t is float:
+                return _float(v)
+            return "null" if v is None else "true" if v else "false"
         if kind <= _SET:
             if kind != _DATACLASS and len(v) < MEMO_MIN_ITEMS:
                 return self._container(v, t, kind)
@@ -299,14 +300,11 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     return namespace["encode"]
 
 
-_CONSTANT_LEAVES = frozenset({str, int, float, bool, type(None)})
-
-
 def _is_constant(value: Any) -> bool:
     """A str, int, float, bool or None, or a tuple of these (nested): no instance can change it,
     so one object has one text for good."""
     t = type(value)
-    return t in _CONSTANT_LEAVES or (t is tuple and all(_is_constant(x) for x in value))
+    return t in _SCALARS or (t is tuple and all(_is_constant(x) for x in value))
 
 
 def _no_dependencies(placeholder: OutputPathOf) -> str:
@@ -356,7 +354,7 @@ def find_cycle(config: Any) -> tuple[tuple, Any] | None:
 
 
 def _children(value: Any) -> list[tuple[Any, Any]]:
-    kind = _kind(type(value)) if type(value) not in (str, int, float, bool, type(None)) else _OTHER
+    kind = _kind(type(value))
     if kind == _DATACLASS:
         return [(n, getattr(value, n)) for n in kept_field_names(type(value), is_hashed_field)]
     if kind in (_LIST, _TUPLE, _NAMEDTUPLE):

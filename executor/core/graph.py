@@ -147,19 +147,20 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     encoder = CanonicalEncoder(dependency_digest)  # one for the graph: shared sub-configs are encoded once
 
     def visit(step: ExecutorStep) -> str:
-        if not isinstance(step, ExecutorStep):
-            raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
-        known = digests.get(id(step))
+        key = id(step)
+        known = digests.get(key)  # only steps are ever stored: anything else goes on to the check below
         if known is not None:
             return known
-        if id(step) in on_path:
+        if not isinstance(step, ExecutorStep):
+            raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
+        if key in on_path:
             chain = waiting + in_progress
             cycle = chain[[s is step for s in chain].index(True):] + [step]
             raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
         if len(in_progress) >= MAX_NESTED_STEPS:
             raise _DigestFirst(step)
         in_progress.append(step)
-        on_path.add(id(step))
+        on_path.add(key)
         deps: dict[str, None] = {}
         weak: dict[str, None] = {}
         collecting.append((deps, weak))
@@ -168,10 +169,11 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
         finally:
             collecting.pop()
             in_progress.pop()
-            on_path.discard(id(step))
-        digests[id(step)] = digest
+            on_path.discard(key)
+        digests[key] = digest
         if digest not in nodes:
-            _check_override(step)
+            if step.override_output_path is not None:
+                _check_override(step)
             sid = step_id(step.name, digest)
             nodes[digest] = new_frozen(StepNode, {
                 "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,

@@ -44,9 +44,11 @@ def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode], paralleli
         nodes = list(nodes)
         keys = [status_key(n.output_rel) for n in nodes]
         owners: dict = {}
-        try:
-            return {n.digest: observe(versioned, "", owners)  # the file is named only if one is corrupt
-                    for n, versioned in zip(nodes, read_many(store, keys, parallelism))}
-        except StatusError:
-            return {n.digest: observe(versioned, f"{store.root}/{key}")  # read again, to name the file
-                    for n, key, versioned in zip(nodes, keys, read_many(store, keys, parallelism))}
+        snapshot = {}
+        for n, key, versioned in zip(nodes, keys, read_many(store, keys, parallelism)):
+            try:
+                snapshot[n.digest] = observe(versioned, "", owners)  # the file's path is made only if it is corrupt
+            except StatusError:
+                observe(versioned, f"{store.root}/{key}")  # the same bytes parsed again: this error names the file
+                raise
+        return snapshot

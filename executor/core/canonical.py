@@ -245,7 +245,9 @@ def _sequence_text(v: Any, text: Callable[[Any], str], head: str, tail: str) -> 
 
 
 def _dict_text(v: Any, text: Callable[[Any], str]) -> str:
-    """A dict's text, keys sorted (a key that is not a str fails in _string: TypeError)."""
+    """A dict's text, keys sorted (a key that is not a str fails in _string: TypeError). Its values
+    are dispatched as _sequence_text's items, written out again: one shared helper for both cost a
+    tenth of all encoding (callgrind: 727 -> 808 M instructions per pass over the 10k bench's configs)."""
     return '{"dict":{' + ",".join([_string(key) + ":" + (
         _string(x) if (k := type(x := v[key])) is str else str(x) if k is int
         else _float(x) if k is float

@@ -172,8 +172,7 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
             on_path.discard(key)
         digests[key] = digest
         if digest not in nodes:
-            if step.override_output_path is not None:
-                _check_override(step)
+            _check_override(step)
             sid = step_id(step.name, digest)
             nodes[digest] = new_frozen(StepNode, {
                 "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,

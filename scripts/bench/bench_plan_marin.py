@@ -20,8 +20,9 @@ file's `experiment` entry point (median of --repeats), so interpreter start, imp
 Targets (issue 14): dry-done <= 1.0 s and noop <= 0.8 s wall at 10k steps. A bare `python -c pass`
 is timed in the same run as the anchor, and CPU time (user + sys) is shown beside wall time: on a
 shared machine wall time also counts waiting for a core. The fastest run's wall time follows in
-brackets: where a neighbour slows whole runs down at random, it is the least disturbed figure. The children run with bytecode caches
-(PYTHONDONTWRITEBYTECODE dropped, one warm-up run first), as any second run of a user's does.
+brackets: where a neighbour slows whole runs down at random, it is the least disturbed figure. The
+children run with bytecode caches (PYTHONDONTWRITEBYTECODE dropped, one warm-up run first), as any
+second run of a user's does, and import only what an experiment imports (argparse is the harness's).
 `--baseline DIR` times another checkout side by side (before/after), its runs interleaved with
 this checkout's so that a shared machine's load falls on both alike.
 """

@@ -23,9 +23,19 @@ EXECUTOR_DIR = ".executor"
 
 
 class State(str, enum.Enum):
+    """What status.json stores (the other vocabularies, and the mapping: core/outcome.py)."""
+
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
+
+
+class Absent(str, enum.Enum):
+    """What a status read found when there is no State to show: read models' rows hold
+    `State | Absent`, so that "no status" and "corrupt" are values, not strings made up per command."""
+
+    NO_STATUS = "NO STATUS"
+    CORRUPT = "CORRUPT"
 
 
 def status_key(output_rel: str) -> str:

@@ -20,6 +20,8 @@ CROSS_ENTROPY_IMPLS = ("blockwise", "naive")
 REMAT_POLICIES = ("none", "full", "dots_saveable")
 SCHEDULES = ("cosine", "wsd")
 OPTIMIZERS = ("adamw", "muon")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn")
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 def _require(ok: bool, cls: str, message: str) -> None:
@@ -62,6 +64,9 @@ class ModelConfig:
     cross_entropy: str = execution_only("blockwise")  # blockwise: never holds [tokens, vocab] logits
     ce_block_size: int = execution_only(8192)          # vocabulary columns per block
     remat: str = execution_only("none")  # per layer: none | full (keep inputs only) | dots_saveable
+    # jax.nn.dot_product_attention's implementation: auto (cuDNN's fused kernel on a GPU in 16-bit,
+    # else XLA) | xla | cudnn. How attention runs, not what it computes.
+    attention: str = execution_only("auto")
 
     def __post_init__(self) -> None:
         c = "ModelConfig"
@@ -84,6 +89,7 @@ class ModelConfig:
         _one_of(c, "expert_impl", self.expert_impl, EXPERT_IMPLS)
         _one_of(c, "cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _one_of(c, "remat", self.remat, REMAT_POLICIES)
+        _one_of(c, "attention", self.attention, ATTENTION_IMPLS)
 
     @property
     def n_moe(self) -> int:

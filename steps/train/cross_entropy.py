@@ -3,7 +3,9 @@
 `blockwise_nll(h, w, targets, block)` walks the unembedding in vocabulary blocks of `block`
 columns with an online logsumexp (forward) and recomputes each block's logits in the backward
 pass (a custom VJP), so the largest live array is [tokens, block] instead of [tokens, vocab].
-Equal to `naive_nll` (log_softmax over full logits) up to float32 summation order.
+Equal to `naive_nll` (log_softmax over full logits) up to float32 summation order. With bfloat16
+hidden states and weights the matmuls accumulate in float32 and the logits, log-sum-exp and NLL
+are float32.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 
 def naive_nll(h: jax.Array, w: jax.Array, targets: jax.Array) -> jax.Array:
     """h [N, d], w [d, V], targets [N] -> NLL [N] (nats, float32) through the full logits."""
-    logits = (h @ w).astype(jnp.float32)
+    logits = jnp.dot(h, w, preferred_element_type=jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
 
@@ -33,7 +35,7 @@ def _block_logits(h, w, index, block):
     first = index * block
     start = jnp.minimum(first, vocab - block)
     cols = start + jnp.arange(block)
-    logits = (h @ jax.lax.dynamic_slice_in_dim(w, start, block, axis=1)).astype(jnp.float32)
+    logits = jnp.dot(h, jax.lax.dynamic_slice_in_dim(w, start, block, axis=1), preferred_element_type=jnp.float32)
     return jnp.where(cols[None, :] >= first, logits, -jnp.inf), cols, start
 
 
@@ -78,9 +80,10 @@ def _bwd(block, residuals, g):
         hit = (cols[None, :] == targets[:, None]) & jnp.isfinite(logits)
         dlogits = ((jnp.exp(logits - lse[:, None]) - hit) * g[:, None]).astype(h.dtype)
         wb = jax.lax.dynamic_slice_in_dim(w, start, block, axis=1)
-        dw_block = jax.lax.dynamic_slice_in_dim(dw, start, block, axis=1) + (h.T @ dlogits).astype(jnp.float32)
+        dw_block = (jax.lax.dynamic_slice_in_dim(dw, start, block, axis=1)
+                    + jnp.dot(h.T, dlogits, preferred_element_type=jnp.float32))
         dw = jax.lax.dynamic_update_slice_in_dim(dw, dw_block, start, axis=1)
-        return (dh + (dlogits @ wb.T).astype(jnp.float32), dw), None
+        return (dh + jnp.dot(dlogits, wb.T, preferred_element_type=jnp.float32), dw), None
 
     init = (jnp.zeros(h.shape, jnp.float32), jnp.zeros(w.shape, jnp.float32))
     (dh, dw), _ = jax.lax.scan(body, init, jnp.arange(_n_blocks(w.shape[1], block)))

@@ -6,6 +6,12 @@ token to `top_k` of `n_experts` SwiGLU experts (plus always-on shared experts). 
 run grouped: assignments are sorted by expert and multiplied with `jax.lax.ragged_dot`, so no
 token is dropped. The router bias used by auxiliary-loss-free balancing is an input, kept in the
 train state outside the gradients; `router_bias_update` is its sign update.
+
+Mixed precision (`compute_dtype="bfloat16"`): parameters stay float32 and are cast to the compute
+dtype where they are used (`cast_for_compute`), so matmuls and activations run in bfloat16 and the
+gradients come back float32. RMSNorm statistics, attention's softmax, the router (its weights,
+logits, affinities and balancing statistics) and the cross-entropy (logits, log-sum-exp, loss)
+stay float32.
 """
 
 from __future__ import annotations
@@ -75,8 +81,27 @@ def init_router_bias(cfg: ModelConfig) -> jax.Array:
 
 # ---------------------------------------------------------------------------- building blocks
 
+COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_FLOAT32_PARAMS = ("router",)  # the router runs in float32 whatever the compute dtype
+
+
+def cast_for_compute(params: Params, compute_dtype: str) -> Params:
+    """The params as the forward pass uses them: matrices in the compute dtype; norm weights
+    (vectors) and the router stay float32. Casting is differentiable: gradients come back float32."""
+    dtype = COMPUTE_DTYPES[compute_dtype]
+    if dtype == jnp.float32:
+        return params
+
+    def cast(path, leaf):
+        keys = {getattr(k, "key", None) for k in path}
+        return leaf if leaf.ndim < 2 or keys & set(_FLOAT32_PARAMS) else leaf.astype(dtype)
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float = 1e-6) -> jax.Array:
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+    """Normalised in float32, returned in x's dtype."""
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps) * weight).astype(x.dtype)
 
 
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
@@ -90,19 +115,27 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos[None, :, None, :], sin[None, :, None, :]
-    return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
+    return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1).astype(x.dtype)
+
+
+def attention_implementation(choice: str, dtype) -> str:
+    """`auto`: cuDNN's fused kernel on a GPU for 16-bit inputs (the only ones it takes), else XLA."""
+    if choice != "auto":
+        return choice
+    fused_ok = jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    return "cudnn" if fused_ok else "xla"
 
 
 def causal_attention(p: dict, x: jax.Array, cfg: ModelConfig, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Causal self-attention through `jax.nn.dot_product_attention` (softmax in float32 in both
+    implementations), heads laid out [batch, seq, heads, head_dim] as it expects."""
     b, t, d = x.shape
     h, hd = cfg.n_heads, cfg.head_dim
     q = apply_rope((x @ p["wq"]).reshape(b, t, h, hd), cos, sin)
     k = apply_rope((x @ p["wk"]).reshape(b, t, h, hd), cos, sin)
     v = (x @ p["wv"]).reshape(b, t, h, hd)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
-    out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+    out = jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                       implementation=attention_implementation(cfg.attention, x.dtype))
     return out.reshape(b, t, d) @ p["wo"]
 
 
@@ -265,8 +298,10 @@ def sequence_nll(params: Params, router_bias: jax.Array, inputs: jax.Array, targ
 
 
 def loss_fn(params: Params, router_bias: jax.Array, batch: jax.Array, cfg: ModelConfig,
-            expert_fn: ExpertFn | None = None) -> tuple[jax.Array, dict]:
-    """batch [B, seq+1]: next-token cross-entropy plus the selected balancing/z losses."""
+            expert_fn: ExpertFn | None = None, compute_dtype: str = "float32") -> tuple[jax.Array, dict]:
+    """batch [B, seq+1]: next-token cross-entropy plus the selected balancing/z losses (float32),
+    the forward pass computed in `compute_dtype` from float32 `params`."""
+    params = cast_for_compute(params, compute_dtype)
     nll, stats = sequence_nll(params, router_bias, batch[:, :-1], batch[:, 1:], cfg, expert_fn)
     ce = jnp.mean(nll)
     aux = jnp.sum(stats.aux_loss)

@@ -21,12 +21,14 @@ def init_state(model_cfg: ModelConfig, optimizer: optax.GradientTransformation, 
 
 
 def make_train_step(model_cfg: ModelConfig, optimizer: optax.GradientTransformation,
-                    expert_fn: ExpertFn | None = None):
-    """(state, batch [B, seq+1]) -> (state, metrics); pure, ready for jax.jit."""
+                    expert_fn: ExpertFn | None = None, compute_dtype: str = "float32"):
+    """(state, batch [B, seq+1]) -> (state, metrics); pure, ready for jax.jit. The forward and
+    backward passes compute in `compute_dtype`; params, gradients and optimizer state are float32."""
 
     def train_step(state: dict, batch: jax.Array) -> tuple[dict, dict]:
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (_, metrics), grads = grad_fn(state["params"], state["router_bias"], batch, model_cfg, expert_fn)
+        (_, metrics), grads = grad_fn(state["params"], state["router_bias"], batch, model_cfg, expert_fn,
+                                      compute_dtype)
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         bias = state["router_bias"]

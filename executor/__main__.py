@@ -23,7 +23,6 @@ everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Ex
 
 Object-store prefixes take fsspec storage options from the EXECUTOR_STORAGE_OPTIONS variable
 (a JSON object, as runs read it) or `--storage-options JSON`.
-Exit codes: 0 ok, 1 problems found (or steps failed), 2 usage or config error, 3 plan changes.
 """
 
 from __future__ import annotations
@@ -33,7 +32,9 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from executor.core import exit_codes
 from executor.core.errors import ExecutorError
+from executor.core.exit_codes import ExitCode
 from executor.engine import location
 from executor.tools import commands, doctor
 
@@ -68,8 +69,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = __doc__.split("\n\n", 1)[1] + "\nExit codes:\n" + exit_codes.help_text()
+    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=epilog,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command", parser_class=_Parser)
 
@@ -169,18 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
-        return int(e.code or 0) and commands.EXIT_USAGE
+        return int(e.code or 0) and ExitCode.USAGE
     args.experiment_args = experiment_args
     if args.command != "run" and experiment_args and not commands.loads_experiment(args):
         print(f"error: {PROG} {args.command} loads no experiment; flags after -- ({' '.join(experiment_args)}) "
               f"would be ignored", file=sys.stderr)
-        return commands.EXIT_USAGE
+        return ExitCode.USAGE
     if hasattr(args, "storage_options"):  # the flag, else the same variable the runs read
         try:
             args.storage_options = location.storage_options_from(args.storage_options, os.environ)
         except ExecutorError as e:
             print(f"error: {e}", file=sys.stderr)
-            return commands.EXIT_USAGE
+            return ExitCode.USAGE
     return commands.guarded(args.handler, args)
 
 
@@ -192,7 +194,7 @@ def entry() -> None:
     except BrokenPipeError:  # `stepgraph status | head`: stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        code = 141
+        code = ExitCode.BROKEN_PIPE
     sys.exit(code)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from executor.core.errors import ExecutorError
+from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.frozen import new_frozen
 from executor.core.graph import Graph, build_graph, gc_paused
 from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
@@ -138,8 +140,8 @@ class RunResult(_Steps):
         """The CLI's exit code for this run: 0 all done, 1 a step failed (or the runner broke),
         128 + the signal's number when a signal stopped it (130 Ctrl-C, 143 SIGTERM)."""
         if self.interrupted:
-            return 128 + (self.signum or 2)
-        return 1 if (self.failed or self.runner_error) else 0
+            return for_signal(self.signum or signal.SIGINT)
+        return ExitCode.FAILED if (self.failed or self.runner_error) else ExitCode.OK
 
     def raise_on_failure(self) -> "RunResult":
         if not self.ok:
@@ -360,7 +362,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
     from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
     from executor.engine.provenance import invocation
     from executor.engine.regions import note_cross_region_reads
-    from executor.engine.signals import exit_code_for, reason_for, signum_of
+    from executor.engine.signals import reason_for, signum_of
     from executor.engine.timeline import TimelineRecorder
 
     collector.resume_for_execution()  # steps may run for hours: the collector works as usual from here
@@ -424,7 +426,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, description: s
                           for d in plan_.decisions.values()}}
     run_path = outputs.join(prefix, run_ref.key)
     guard.on_force(lambda signum: "exit_code" in run_file or outputs.write_json(fs, run_path, to_json_bytes(
-        {**run_file, "finished_at": time.time(), "exit_code": exit_code_for(signum), "forced_exit": True})))
+        {**run_file, "finished_at": time.time(), "exit_code": for_signal(signum), "forced_exit": True})))
     try:
         outputs.write_json(fs, run_path, to_json_bytes(run_file))
         summary = Execution(graph, plan_, ctx).run()

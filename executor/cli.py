@@ -1,7 +1,7 @@
 """The command line of an experiment file: flags -> graph -> the Python API (executor.api) -> exit code.
 
-Exit codes: 0 all done; 1 one or more steps failed; 2 usage or config error (nothing ran);
-3 --check found changed ids; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+Exit codes: executor/core/exit_codes.py (0 all done, 1 steps failed, 2 usage or config error, 3
+--check found changed ids, 130/141/143 stopped by a signal); `--help` lists them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from executor import api, flags
+from executor.core import exit_codes
+from executor.core.exit_codes import ExitCode
 from executor.engine import collector, location
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
@@ -20,8 +22,6 @@ from executor.core.step import ExecutorStep
 from executor.engine.prefixes import DEFAULT_PREFIX, resolve_prefix, storage_options_from_env  # noqa: F401
 from executor.engine.report import ConsoleReporter, write_plan_json
 from executor.engine.store import StoreError
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CHANGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 
 
 def _flag(default: Any, help_text: str) -> Any:
@@ -55,7 +55,7 @@ class ExecutorOptions:
 
 def _usage(error: str) -> int:
     print(f"error: {error}", file=sys.stderr)
-    return EXIT_USAGE
+    return ExitCode.USAGE
 
 
 def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions, Any]:
@@ -101,6 +101,7 @@ def _help(user_config: Any) -> None:
         print("\nExperiment flags:")
         for flag, kind, text in flags.field_help(user_config):
             print(f"  {flag} {kind:<10} {text}")
+    print(f"\nExit codes:\n{exit_codes.help_text()}")
 
 
 def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[ExecutorStep]] | None = None,
@@ -120,8 +121,8 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
         sys.stdout.flush()
     except BrokenPipeError:  # `python foo.py --dry-run | head`: the reader left; no traceback (issue 19.10)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 141
-    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        code = ExitCode.BROKEN_PIPE
+    if code in (ExitCode.INTERRUPTED, ExitCode.TERMINATED):
         # Everything is released and recorded; skip interpreter teardown, where Ray's exit hooks
         # can hang a driver whose tasks were just cancelled (issue 12): a signal ends the process now.
         sys.stdout.flush()
@@ -141,7 +142,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
     reporter = reporter or ConsoleReporter()
     if "--help" in argv or "-h" in argv:
         _help(config)
-        return EXIT_OK
+        return ExitCode.OK
     if owns_process:
         collector.pause_for_planning()  # from here to the first step, including the steps' declaration
     try:
@@ -160,7 +161,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
     except StoreError as e:
         return _usage(f"storage: {e}")
     except SystemExit as e:  # draccus/argparse report their own usage errors
-        return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+        return ExitCode.USAGE if e.code not in (0, None) else ExitCode.OK
     except ValueError as e:  # e.g. a bad step name raised while the experiment builds its steps
         return _usage(str(e))
 
@@ -217,4 +218,4 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
 
         draw_plan(plan, options.graph)
         print(f"graph written to {options.graph}", file=sys.stderr if options.json else sys.stdout)
-    return EXIT_OK
+    return ExitCode.OK

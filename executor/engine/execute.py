@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from executor.engine import outputs
 from executor.core.errors import ExecutorError
+from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.graph import Graph, StepNode
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.core.plan import Action, Plan
@@ -96,8 +97,8 @@ class RunSummary:
     def exit_code(self) -> int:
         """0 all done; 1 a step failed or the runner broke; 128+N stopped by signal N (130, 143)."""
         if self.interrupted:
-            return signals.exit_code_for(self.signum or signals.signal.SIGINT)
-        return 1 if (self.failed or self.runner_error) else 0
+            return for_signal(self.signum or signals.signal.SIGINT)
+        return ExitCode.FAILED if (self.failed or self.runner_error) else ExitCode.OK
 
     @property
     def failed(self) -> list[str]:

@@ -18,13 +18,10 @@ import threading
 import time
 from typing import Any, Callable
 
+from executor.core.exit_codes import for_signal
+
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
-
-
-def exit_code_for(signum: int) -> int:
-    """The shell's convention: 128 + the signal's number (SIGINT 130, SIGTERM 143)."""
-    return 128 + int(signum)
 
 
 def reason_for(signum: int) -> str:
@@ -189,4 +186,4 @@ class SignalGuard:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        os._exit(exit_code_for(signum))
+        os._exit(for_signal(signum))

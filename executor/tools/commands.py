@@ -13,14 +13,13 @@ import sys
 import time
 from typing import Any
 
+from executor.core.exit_codes import ExitCode
 from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.progress import human_bytes
 from executor.core.record import EXECUTOR_DIR, State, parse_status
 from executor.engine.store import StoreError
-
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CHANGED = 0, 1, 2, 3
 
 
 LOADING_COMMANDS = {"plan", "explain", "graph", "adopt", "gc"}  # and `status EXPERIMENT.py`
@@ -94,7 +93,7 @@ def cmd_run(args: Any) -> int:
     try:
         runpy.run_path(str(file), run_name="__main__")
     except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
+        return e.code if isinstance(e.code, int) else (ExitCode.OK if e.code is None else ExitCode.USAGE)
     finally:
         sys.argv[:], sys.path[:] = saved
     raise ExecutorError(f"{file} never called executor_main(...)")
@@ -124,7 +123,7 @@ def cmd_graph(args: Any) -> int:
     store = location.open_location(prefix, args.storage_options)[0]
     plan = plan_steps(loaded.graph, read_snapshot(store, loaded.graph.nodes.values()), PlanOptions(now=time.time()))
     print(f"graph of {len(plan.decisions)} step(s) against {prefix} written to {draw_plan(plan, args.file)}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # -- plan ---------------------------------------------------------------------------------------
@@ -134,7 +133,7 @@ def cmd_plan(args: Any) -> int:
 
     loaded = _load(args)
     print(dumps(plan_document(loaded.graph, loaded.stem)), end="")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_check(args: Any) -> int:
@@ -168,14 +167,14 @@ def cmd_adopt(args: Any) -> int:
         print(f"  {note}")
     if args.dry_run:
         print("dry run: nothing written")
-        return EXIT_OK
+        return ExitCode.OK
     waiting = [n.name for n in loaded.graph.nodes.values()
                if any(d in {a.node.digest for a in adoptions} for d in n.deps)
                and n.digest not in {a.node.digest for a in adoptions}]
     print(f"record: {adoptions[0].record_path}. A re-run skips the adopted step(s)"
           + (f"; {', '.join(waiting)} get new ids and will run (add --with-dependents to adopt their earlier "
              f"outputs too)" if waiting and not args.with_dependents else ""))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _adopt_one(graph: Any, args: Any, prefix: str, declared_by: dict) -> Any:
@@ -194,7 +193,7 @@ def cmd_verify(args: Any) -> int:
     results = verify_path(path, args.storage_options)
     if not results:
         print(f"no step outputs found under {path}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     problems = 0
     verified = 0
     for r in results:
@@ -211,7 +210,7 @@ def cmd_verify(args: Any) -> int:
         elif args.verbose or len(results) == 1:
             print(f"- {label}: {r.note}")
     print(f"{verified} step(s) verified, {problems} problem(s)")
-    return EXIT_PROBLEMS if problems else EXIT_OK
+    return ExitCode.FAILED if problems else ExitCode.OK
 
 
 # -- gc -------------------------------------------------------------------------------------------
@@ -241,14 +240,14 @@ def cmd_gc(args: Any) -> int:
         if report.garbage:
             print(f"nothing deleted; add --delete (outputs older than --grace-hours {args.grace_hours:g}) to delete. "
                   f"Outputs of runs with other flags are kept only when those flags follow --")
-        return EXIT_OK
+        return ExitCode.OK
     sweep(report, grace_hours=args.grace_hours, now=now, storage_options=args.storage_options)
     for rel in report.deleted:
         print(f"deleted {rel}")
     for rel, why in report.spared.items():
         print(f"kept {rel}: {why}")
     print(f"deleted {len(report.deleted)} output(s); kept {len(report.spared)} unreachable one(s)")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _run_commands(prefix: str, storage_options: dict | None) -> dict[str, str]:
@@ -285,7 +284,7 @@ def cmd_status(args: Any) -> int:
     else:
         print(f"prefix {prefix}")
         overview.print_step_table(rows)
-    return EXIT_PROBLEMS if any(r["state"] in ("FAILED", "CORRUPT") for r in rows) else EXIT_OK
+    return ExitCode.FAILED if any(r["state"] in ("FAILED", "CORRUPT") for r in rows) else ExitCode.OK
 
 
 def cmd_runs(args: Any) -> int:
@@ -301,14 +300,14 @@ def cmd_runs(args: Any) -> int:
     else:
         print(f"prefix {prefix}: newest first")
         overview.print_run_table(rows)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_completion(args: Any) -> int:
     from executor.tools.completion import script
 
     print(script(args.shell, args.build_parser()))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _step_status(args: Any, path: str) -> int:
@@ -316,7 +315,7 @@ def _step_status(args: Any, path: str) -> int:
     now = time.time()
     if versioned is None:
         print(f"{path}: no status (never started here, or deleted by repair)")
-        return EXIT_PROBLEMS
+        return ExitCode.FAILED
     where = f"{path}/{EXECUTOR_DIR}/status.json"
     status = parse_status(versioned.data, where)  # a corrupt one raises with the repair hint
     print(f"{status.step_id}  {status.state.value}  attempt {status.attempt}  seq {status.seq}")
@@ -340,10 +339,10 @@ def _step_status(args: Any, path: str) -> int:
         record = outputs.read_record(fs, f"{path}/{EXECUTOR_DIR}/record.json")
     except StatusError as e:
         print(f"  record      unreadable: {e}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if record is None:
         print("  record      none")
-        return EXIT_OK
+        return ExitCode.OK
     provenance = record.get("provenance") or {}
     git = provenance.get("git") or {}
     manifest = record.get("manifest") or []
@@ -361,7 +360,7 @@ def _step_status(args: Any, path: str) -> int:
         print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}{consumed}")
     if record.get("result") is not None:
         print(f"  result      {json.dumps(record['result'], default=str)[:300]}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_ps(args: Any) -> int:
@@ -386,14 +385,14 @@ def cmd_ps(args: Any) -> int:
             rows.append(status)
     if not rows:
         print(f"no RUNNING leases under {prefix}")
-        return EXIT_OK
+        return ExitCode.OK
     print(f"{'step':<40} {'host':<16} {'pid':>7}  {'run id':<28} {'attempt':>7}  heartbeat (writer's clock)")
     for s in rows:
         o = s.owner
         print(f"{s.step_id:<40} {(o.host if o else '?'):<16} {(o.pid if o else 0):>7}  "
               f"{(o.run_id if o else '?'):<28} {s.attempt:>7}  {_ago(s.written_at, now)}")
     print("heartbeat ages are informational; staleness is judged by the executor on its own clock")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_repair(args: Any) -> int:
@@ -402,7 +401,7 @@ def cmd_repair(args: Any) -> int:
     where = f"{path}/{EXECUTOR_DIR}/status.json"
     if versioned is None:
         print(f"{where}: no status file; nothing to repair")
-        return EXIT_OK
+        return ExitCode.OK
     try:
         status = parse_status(versioned.data, where)
         state = status.state
@@ -414,12 +413,12 @@ def cmd_repair(args: Any) -> int:
         who = f"{owner.host} pid {owner.pid} (run {owner.run_id})" if owner else "an unknown runner"
         print(f"refusing: {where} is RUNNING, leased by {who}, heartbeat {_ago(status.written_at, time.time())}. "
               f"Stop that runner (or wait for its lease to go stale), or pass --force if it is gone.")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     shown = versioned.data[:600].decode(errors="replace")
     store.delete(f"{EXECUTOR_DIR}/status.json")
     print(f"deleted {where}; it held:\n{shown}")
     print("the step will run again on the next invocation (its record, if any, is replaced at its next commit)")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_report(args: Any) -> int:
@@ -428,7 +427,7 @@ def cmd_report(args: Any) -> int:
     prefix = default_prefix(args.prefix)
     fs = location.open_filesystem(prefix, args.storage_options)
     print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def guarded(handler: Any, args: Any) -> int:
@@ -437,10 +436,10 @@ def guarded(handler: Any, args: Any) -> int:
         return handler(args)
     except (ExecutorError, StatusError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except StoreError as e:
         print(f"error: storage: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 __all__ = ["cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_plan", "cmd_ps",

@@ -162,7 +162,8 @@ def run_doctor(prefix: str, storage_options: dict | None, address: str | None) -
 
 
 def cmd_doctor(args: Any) -> int:
-    from executor.tools.commands import EXIT_OK, EXIT_PROBLEMS, default_prefix
+    from executor.core.exit_codes import ExitCode
+    from executor.tools.commands import default_prefix
 
     findings = run_doctor(default_prefix(args.prefix), args.storage_options,
                           args.ray_address or os.environ.get("RAY_ADDRESS"))
@@ -170,4 +171,4 @@ def cmd_doctor(args: Any) -> int:
         print(finding.render())
     problems = [f for f in findings if not f.ok]
     print(f"{len(problems)} problem(s)" if problems else "all checks passed")
-    return EXIT_PROBLEMS if problems else EXIT_OK
+    return ExitCode.FAILED if problems else ExitCode.OK

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from executor.core.exit_codes import ExitCode
 from executor.core.errors import StatusError
 from executor.engine import location
 from executor.engine import outputs
@@ -21,8 +22,6 @@ from executor.tools.identity_diff import DependencyChange, FieldChange, cascade_
 from executor.core.plan import Action, Plan
 from executor.tools.plan_file import plan_file_path, read_plan
 from executor.core.record import EXECUTOR_DIR
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 @dataclass(frozen=True)
@@ -207,7 +206,7 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
     if not nodes:
         names = ", ".join(sorted({n.name for n in graph.nodes.values()}))
         say(f"error: --explain {name!r} matches no step; steps are: {names}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options)
     for node in nodes:
         if node.digest in versions.by_digest:
@@ -225,7 +224,7 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
         for line in render_explanation(graph, explanation):
             say(line)
         say(cascade_summary(len(explanation.readdressed()), explanation.roots()))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,

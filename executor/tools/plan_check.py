@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from executor.core.exit_codes import ExitCode
 from executor.tools.plan_file import plan_file_path
 
-EXIT_OK, EXIT_USAGE, EXIT_CHANGED = 0, 2, 3
 SEEDS = ("0", "4242")  # first process, second process
 
 
@@ -74,7 +74,7 @@ def check_one(file: Path, say: Callable[[str], None], python: str = sys.executab
     for line in (out + err).rstrip().splitlines():
         say(f"  {line}")
     if plans[0] is None or plans[1] is None:
-        return EXIT_CHANGED if code in (EXIT_OK, EXIT_CHANGED) else code
+        return ExitCode.CHANGED if code in (ExitCode.OK, ExitCode.CHANGED) else code
     if plans[0] != plans[1]:
         only_second = sorted(set(plans[1]) - set(plans[0]))
         only_first = sorted(set(plans[0]) - set(plans[1]))
@@ -82,7 +82,7 @@ def check_one(file: Path, say: Callable[[str], None], python: str = sys.executab
             f"ids only under {SEEDS[1]}: {', '.join(only_second) or '-'}; only under {SEEDS[0]}: "
             f"{', '.join(only_first) or '-'}. An id that depends on the hash seed comes from iterating a set "
             f"or a hash-ordered structure into a list/tuple in the config; sort it.")
-        return EXIT_CHANGED
+        return ExitCode.CHANGED
     say(f"  ids identical in a second process (PYTHONHASHSEED={SEEDS[1]})")
     return code
 
@@ -91,21 +91,21 @@ def check_experiments(paths: Sequence[str], say: Callable[[str], None] = print) 
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         say(f"error: {', '.join(missing)}: no such file or directory")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     with_plan, without = experiments_with_plans(paths)
     if not with_plan:
         say(f"error: no experiment file with a .plan.json found in {', '.join(paths)}; "
             f"create one with `python experiments/<name>.py --update-plan`")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     results = {}
     for file in with_plan:
         say(f"{file}:")
         results[file] = check_one(file, say)
     for file in without:
         say(f"{file}: no {plan_file_path(file).name}; not checked")
-    failed = [f for f, code in results.items() if code != EXIT_OK]
+    failed = [f for f, code in results.items() if code != ExitCode.OK]
     if failed:
         say(f"plan check failed for {len(failed)} of {len(results)} experiment(s): {', '.join(map(str, failed))}")
-        return EXIT_CHANGED if any(results[f] == EXIT_CHANGED for f in failed) else EXIT_USAGE
+        return ExitCode.CHANGED if any(results[f] == ExitCode.CHANGED for f in failed) else ExitCode.USAGE
     say(f"plan check ok for {len(results)} experiment(s)")
-    return EXIT_OK
+    return ExitCode.OK

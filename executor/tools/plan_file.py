@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from executor.core.exit_codes import ExitCode
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph
 from executor.tools.identity_diff import Change, DependencyChange, cascade_summary, diff_documents, short
 
 PLAN_SCHEMA = 1
-EXIT_OK, EXIT_USAGE, EXIT_CHANGED = 0, 2, 3
-
 
 def plan_file_path(main_file: str | Path) -> Path:
     main = Path(main_file)
@@ -162,7 +161,7 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
     say = _printer(reporter)
     if not main_file:
         say("error: --check needs an experiment file (run `python experiments/<name>.py --check`)")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     path = plan_file_path(main_file)
     new = plan_document(graph, Path(main_file).stem)
     try:
@@ -170,7 +169,7 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
     except ExecutorError as e:
         if not update or "newer" in str(e):  # a newer schema is never overwritten
             say(f"error: {e}")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         old = None  # a corrupt plan file is what --update-plan repairs
     if update:
         text = dumps(new)
@@ -179,15 +178,15 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
         else:
             path.write_text(text)
             say(f"wrote {path} ({len(new['steps'])} steps); commit it with the change")
-        return EXIT_OK
+        return ExitCode.OK
     if old is None:
         say(f"error: no plan file {path}; create it with `python {Path(main_file).name} --update-plan` "
             f"and commit it")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     comparison = compare_plans(old, new)
     if comparison.clean:
         say(f"plan check ok: {len(new['steps'])} step ids match {path.name}")
-        return EXIT_OK
+        return ExitCode.OK
     name_of = {e["digest"]: e["name"] for e in (*old["steps"], *new["steps"])}
     say(f"plan check FAILED: step ids differ from {path} "
         f"({len(comparison.changed)} changed, {len(comparison.added)} added, {len(comparison.removed)} removed)")
@@ -195,4 +194,4 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
         say("  " + line)
     say(f"If this is intended, run `python {path.parent.name}/{Path(main_file).name} --update-plan` and commit "
         f"{path.name}; if not, the fields above are what changed the ids.")
-    return EXIT_CHANGED
+    return ExitCode.CHANGED

@@ -43,6 +43,8 @@ def test_repair_deletes_a_corrupt_status_but_not_a_running_one(ran_toy):
     (train / ".executor" / "status.json").write_text("{garbage")
     code, out = ran_toy.run("--dry-run")
     assert code == 2 and "repair --delete-status" in out
+    code, out = run_main("status", "--prefix", ran_toy.prefix)
+    assert code == 1 and "CORRUPT" in out, out  # a corrupt status is a problem found (exit 1)
     code, out = run_main("repair", "--delete-status", str(train))
     assert code == 0 and "deleted" in out, out
     code, out = ran_toy.run("--dry-run", "--json")

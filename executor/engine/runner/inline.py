@@ -30,8 +30,9 @@ from typing import Iterable, Sequence
 from executor.core.step import Resources
 from executor.engine.runner.base import StepCall, StepOutcome
 
-EXIT_SILENCED = 75  # the child stopped itself: no ping from its runner for silence_limit_s
-EXIT_ORPHANED = 76  # the child stopped itself: its runner is gone
+# A step's child process ends with these to tell its runner why (never stepgraph's own exit codes).
+_CHILD_SILENCED = 75  # the child stopped itself: no ping from its runner for silence_limit_s
+_CHILD_ORPHANED = 76  # the child stopped itself: its runner is gone
 PING = struct.Struct("d")  # a ping: the runner's time.monotonic() when it sent it
 
 
@@ -72,14 +73,14 @@ def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]
             except OSError:
                 data = b""
             if not data:
-                os._exit(EXIT_ORPHANED)
+                os._exit(_CHILD_ORPHANED)
             pending += data
             whole = len(pending) - len(pending) % PING.size
             if whole:
                 last[0] = max(last[0], PING.unpack_from(pending, whole - PING.size)[0])
                 pending = pending[whole:]
         if silence_limit_s is not None and time.monotonic() - last[0] > silence_limit_s:
-            os._exit(EXIT_SILENCED)
+            os._exit(_CHILD_SILENCED)
 
 
 def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None) -> None:
@@ -94,7 +95,7 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
             # Resumed after a SIGSTOP: runs before the step's next bytecode, so a step stopped past
             # its lease does not get to write again.
             if silence_limit_s is not None and time.monotonic() - last[0] > silence_limit_s:
-                os._exit(EXIT_SILENCED)
+                os._exit(_CHILD_SILENCED)
 
         signal.signal(signal.SIGCONT, on_continue)
         threading.Thread(target=_watch_runner, args=(ping_fd, silence_limit_s, last), daemon=True).start()
@@ -148,10 +149,10 @@ class ChildHandle:
                 return StepOutcome(ok=False, error=f"could not read the step's result: {e}", infrastructure=True)
         if os.WIFSIGNALED(status):
             why = f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
-        elif os.WEXITSTATUS(status) == EXIT_SILENCED:
+        elif os.WEXITSTATUS(status) == _CHILD_SILENCED:
             why = (f"stopped itself: it heard nothing from its runner for {self._runner.silence_limit_s:g}s "
                    f"(the runner was paused or stuck), so its lease may be taken over")
-        elif os.WEXITSTATUS(status) == EXIT_ORPHANED:
+        elif os.WEXITSTATUS(status) == _CHILD_ORPHANED:
             why = "stopped itself: its runner is gone"
         else:
             why = f"exited with status {os.WEXITSTATUS(status)} before returning"

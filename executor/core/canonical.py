@@ -14,7 +14,8 @@ The encoder writes the JSON text directly rather than building the structure and
 memoises the text of dataclasses and large containers that several steps share (the same optimizer
 config object in 10,000 steps is encoded once), and of each dataclass field's constant default:
 planning a large graph is mostly this function. It walks the same structure as tree.fold, and tests
-hold the two to the same answer.
+hold the two to the same answer. A `hashed_unless_default` field (one added to a class whose steps
+already have outputs) is left out while it holds its default, so ids made before it existed stay.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any, Callable
 from executor.core import encodings
 from executor.core.errors import ConfigEncodingError
 from executor.core.naming import qualified_name
-from executor.core.step import ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath, is_execution_only
+from executor.core.step import (ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath, is_execution_only,
+                                 omitted_defaults)
 from executor.core.tree import format_path, kept_field_names
 
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
@@ -188,7 +190,7 @@ class CanonicalEncoder:
     def _container_naming_fields(self, v: Any, t: type, kind: int) -> str:
         field = self._field
         if kind == _DATACLASS:
-            head, keys = _dataclass_layout(t)
+            head, keys = _dataclass_layout(t, v)
             return head + "".join([key + field(getattr(v, name), name) for name, key in keys]) + "}}"
         if kind == _LIST:
             return "[" + ",".join([field(x, i) for i, x in enumerate(v)]) + "]"
@@ -255,9 +257,20 @@ def _dict_text(v: Any, text: Callable[[Any], str]) -> str:
         else text(x)) for key in sorted(v)]) + "}}"
 
 
-def _dataclass_layout(t: type) -> tuple[str, list[tuple[str, str]]]:
-    """The text before the fields, and (field name, '"name":') for each hashed field, sorted."""
+def _holds_default(value: Any, default: Any) -> bool:
+    """Whether `value` would encode as `default` does (1, 1.0 and True differ; so do 0.0 and -0.0)."""
+    if type(value) is not type(default):
+        return False
+    return _float(value) == _float(default) if type(value) is float else value == default
+
+
+def _dataclass_layout(t: type, v: Any = None) -> tuple[str, list[tuple[str, str]]]:
+    """The text before the fields, and (field name, '"name":') for each hashed field, sorted; with
+    an instance `v`, without its `hashed_unless_default` fields that hold their default."""
     names = sorted(kept_field_names(t, is_hashed_field))
+    if v is not None:
+        omitted = omitted_defaults(t)
+        names = [n for n in names if not (n in omitted and _holds_default(getattr(v, n), omitted[n]))]
     return ('{"dataclass":' + _string(type_name(t)) + ',"fields":{',
             [(name, ("," if i else "") + _string(name) + ":") for i, name in enumerate(names)])
 
@@ -275,6 +288,11 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     A field that still holds its default object, when no instance can change that object (see
     _is_constant), is its text encoded once: most fields of a large config keep their defaults.
     """
+    if omitted_defaults(t):  # which fields are hashed depends on the instance: no fixed layout
+        def encode_instance(v: Any, text: Callable[[Any], str]) -> str:
+            head, keys = _dataclass_layout(t, v)
+            return head + "".join([key + text(getattr(v, name)) for name, key in keys]) + "}}"
+        return encode_instance
     head, keys = _dataclass_layout(t)
     defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
     namespace: dict[str, Any] = {"S": _string, "F": _float, "Q": _sequence_text, "M": _dict_text,

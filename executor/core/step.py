@@ -18,11 +18,24 @@ ConfigT = TypeVar("ConfigT")
 
 EXECUTION_ONLY = "stepgraph.execution_only"
 SECRET = "stepgraph.secret"
+HASHED_UNLESS_DEFAULT = "stepgraph.hashed_unless_default"
 
 
 def execution_only(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
     """A dataclass field left out of the step's identity (worker counts, logging cadence...)."""
     return field(default=default, default_factory=default_factory, metadata={EXECUTION_ONLY: True})
+
+
+def hashed_unless_default(default: Any) -> Any:
+    """A hashed field added to a config class whose steps already have outputs: left out of the
+    identity while it equals `default` (same type, equal value), hashed like any field otherwise.
+    Existing ids keep their value, so `default` must mean exactly what the class did before the
+    field existed, and must never change afterwards (that would silently reuse stale outputs).
+    `default` is a str, int, float, bool or None."""
+    if type(default) not in (str, int, float, bool, type(None)):
+        raise TypeError(f"hashed_unless_default({default!r}): the default must be a str, int, float, bool or None, "
+                        f"not {type(default).__name__}")
+    return field(default=default, metadata={HASHED_UNLESS_DEFAULT: True})
 
 
 def secret(default: Any = None) -> Any:
@@ -32,6 +45,11 @@ def secret(default: Any = None) -> Any:
 
 def is_execution_only(f: dataclasses.Field) -> bool:
     return bool(f.metadata.get(EXECUTION_ONLY))
+
+
+def omitted_defaults(cls: type) -> dict[str, Any]:
+    """{name: default} of the `hashed_unless_default` fields of a dataclass type."""
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.metadata.get(HASHED_UNLESS_DEFAULT)}
 
 
 def is_secret(f: dataclasses.Field) -> bool:

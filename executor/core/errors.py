@@ -35,4 +35,8 @@ class GraphError(ExecutorError):
 
 
 class StatusError(ExecutorError):
-    pass
+    """`problem`: what is wrong, without the file's path or how to fix it (for a table's cell)."""
+
+    def __init__(self, message: str, problem: str | None = None):
+        super().__init__(message)
+        self.problem = problem or message

@@ -95,8 +95,8 @@ def parse_status(data: bytes, where: str, owners: dict[tuple, Owner] | None = No
         if not isinstance(schema, int):
             raise ValueError("no schema field")
         if schema > STATUS_SCHEMA:
-            raise StatusError(f"{where}: status schema {schema} is newer than this executor understands "
-                              f"({STATUS_SCHEMA}); upgrade stepgraph. The file was left untouched.")
+            newer = f"status schema {schema} is newer than this executor understands ({STATUS_SCHEMA})"
+            raise StatusError(f"{where}: {newer}; upgrade stepgraph. The file was left untouched.", newer)
         owner = raw.get("owner")
         if owner:
             fields = (owner["run_id"], owner["host"], owner["pid"], owner["user"])
@@ -119,7 +119,8 @@ def parse_status(data: bytes, where: str, owners: dict[tuple, Owner] | None = No
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         repair = (f"Inspect it with `python -m executor status {where}`; if no runner is using it, "
                   f"delete it (`python -m executor repair --delete-status {where}`) and the step re-runs.")
-        raise StatusError(f"{where}: corrupt status file ({type(e).__name__}: {e}). {repair}") from None
+        problem = f"corrupt status file ({type(e).__name__}: {e})"
+        raise StatusError(f"{where}: {problem}. {repair}", problem) from None
 
 
 def parse_record(data: bytes, where: str) -> dict[str, Any]:
@@ -140,15 +141,18 @@ def _parse_versioned(data: bytes, where: str, kind: str, supported: int, require
     try:
         raw = json.loads(data)
     except ValueError as e:  # UnicodeDecodeError included
-        raise StatusError(f"{where}: corrupt {kind} ({type(e).__name__}: {e}); it was left untouched. {fix}") from None
+        problem = f"corrupt {kind} ({type(e).__name__}: {e})"
+        raise StatusError(f"{where}: {problem}; it was left untouched. {fix}", problem) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("schema"), int):
-        raise StatusError(f"{where}: not a {kind} (no integer `schema` field); it was left untouched. {fix}")
+        problem = f"not a {kind} (no integer `schema` field)"
+        raise StatusError(f"{where}: {problem}; it was left untouched. {fix}", problem)
     if raw["schema"] > supported:
-        raise StatusError(f"{where}: {kind} schema {raw['schema']} is newer than this executor understands "
-                          f"({supported}); upgrade stepgraph. The file was left untouched.")
+        problem = f"{kind} schema {raw['schema']} is newer than this executor understands ({supported})"
+        raise StatusError(f"{where}: {problem}; upgrade stepgraph. The file was left untouched.", problem)
     missing = [key for key in required if key not in raw]
     if missing:
-        raise StatusError(f"{where}: corrupt {kind}: no {', '.join(missing)} field(s); it was left untouched. {fix}")
+        problem = f"corrupt {kind}: no {', '.join(missing)} field(s)"
+        raise StatusError(f"{where}: {problem}; it was left untouched. {fix}", problem)
     return raw
 
 

@@ -1,7 +1,8 @@
 """Reading many status objects at once: the snapshot that planning decides from.
 
-Reads run on a bounded thread pool so that planning against object storage costs a few waves of
-round trips rather than one request per step after another. Reads only.
+Every status is read by one call of the store's read_many (an object store keeps many requests in
+flight, so planning costs a few waves of round trips rather than one request per step after
+another; a local store reads relative to one open root). Reads only.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from executor.core.graph import StepNode, gc_paused
 from executor.core.plan import NOT_OBSERVED, Observed
 from executor.core.record import parse_status, status_key
 from executor.engine.store.base import CoordinationStore, Versioned
-from executor.engine.store.local import LocalStore
-from executor.engine.store.memory import MemoryStore
 
 
 def observe(versioned: Versioned | None, where: str, owners: dict | None = None) -> Observed:
@@ -24,28 +23,18 @@ def observe(versioned: Versioned | None, where: str, owners: dict | None = None)
     return Observed(parse_status(versioned.data, where, owners), versioned.generation)
 
 
-def read_many(store: CoordinationStore, keys: list[str], parallelism: int = 64) -> Iterator[Versioned | None]:
-    """store.read of each key, in order: on a thread pool for object stores, in this thread for
-    local and memory stores (where a pool only slows the reads down)."""
-    if isinstance(store, LocalStore):
-        yield from store.read_many(keys)
-        return
-    if isinstance(store, MemoryStore) or len(keys) < 4:
-        yield from map(store.read, keys)
-        return
-    import concurrent.futures  # here: planning on local disk never needs it
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(parallelism, len(keys))) as pool:
-        yield from pool.map(store.read, keys)
+def read_many(store: CoordinationStore, keys: list[str]) -> Iterator[Versioned | None]:
+    """store.read of each key, in order (the store's own read_many: see CoordinationStore)."""
+    return store.read_many(keys)
 
 
-def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode], parallelism: int = 64) -> dict[str, Observed]:
+def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode]) -> dict[str, Observed]:
     with gc_paused():
         nodes = list(nodes)
         keys = [status_key(n.output_rel) for n in nodes]
         owners: dict = {}
         snapshot = {}
-        for n, key, versioned in zip(nodes, keys, read_many(store, keys, parallelism)):
+        for n, key, versioned in zip(nodes, keys, store.read_many(keys)):
             try:
                 snapshot[n.digest] = observe(versioned, "", owners)  # the file's path is made only if it is corrupt
             except StatusError:

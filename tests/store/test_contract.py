@@ -7,8 +7,7 @@ import os
 import threading
 import time
 
-from executor.engine.snapshot import read_many
-from executor.engine.store import Versioned
+from executor.engine.store import CoordinationStore, Versioned
 from executor.engine.store.local import LocalStore
 from tests.store import cas_counter
 from tests.store.conftest import StoreLocation
@@ -81,19 +80,35 @@ def test_arbitrary_bytes_round_trip(store):
 
 
 def test_reading_many_keys_at_once_gives_what_reading_each_gives(store):
-    """Planning reads every step's status through snapshot.read_many (local: one open root, one
-    read call for a small file; object stores: a thread pool). Sizes around the local read size."""
+    """Planning and every view of a prefix read statuses through the store's read_many (local: one
+    open root, one read call for a small file; object stores: many requests in flight). Sizes
+    around the local read size; more keys than an object store keeps in flight, in order."""
     sizes = {"small": 10, "at-read-size": 1 << 16, "past-read-size": (1 << 16) + 1, "large": 300_001}
     for name, size in sizes.items():
         store.create_if_absent(f"many/{name}/status.json", bytes(range(256)) * (size // 256) + b"x" * (size % 256))
     keys = [f"many/{name}/status.json" for name in sizes] + ["many/absent/status.json", "nowhere/at/all.json"]
     read_each = [store.read(key) for key in keys]
     assert [len(v.data) if v else None for v in read_each] == [*sizes.values(), None, None]
-    assert list(read_many(store, keys)) == read_each
+    assert list(store.read_many(keys)) == read_each
+    assert list(store.read_many([])) == []
+    many = [f"order/{i:03d}" for i in range(150)]
+    for i, key in enumerate(many[::2]):
+        store.create_if_absent(key, str(i).encode())
+    assert [v.data if v else None for v in store.read_many(many)] == [
+        str(i // 2).encode() if i % 2 == 0 else None for i in range(150)]
+
+
+def test_read_many_is_part_of_the_protocol_of_every_store_and_its_retrying_wrapper(store):
+    from executor.engine.store.retry import RetryingStore
+
+    store.create_if_absent(KEY, b"x")
+    for wrapped in (store, RetryingStore(store)):
+        assert isinstance(wrapped, CoordinationStore)
+        assert [v.data if v else None for v in wrapped.read_many([KEY, "absent"])] == [b"x", None]
 
 
 def test_reading_many_keys_of_a_local_prefix_not_yet_created_finds_none(tmp_path):
-    assert list(read_many(LocalStore(str(tmp_path / "not-yet")), ["a/status.json", "b/status.json"])) == [None, None]
+    assert list(LocalStore(str(tmp_path / "not-yet")).read_many(["a/status.json", "b/status.json"])) == [None, None]
 
 
 def test_keys_with_spaces_plus_and_unicode(store):

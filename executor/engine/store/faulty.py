@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from executor.engine.store.base import CoordinationStore, TransientStoreError, Versioned
 
@@ -50,6 +50,11 @@ class FaultyStore:
 
     def read(self, key: str) -> Versioned | None:
         return self._maybe_fail("read", key, lambda: self.inner.read(key))
+
+    def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
+        """One fault draw per batch, as a "read" (all of it happens, or none of it answers)."""
+        keys = list(keys)
+        return iter(self._maybe_fail("read", f"{len(keys)} keys", lambda: list(self.inner.read_many(keys))))
 
     def create_if_absent(self, key: str, data: bytes) -> str | None:
         return self._maybe_fail("create_if_absent", key, lambda: self.inner.create_if_absent(key, data))

@@ -17,14 +17,14 @@ import asyncio
 import json
 import uuid
 import weakref
-from typing import Any, Mapping, NoReturn
+from typing import Any, Iterator, Mapping, NoReturn, Sequence
 from urllib.parse import quote
 
 import aiohttp
 import gcsfs
 from fsspec.asyn import sync
 
-from executor.engine.store.base import StoreError, TransientStoreError, Versioned
+from executor.engine.store.base import READ_PARALLELISM, StoreError, TransientStoreError, Versioned, read_concurrently
 from executor.engine.store.fs import BucketPrefix
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -60,6 +60,10 @@ class GCSStore:
             raise StoreError(f"GCS read {self._where(name)}: the response carries no x-goog-generation "
                              "header, so it cannot be used for leases (is endpoint_url a real GCS API?)")
         return Versioned(body, generation)
+
+    def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
+        """read() of each key, READ_PARALLELISM requests in flight (one request per key)."""
+        return read_concurrently(self.read, keys, READ_PARALLELISM)
 
     def create_if_absent(self, key: str, data: bytes) -> str | None:
         return self._upload(key, data, if_generation_match="0", what="create")

@@ -14,7 +14,7 @@ import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator, Sequence
 
 from executor.engine.store.base import StoreError, Versioned
 
@@ -56,7 +56,7 @@ class LocalStore:
     def read(self, key: str) -> Versioned | None:
         return self._read(key, None)
 
-    def read_many(self, keys: Iterable[str]) -> Iterator[Versioned | None]:
+    def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
         """read() of each key, in order, relative to the root opened once (planning reads one status
         per step: the kernel then resolves only the key's own path)."""
         try:

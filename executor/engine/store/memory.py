@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from typing import Iterator, Sequence
 
 from executor.engine.store.base import Versioned
 
@@ -24,6 +25,11 @@ class MemoryStore:
     def read(self, key: str) -> Versioned | None:
         with _LOCK:
             return self._objects.get(key)
+
+    def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
+        with _LOCK:  # one consistent view of all the keys
+            found = [self._objects.get(key) for key in keys]
+        yield from found
 
     def _put(self, key: str, data: bytes) -> str:
         generation = str(next(_COUNTER))

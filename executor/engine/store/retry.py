@@ -19,11 +19,12 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from executor.engine.store.base import CoordinationStore, TransientStoreError, Versioned
 
 T = TypeVar("T")
+READ_MANY_CHUNK = 1024  # keys per read_many call of the inner store (the unit a failure retries)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,15 @@ class RetryingStore:
 
     def read(self, key: str) -> Versioned | None:
         return self._retry("read", key, lambda: self.inner.read(key))[0]
+
+    def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
+        """The inner read_many, READ_MANY_CHUNK keys at a time: a transient failure re-reads
+        only its chunk (reads change nothing, so a repeat is harmless)."""
+        keys = list(keys)
+        for start in range(0, len(keys), READ_MANY_CHUNK):
+            chunk = keys[start:start + READ_MANY_CHUNK]
+            yield from self._retry("read_many", f"{chunk[0]} (+{len(chunk) - 1} more)",
+                                   lambda: list(self.inner.read_many(chunk)))[0]
 
     def create_if_absent(self, key: str, data: bytes) -> str | None:
         generation, retried = self._retry("create_if_absent", key,

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn, Sequence
 
 import aiohttp
 import botocore.exceptions
 import s3fs
 from fsspec.asyn import sync
 
-from executor.engine.store.base import StoreError, TransientStoreError, Versioned
+from executor.engine.store.base import READ_PARALLELISM, StoreError, TransientStoreError, Versioned, read_concurrently
 from executor.engine.store.fs import BucketPrefix
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -66,6 +66,10 @@ class S3Store:
             if _code(e) == "NoSuchKey" or (_status(e) == 404 and _code(e) != "NoSuchBucket"):
                 return None
             self._fail("read", name, e)
+
+    def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
+        """read() of each key, READ_PARALLELISM requests in flight (one request per key)."""
+        return read_concurrently(self.read, keys, READ_PARALLELISM)
 
     def create_if_absent(self, key: str, data: bytes) -> str | None:
         return self._put("create", key, data, IfNoneMatch="*")

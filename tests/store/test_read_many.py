@@ -1,0 +1,48 @@
+"""read_many through RetryingStore: a transient failure re-reads its chunk only, in order."""
+
+from __future__ import annotations
+
+import pytest
+
+from executor.engine.store import TransientStoreError
+from executor.engine.store.memory import MemoryStore
+from executor.engine.store.retry import READ_MANY_CHUNK, RetryingStore, RetryPolicy
+
+
+class FailingOnce:
+    """Every batch of read_many fails once, transiently, before it is answered."""
+
+    def __init__(self, inner):
+        self.inner, self.root, self.batches, self.failed = inner, inner.root, [], set()
+
+    def read_many(self, keys):
+        keys = list(keys)
+        self.batches.append(len(keys))
+        if keys[0] not in self.failed:
+            self.failed.add(keys[0])
+            raise TransientStoreError(f"reset while reading {keys[0]}")
+        return self.inner.read_many(keys)
+
+
+def test_a_transient_failure_re_reads_only_its_chunk_and_keeps_the_order(tmp_path):
+    inner = MemoryStore(f"memory://read-many-{tmp_path.name}")
+    keys = [f"k{i:05d}" for i in range(READ_MANY_CHUNK + 10)]
+    for i, key in enumerate(keys[::3]):
+        inner.create_if_absent(key, str(i).encode())
+    flaky = FailingOnce(inner)
+    store = RetryingStore(flaky, RetryPolicy(max_attempts=3), sleep=lambda s: None)
+    assert list(store.read_many(keys)) == list(inner.read_many(keys))
+    assert flaky.batches == [READ_MANY_CHUNK, READ_MANY_CHUNK, 10, 10]  # each chunk failed once, re-read once
+    assert store.counts.retries == 2
+
+
+def test_a_chunk_that_keeps_failing_names_the_operation_and_a_key(tmp_path):
+    class Down:
+        root = "memory://down"
+
+        def read_many(self, keys):
+            raise TransientStoreError("503")
+
+    store = RetryingStore(Down(), RetryPolicy(max_attempts=2), sleep=lambda s: None)
+    with pytest.raises(TransientStoreError, match=r"read_many 'a \(\+1 more\)'.*after 2 attempts"):
+        list(store.read_many(["a", "b"]))

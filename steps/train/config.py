@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from executor.core.step import execution_only
+from executor.core.step import execution_only, hashed_unless_default
 from steps.tracking import check_trackers
 
 ROUTER_AFFINITIES = ("sigmoid", "softmax")
@@ -166,6 +166,10 @@ class TrainConfig:
     # all_to_all buffer rows per destination = ceil(factor * local assignments / expert-axis devices);
     # None never drops (results equal the single-device layer). Dropping changes results: hashed.
     expert_capacity_factor: float | None = None
+    # dtype of matmuls and activations (float32 | bfloat16); params and optimizer state stay float32.
+    # It changes results, so it is hashed; float32 (what every run did before the field) is left out
+    # of the id, so the ids of existing runs stay.
+    compute_dtype: str = hashed_unless_default("float32")
     trackers: tuple[str, ...] = execution_only(())  # "wandb", "tensorboard": see steps/tracking.py
 
     def __post_init__(self) -> None:
@@ -177,6 +181,7 @@ class TrainConfig:
         _require(self.batch_size % self.num_devices == 0, c,
                  f"batch_size={self.batch_size} is not divisible by num_devices={self.num_devices}")
         _one_of(c, "expert_dispatch", self.expert_dispatch, ("all_gather", "all_to_all"))
+        _one_of(c, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
         _require(self.expert_capacity_factor is None or self.expert_capacity_factor > 0, c,
                  f"expert_capacity_factor={self.expert_capacity_factor!r} must be > 0 (or None: never drop)")
         _require(self.expert_capacity_factor is None or (self.expert_parallel and self.expert_dispatch == "all_to_all"),

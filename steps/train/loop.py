@@ -20,10 +20,11 @@ import functools
 import json
 import secrets
 import time
+import contextvars
 from concurrent.futures import Future, ThreadPoolExecutor
 
 
-from executor.engine import location
+from executor import url_to_fs
 import jax
 import numpy as np
 
@@ -53,13 +54,13 @@ def resolve_model_config(model: ModelConfig, cache_vocab_size: int) -> ModelConf
 
 
 def _write_text(path: str, text: str) -> None:
-    fs, p = location.url_to_fs(path)
+    fs, p = url_to_fs(path)
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(p, text.encode())
 
 
 def _read_metrics(output_path: str, up_to_step: int) -> list[dict]:
-    fs, p = location.url_to_fs(f"{output_path}/metrics.jsonl")
+    fs, p = url_to_fs(f"{output_path}/metrics.jsonl")
     if not fs.exists(p):
         return []
     lines = [json.loads(line) for line in fs.cat_file(p).decode().splitlines() if line.strip()]
@@ -80,7 +81,8 @@ def _to_host(metrics: dict) -> dict:
 
 @functools.lru_cache(maxsize=8)
 def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_steps: int, mesh, expert_parallel: bool,
-                        dispatch: str = "all_gather", capacity_factor: float | None = None, fsdp: bool = False):
+                        dispatch: str = "all_gather", capacity_factor: float | None = None, fsdp: bool = False,
+                        compute_dtype: str = "float32"):
     """The jitted train step, cached so repeated runs in one process compile once."""
     optimizer = make_optimizer(opt_cfg, num_steps)
     if not expert_parallel:
@@ -91,7 +93,7 @@ def compiled_train_step(model_cfg: ModelConfig, opt_cfg: OptimizerConfig, num_st
         expert_fn = expert_parallel_fn(mesh)
     template = jax.eval_shape(lambda: init_state(model_cfg, optimizer, 0))
     shardings = state_shardings(template, mesh, expert_parallel, fsdp)
-    return jax.jit(make_train_step(model_cfg, optimizer, expert_fn),
+    return jax.jit(make_train_step(model_cfg, optimizer, expert_fn, compute_dtype),
                    in_shardings=(shardings, batch_sharding(mesh)), out_shardings=(shardings, None),
                    donate_argnums=(0,))
 
@@ -114,7 +116,8 @@ def train(config: TrainConfig) -> dict:
     else:   # built straight into its shards: no process ever holds the whole state
         state = jax.jit(lambda: init_state(model_cfg, optimizer, config.seed), out_shardings=shardings)()
     step_fn = compiled_train_step(model_cfg, config.optimizer, config.num_steps, mesh, config.expert_parallel,
-                                  config.expert_dispatch, config.expert_capacity_factor, config.fsdp)
+                                  config.expert_dispatch, config.expert_capacity_factor, config.fsdp,
+                                  config.compute_dtype)
 
     if primary:
         _write_text(f"{out}/model.json", json.dumps(
@@ -244,8 +247,9 @@ class CheckpointWriter:
         if self._pool is None:
             _write_checkpoint(config, out, step, host_state, history, self.token)
         else:
-            self._pending = self._pool.submit(_write_checkpoint, config, out, step, host_state, list(history),
-                                              self.token)
+            # in this step's context: the thread opens paths with the step's storage options
+            self._pending = self._pool.submit(contextvars.copy_context().run, _write_checkpoint, config, out,
+                                              step, host_state, list(history), self.token)
 
     def save_now(self, tree: dict, out: str, step: int, subdir: str) -> None:
         """Write `tree` as checkpoint `step` of `subdir` before returning (the final model export)."""

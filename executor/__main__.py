@@ -18,6 +18,7 @@ everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Ex
     gc       EXPERIMENT... [--pin ID] [--delete --grace-hours H]   outputs no experiment reaches
     repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
     report   [RUN]                                 rebuild a run's HTML report (runs/<run>.html) from storage
+    serve    [--host H] [--port N|0] [--token-file F]   a live, read-only web view of the prefix (token in its URL)
     doctor   [--ray-address A]                     versions, the prefix's conditional writes, Ray, shadowing packages
     completion bash|zsh                            a shell completion script (eval "$(stepgraph completion bash)")
 
@@ -37,6 +38,7 @@ from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode
 from executor.engine import location
 from executor.tools import commands, doctor
+from executor.tools.serve import cmd_serve
 
 PROG = "stepgraph"
 
@@ -155,6 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("report", "rebuild a run's HTML report (runs/<run>.html) from storage", commands.cmd_report)
     p.add_argument("run", nargs="?", help="a run file name or run id under <prefix>/runs (default: the latest)")
+
+    p = command("serve", "a live, read-only web view of the prefix: steps, runs, logs, DAGs (token-protected)",
+                cmd_serve)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; anything beyond "
+                                                       "loopback prints a warning and still needs the token)")
+    p.add_argument("--port", type=int, default=8270, help="port (default 8270; 0: any free port, printed)")
+    p.add_argument("--token-file", metavar="F", help="read a stable access token from this file (default: a new "
+                                                     "random token each start)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between updates of open pages (default 2)")
 
     p = command("completion", "print a shell completion script", commands.cmd_completion, storage=False, prefix=False)
     p.add_argument("shell", choices=["bash", "zsh"])

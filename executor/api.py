@@ -3,7 +3,9 @@
 `executor_main` (executor/cli.py) is flags -> `Options` -> these functions -> an exit code. Here
 nothing exits the process: a usage or config mistake raises ExecutorError, a step that did not
 succeed is a status in the returned result (or StepFailed, from `materialize` and
-`RunResult.raise_on_failure`). Every call works from any thread and leaves no Ray cluster it
+`RunResult.raise_on_failure`). Nothing is printed either: a call reports through typed events
+(executor/engine/events.py) to the `subscribers` it is given; the command line subscribes its
+console view. Every call works from any thread and leaves no Ray cluster it
 started, and no lease or heartbeat thread, behind when it returns; signal handlers, where the
 run installs any, belong on the main thread only (signal.signal raises elsewhere).
 """
@@ -24,11 +26,13 @@ from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.frozen import new_frozen
 from executor.core.graph import Graph, build_graph, gc_paused
 from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
-from executor.core.record import Owner, RunRecordRef, RUN_SCHEMA, to_json_bytes
+from executor.core.outcome import Outcome, outcome_of_action
+from executor.core.record import Owner
 from executor.core.step import ExecutorStep, Resources
-from executor.engine import collector, outputs
+from executor.engine import outputs
+from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
+from executor.core.urls import protocol_of
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
-from executor.engine.report import ConsoleReporter, plan_rows
 from executor.engine.snapshot import read_snapshot
 
 
@@ -68,15 +72,15 @@ class StepReport:
     step_id: str
     digest: str
     output_path: str
-    decision: str  # run | skip | wait | blocked | stop
+    decision: str  # an Action's value: run | skip | wait | blocked | stop
     reason: str
-    status: Optional[str] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
+    status: Optional[Outcome] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
     error: Optional[str] = None
     ran_here: bool = False
 
     @property
     def succeeded(self) -> bool:
-        return self.status == "succeeded" or (self.status is None and self.decision == Action.SKIP.value)
+        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP.value)
 
 
 @dataclass(frozen=True)
@@ -184,18 +188,17 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     return new_frozen(StepReport, fields)
 
 
-def _run_file_entry(report: StepReport) -> dict[str, Any]:
-    return {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
-            "decision": report.decision, "reason": report.reason, "status": report.status,
-            "error": report.error, "ran_here": report.ran_here}
-
-
 # -- plan -------------------------------------------------------------------------------------------
 
 def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
-         environ: Mapping[str, str] | None = None, **overrides: Any) -> PlanResult:
-    """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing."""
-    return plan_graph(build_graph(_step_list(steps)), _options(options, overrides), environ=environ)
+         environ: Mapping[str, str] | None = None, subscribers: Iterable[Subscriber] = (),
+         **overrides: Any) -> PlanResult:
+    """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing;
+    emits PlanMade to `subscribers`."""
+    graph = build_graph(_step_list(steps))
+    decided = decide(graph, _options(options, overrides), environ=environ)
+    Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options))
+    return decided.result(graph)
 
 
 def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dict, Any, Any]:
@@ -250,15 +253,17 @@ def _step_list(steps: Iterable[ExecutorStep]) -> list[ExecutorStep]:
 # -- run --------------------------------------------------------------------------------------------
 
 def run(steps: Iterable[ExecutorStep], options: Options | None = None, *, description: str | None = None,
-        environ: Mapping[str, str] | None = None, reporter: Any = None, main_file: str | None = None,
-        **overrides: Any) -> RunResult:
+        environ: Mapping[str, str] | None = None, subscribers: Iterable[Subscriber] = (),
+        main_file: str | None = None, **overrides: Any) -> RunResult:
     """Run `steps` and everything they need; per step, its output path, decision and final status.
 
     `options` fields may also be given as keywords (`run(steps, prefix="gs://b/x", runner="inline")`).
     A failed step is a status in the result, not an exception: call `.raise_on_failure()` for one.
+    `subscribers` are given each event of the run as it happens (executor.engine.events); without
+    any, nothing is printed.
     """
     return run_graph(build_graph(_step_list(steps)), _options(options, overrides), description=description,
-                     environ=environ, reporter=reporter, main_file=main_file)
+                     environ=environ, subscribers=subscribers, main_file=main_file)
 
 
 def materialize(step: ExecutorStep, options: Options | None = None, **kwargs: Any) -> str:
@@ -270,209 +275,169 @@ def materialize(step: ExecutorStep, options: Options | None = None, **kwargs: An
     return report.output_path
 
 
+class _Call(NamedTuple):
+    """What a run records of its caller."""
+
+    description: str | None
+    main_file: str | None
+    secret_flags: frozenset[str]  # flag names whose values are redacted from the recorded argv
+
+
 def run_graph(graph: Graph, options: Options, *, description: str | None = None,
-              environ: Mapping[str, str] | None = None, reporter: Any = None,
+              environ: Mapping[str, str] | None = None, subscribers: Iterable[Subscriber] = (),
               main_file: str | None = None, secret_flags: Iterable[str] = ()) -> RunResult:
     """`secret_flags`: flag names whose values are redacted from the recorded argv (the CLI passes
-    the experiment config's `secret(...)` fields)."""
-    from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
-
+    the experiment config's `secret(...)` fields). Emits PlanMade first and RunFinished last (with
+    no result when the run raised)."""
     if options.max_concurrent < 1:
         raise ExecutorError(f"max_concurrent must be at least 1 (got {options.max_concurrent})")
-    main_file = main_file or main_file_path()
-    reporter = reporter or ConsoleReporter()
+    environ = os.environ if environ is None else environ  # the only read of the process environment
+    events = Events(subscribers)
     started = time.time()
     decided = decide(graph, options, environ=environ)
-    warn_drift(decided.plan, decided.prefix, decided.fs, reporter)
-    reporter.info(f"prefix: {decided.prefix}")
-    if not decided.plan.needs_runner:
+    events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options))
+    call = _Call(description, main_file or main_file_path(), frozenset(secret_flags))
+    try:
+        result = _run_decided(graph, decided, options, events, environ, call)
+    except BaseException:
+        events.emit(RunFinished(None, time.time() - started))
+        raise
+    events.emit(RunFinished(result, time.time() - started))
+    return result
+
+
+def _run_decided(graph: Graph, decided: Decided, options: Options, events: Events, environ: Mapping[str, str],
+                 call: _Call) -> RunResult:
+    if not decided.plan.needs_runner:  # nothing to run or wait for: each step ends as the plan decided
         with gc_paused():
-            result = RunResult(decided.prefix, tuple(_report(decided.prefix, d, status=_ENDS_WITHOUT_RUNNING[d.action])
-                                                     for d in decided.plan.decisions.values()), graph)
-        if result.failed:
-            reporter.print_plan(decided.plan, decided.prefix, title=description)
-            reporter.info(f"[red]{len(result.failed)} step(s) failed or blocked[/]: "
-                          + ", ".join(s.name for s in result.failed))
-        else:
-            reporter.info(f"all {len(result.steps)} step(s) already succeeded; nothing to do "
-                          f"({time.time() - started:.2f}s)")
-        return result
+            return RunResult(decided.prefix, tuple(_report(decided.prefix, d, status=outcome_of_action(d.action))
+                                                   for d in decided.plan.decisions.values()), graph)
     from executor.engine.signals import SignalGuard
 
     with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/signals.py)
-        return _execute(graph, decided.result(graph), options, description, main_file, reporter, guard,
-                        frozenset(secret_flags))
+        return _execute(graph, decided.result(graph), options, events, guard, environ, call)
 
 
-# How a step ends in a run that needs no runner (no step to run or wait for).
-_ENDS_WITHOUT_RUNNING = {Action.SKIP: "succeeded", Action.BLOCKED: "blocked", Action.STOP: "failed"}
+def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str) -> Any:
+    if options.runner == "inline":
+        from executor.engine.runner.inline import InlineRunner
+
+        # each step in a child process that stops itself if this one goes silent for half the TTL
+        return InlineRunner(isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2)
+    from executor.engine.runner.ray_runner import RayRunner
+
+    address = options.ray_address or environ.get("RAY_ADDRESS")
+    events.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")
+    return RayRunner(address=address, ship_code=environ.get("EXECUTOR_SHIP_CODE", "1") != "0",
+                     shared_filesystem=environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
+                     colocate_hosts=environ.get("EXECUTOR_COLOCATE_HOSTS") == "1", notify=events.warning)
 
 
-NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs
+class _RunnerSlot:
+    """The run's runner, started on first use (a run whose every step is done elsewhere starts none)."""
+
+    def __init__(self, options: Options, events: Events, environ: Mapping[str, str], prefix: str, guard: Any):
+        self.options, self.events, self.environ, self.prefix, self.guard = options, events, environ, prefix, guard
+        self.runner: Any = None
+
+    def __call__(self) -> Any:
+        if self.runner is None:
+            self.runner = _new_runner(self.options, self.events, self.environ, self.prefix)
+            if self.options.runner != "inline":
+                self.guard.install()  # ray.init sets its own SIGTERM handler
+        return self.runner
+
+    def shutdown(self) -> None:
+        if self.runner is not None:
+            self.runner.shutdown()
 
 
-def _what_changed(graph: Graph, plan_: Any, prefix: str, main_file: str | None, reporter: Any,
-                  storage_options: dict | None) -> None:
-    """A real run says what changed since the nearest earlier version, as a dry run does (issue 19.8)."""
-    from executor.tools.explain import print_dry_run_notes
-
-    new = sum(d.action == Action.RUN and d.observed.status is None for d in plan_.decisions.values())
-    if new > NOTES_UP_TO:
-        reporter.info(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
-    elif new:
-        print_dry_run_notes(graph, plan_, prefix, main_file, reporter, storage_options)
-
-
-def _make_runner_factory(options: Options, reporter: Any, guard: Any = None,
-                         prefix: str = "") -> tuple[Any, list[Any]]:
-    started_runner: list[Any] = []
-
-    def make_runner():
-        if started_runner:
-            return started_runner[0]
-        if options.runner == "inline":
-            from executor.engine.runner.inline import InlineRunner
-
-            # each step in a child process that stops itself if this one goes silent for half the TTL
-            started_runner.append(InlineRunner(isolate=not prefix.startswith("memory://"),
-                                               silence_limit_s=options.lease_ttl / 2))
-            return started_runner[0]
-        from executor.engine.runner.ray_runner import RayRunner
-
-        address = options.ray_address or os.environ.get("RAY_ADDRESS")
-        reporter.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")
-        started_runner.append(RayRunner(
-            address=address, ship_code=os.environ.get("EXECUTOR_SHIP_CODE", "1") != "0",
-            shared_filesystem=os.environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
-            colocate_hosts=os.environ.get("EXECUTOR_COLOCATE_HOSTS") == "1",
-            notify=reporter.warning))
-        if guard is not None:
-            guard.install()  # ray.init sets its own SIGTERM handler
-        return started_runner[0]
-
-    return make_runner, started_runner
-
-
-def _execute(graph: Graph, planned: PlanResult, options: Options, description: str | None,
-             main_file: str | None, reporter: Any, guard: Any, secret_flags: frozenset[str]) -> RunResult:
-    # imported here: a plan or a no-op re-run needs none of the machinery that runs steps
-    import secrets
-
-    from executor.engine.execute import Execution, RunContext
-    from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
-    from executor.engine.provenance import invocation
-    from executor.engine.regions import note_cross_region_reads
-    from executor.engine.signals import reason_for, signum_of
-    from executor.engine.timeline import TimelineRecorder
-
-    collector.resume_for_execution()  # steps may run for hours: the collector works as usual from here
-
-    prefix, plan_, store, fs = planned.prefix, planned.plan, planned.store, planned.fs
-    outputs.check_writable(prefix)
-    if prefix.startswith("memory://") and options.runner != "inline":
-        raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
-    reporter.print_plan(plan_, prefix, title=description)
-    _what_changed(graph, plan_, prefix, main_file, reporter, planned.storage_options)
-    note_cross_region_reads(plan_, prefix, reporter, options.cross_region_budget_gb)
-    experiment = Path(main_file).stem if main_file else "experiment"
-    run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
-    info = invocation(main_file, secret_flags)
-    owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
-    settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
-    if type(reporter) is ConsoleReporter:  # a live view on a terminal; "still running" lines elsewhere
-        from executor.engine.live import LiveReporter
-
-        every = float(os.environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30)
-        reporter = LiveReporter(console=reporter.console, plan=plan_, still_running_every_s=every,
-                                verbose_wait_s=reporter.verbose_wait_s, compact_above=reporter.compact_above,
-                                tally_every_s=reporter.tally_every_s)
-    reporter = timeline = TimelineRecorder(reporter)  # lease waits, starts and ends for the run report
-    make_runner, started_runner = _make_runner_factory(options, reporter, guard, prefix)
-
-    def shutdown_runner() -> None:
-        if started_runner:
-            started_runner[0].shutdown()
-
-    # plan-time check against the runner (the cluster's shape; what the in-process runner cannot do),
-    # before anything runs
-    runnable = [(d.node.name, d.node.step.resources or Resources()) for d in plan_.decisions.values()
+def _check_runner(runner: _RunnerSlot, planned: PlanResult, options: Options) -> None:
+    """The plan-time check against the runner (the cluster's shape; what the in-process runner
+    cannot do), before anything runs; ExecutorError naming every problem."""
+    runnable = [(d.node.name, d.node.step.resources or Resources()) for d in planned.plan.decisions.values()
                 if d.action in (Action.RUN, Action.WAIT)]
-    try:
-        problems = make_runner().check_steps(runnable, prefix_is_local=outputs.is_local(prefix))
-    except KeyboardInterrupt as e:
-        shutdown_runner()
-        reporter.info("interrupted while starting Ray; nothing ran")
-        return RunResult(prefix, planned.steps, graph, interrupted=True, signum=signum_of(e))
-    except BaseException:
-        shutdown_runner()
-        raise
+    problems = runner().check_steps(runnable, prefix_is_local=outputs.is_local(planned.prefix))
     if problems:
-        shutdown_runner()
         where = "the in-process runner" if options.runner == "inline" else "the cluster"
         raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
-    keeper = LeaseKeeper(store, settings)
-    guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
-    ctx = RunContext(prefix=prefix, store=store, fs=fs, owner=owner,
-                     keeper=keeper, watch=StalenessWatch(settings.ttl_s),
-                     runner_factory=make_runner, reporter=reporter, invocation=info, main_file=main_file,
-                     max_concurrent=options.max_concurrent)
-    run_ref = RunRecordRef(experiment, run_id)
-    run_file = {"schema": RUN_SCHEMA, "run_id": run_id, "experiment": experiment, "description": description,
-                "experiment_file": main_file, "started_at": time.time(), "invocation": info, "prefix": prefix,
-                "plan": [{k: r[k] for k in ("name", "step_id", "action", "reason")} for r in plan_rows(plan_, prefix)],
-                "steps": [_run_file_entry(s) for s in planned.steps],  # where everything is; status at the end
-                "graph": {d.node.step_id: [plan_.decisions[x].node.step_id for x in d.node.deps if x in plan_.decisions]
-                          for d in plan_.decisions.values()}}
-    run_path = outputs.join(prefix, run_ref.key)
-    guard.on_force(lambda signum: "exit_code" in run_file or outputs.write_json(fs, run_path, to_json_bytes(
-        {**run_file, "finished_at": time.time(), "exit_code": for_signal(signum), "forced_exit": True})))
+
+def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events, guard: Any,
+             environ: Mapping[str, str], call: _Call) -> RunResult:
+    # imported here: a plan or a no-op re-run needs none of the machinery that runs steps
+    from executor.engine.execute import Execution
+    from executor.engine.regions import note_cross_region_reads
+    from executor.engine.signals import signum_of
+
+    prefix = planned.prefix
+    outputs.check_writable(prefix)
+    if protocol_of(prefix) == "memory" and options.runner != "inline":
+        raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
+    note_cross_region_reads(planned.plan, prefix, events, options.cross_region_budget_gb)
+    runner = _RunnerSlot(options, events, environ, prefix, guard)
     try:
-        outputs.write_json(fs, run_path, to_json_bytes(run_file))
-        summary = Execution(graph, plan_, ctx).run()
+        _check_runner(runner, planned, options)
+    except KeyboardInterrupt as e:
+        runner.shutdown()
+        events.info("interrupted while starting Ray; nothing ran")
+        return RunResult(prefix, planned.steps, graph, interrupted=True, signum=signum_of(e))
+    except BaseException:
+        runner.shutdown()
+        raise
+    ctx = _run_context(planned, options, events, guard, runner, call)
+    run_file = _begin_run_file(planned, ctx, events, guard, call)
+    try:
+        summary = Execution(graph, planned.plan, ctx).run()
     finally:
         ctx.keeper.stop()  # Execution.run stops it too; this covers a failure before it started
-        shutdown_runner()
-        getattr(reporter, "close", lambda: None)()
+        runner.shutdown()
+    return _run_result(graph, planned, summary, ctx.owner.run_id, run_file.path)
 
-    failed = summary.failed
-    code = summary.exit_code
-    if summary.runner_error:
-        run_file["runner_error"] = summary.runner_error
-    run_file.update(finished_at=time.time(), exit_code=code, ran_here=summary.ran_here,
-                    outcome={sid: st.value for sid, st in summary.states.items()}, errors=summary.errors,
-                    timeline=timeline.events())
+
+def _run_context(planned: PlanResult, options: Options, events: Events, guard: Any, runner: _RunnerSlot,
+                 call: _Call) -> Any:
+    import secrets
+
+    from executor.engine.execute import RunContext
+    from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+    from executor.engine.provenance import invocation
+    from executor.engine.signals import reason_for
+
+    run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+    info = invocation(call.main_file, call.secret_flags)
+    owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
+    settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    keeper = LeaseKeeper(planned.store, settings)
+    guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
+    return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs,
+                      owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s), runner_factory=runner,
+                      events=events, invocation=info, main_file=call.main_file,
+                      max_concurrent=options.max_concurrent)
+
+
+def _begin_run_file(planned: PlanResult, ctx: Any, events: Events, guard: Any, call: _Call) -> Any:
+    """The run file, written before any step starts and subscribed first to the run's events (it
+    writes its final version at RunFinished, before the caller's subscribers see that event)."""
+    from executor.engine.run_file import RunFile
+
+    experiment = Path(call.main_file).stem if call.main_file else "experiment"
+    run_file = RunFile.begin(planned, ctx.owner.run_id, experiment, call.description, call.main_file,
+                             ctx.invocation, events)
+    events.subscribers.insert(0, run_file)
+    guard.on_force(lambda signum: run_file.forced(for_signal(signum)))
+    events.emit(RunStarted(ctx.owner.run_id, run_file.path))
+    return run_file
+
+
+def _run_result(graph: Graph, planned: PlanResult, summary: Any, run_id: str, run_file: str) -> RunResult:
     ran_here = set(summary.ran_here)
-    result = RunResult(prefix, tuple(
-        _report(prefix, d, status=summary.states[d.node.step_id].value, error=summary.errors.get(d.node.step_id),
-                ran_here=d.node.step_id in ran_here, output_path=summary.output_paths.get(d.node.step_id))
-        for d in plan_.decisions.values()), graph, run_id=run_id, run_file=run_path,
-        interrupted=summary.interrupted, signum=summary.signum, runner_error=summary.runner_error)
-    run_file["steps"] = [_run_file_entry(s) for s in result.steps]
-    try:
-        outputs.write_json(fs, run_path, to_json_bytes(run_file))
-    except Exception as e:  # noqa: BLE001 - the steps' statuses are final already; say so, keep the code
-        reporter.warning(f"could not write the run record {run_path}: {type(e).__name__}: {e}")
-    getattr(reporter, "print_run_end", lambda *a: None)(plan_, summary.states, summary.errors)
-    if not sys.stdout.isatty():  # Ray's forwarding of worker output can miss a pipe: the targets' own words
-        from executor.engine.report import echo_step_logs
-        from executor.engine.runner.log_forwarding import forwarded
-
-        echo_step_logs(reporter, graph, summary.ran_here, fs, prefix, forwarded=forwarded)
-    from executor.tools.run_report import write_report  # here: a plan or a no-op re-run writes no report
-
-    try:
-        report_path = write_report(prefix, run_path, fs=fs)
-    except Exception as e:  # the report is a convenience; the run file holds the facts
-        report_path = None
-        reporter.warning(f"could not write the run report: {type(e).__name__}: {e}")
-    succeeded = sum(s.status == "succeeded" for s in result.steps)
-    reporter.info(f"{succeeded}/{len(summary.states)} step(s) succeeded, {len(summary.ran_here)} ran here; "
-                  f"run record: {run_path}" + (f"; report: {report_path}" if report_path else ""))
-    if failed:
-        reporter.info("[bold red]failed or blocked:[/] " + ", ".join(
-            f"{sid} ({summary.errors.get(sid, '')})" for sid in failed))
-    return result
+    steps = tuple(_report(planned.prefix, d, status=summary.states[d.node.step_id],
+                          error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
+                          output_path=summary.output_paths.get(d.node.step_id))
+                  for d in planned.plan.decisions.values())
+    return RunResult(planned.prefix, steps, graph, run_id=run_id, run_file=run_file,
+                     interrupted=summary.interrupted, signum=summary.signum, runner_error=summary.runner_error)
 
 
 # -- results ----------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefixes import DEFAULT_PREFIX, resolve_prefix, storage_options_from_env  # noqa: F401
-from executor.engine.report import ConsoleReporter, write_plan_json
+from executor.engine.console_view import ConsoleView
+from executor.engine.report import ConsoleReporter, Reporter, write_plan_json
 from executor.engine.store import StoreError
 
 
@@ -134,17 +135,22 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
 
 def run(steps: Any, description: str | None = None, *, config: Any = None, argv: Sequence[str] = (),
         environ: dict[str, str] | None = None, main_file: str | None = None,
-        reporter: ConsoleReporter | None = None, owns_process: bool = False) -> int:
+        reporter: Reporter | None = None, owns_process: bool = False) -> int:
     """The command line on `steps`; returns the exit code. `owns_process`: the process ends with
-    this call (executor_main), which lets planning pause the garbage collector (engine/collector.py)."""
+    this call (executor_main), which lets planning pause the garbage collector (engine/collector.py).
+    `reporter`: where the console view's lines go; without one, the command line's own, which
+    becomes the live view once steps run."""
     environ = dict(os.environ) if environ is None else environ
     main_file = main_file or api.main_file_path()
-    reporter = reporter or ConsoleReporter()
     if "--help" in argv or "-h" in argv:
         _help(config)
         return ExitCode.OK
-    if owns_process:
-        collector.pause_for_planning()  # from here to the first step, including the steps' declaration
+    pause = collector.PlanningPause() if owns_process else None
+    if pause is not None:
+        pause.pause()  # from here to the first step, including the steps' declaration
+    view = ConsoleView(reporter or ConsoleReporter(), main_file=main_file, live=reporter is None,
+                       on_steps=pause.resume if pause is not None else lambda: None,
+                       still_running_every_s=float(environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30))
     try:
         storage_flag, argv = location.pop_storage_options_flag(list(argv))  # JSON: kept from draccus
         options, user_config = parse_flags(argv, config)
@@ -154,7 +160,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         graph = build_graph(step_list)
         from executor.engine.provenance import secret_flag_names
 
-        return _run_graph(graph, options, description, main_file, environ, reporter, storage_flag,
+        return _run_graph(graph, options, description, main_file, environ, view, storage_flag,
                           secret_flag_names(config))
     except ExecutorError as e:
         return _usage(str(e))
@@ -175,7 +181,7 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
-               main_file: str | None, environ: dict[str, str], reporter: ConsoleReporter,
+               main_file: str | None, environ: dict[str, str], view: ConsoleView,
                storage_flag: str | None = None, secret_flags: frozenset[str] = frozenset()) -> int:
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
@@ -192,10 +198,11 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
     if options.dry_run:
         return _dry_run(graph, options, description, main_file, environ, reporter, storage_flag)
     return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,
-                         reporter=reporter, main_file=main_file, secret_flags=secret_flags).exit_code
+                         subscribers=[view], main_file=main_file, secret_flags=secret_flags).exit_code
 
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
+    reporter = view.reporter
              environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 

@@ -19,7 +19,7 @@ from executor.core.plan import Action
 from executor.core.record import State
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):  # str() and f-strings give the value: "succeeded"
     PENDING = "pending"  # not started: waiting for its dependencies or a lease (or the run stopped first)
     RUNNING = "running"  # ours: leased and submitted
     WATCHING = "watching"  # another runner holds its lease
@@ -57,7 +57,7 @@ def outcome_of_state(state: State) -> Outcome:
     return _OF_STORED[state]
 
 
-class Ending(str, enum.Enum):
+class Ending(enum.StrEnum):
     """How a run's end table names a step's end: its outcome, told apart by where it happened."""
 
     RAN = "ran"  # succeeded, run by this process

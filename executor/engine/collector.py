@@ -7,8 +7,9 @@ of a 10,000-step plan. `executor_main` owns its process, so it pauses the collec
 and, before any step runs (for hours, perhaps), freezes what planning built out of the collector's
 sight and lets it run as usual. Garbage without cycles is freed as always meanwhile. As the process
 exits it freezes everything once more, so that the interpreter's last collection does not walk
-what the exit drops anyway. The library API (`executor.run` in a notebook) leaves the
-collector alone: freezing would keep its caller's garbage cycles forever.
+what the exit drops anyway. All of this is the command line's (executor/cli.py); the library API
+(`executor.run` in a notebook) leaves the collector alone: freezing would keep its caller's garbage
+cycles forever.
 """
 
 from __future__ import annotations
@@ -16,23 +17,25 @@ from __future__ import annotations
 import atexit
 import gc
 
-_paused_for_planning = False
 
+class PlanningPause:
+    """executor_main's hold on the collector, one per command-line call (no module state)."""
 
-def pause_for_planning() -> None:
-    """executor_main, before it reads its flags and declares and builds the steps."""
-    global _paused_for_planning
-    _paused_for_planning = gc.isenabled()
-    gc.disable()
+    def __init__(self) -> None:
+        self.paused = False
 
+    def pause(self) -> None:
+        """Before executor_main reads its flags and declares and builds the steps."""
+        self.paused = gc.isenabled()
+        gc.disable()
 
-def resume_for_execution() -> None:
-    """Before steps run: no-op unless pause_for_planning paused the collector."""
-    global _paused_for_planning
-    if _paused_for_planning:
-        _paused_for_planning = False
-        gc.freeze()
-        gc.enable()
+    def resume(self) -> None:
+        """Before steps run (the console view calls it): freeze what planning built, collect as usual
+        from here. A no-op unless pause() paused the collector."""
+        if self.paused:
+            self.paused = False
+            gc.freeze()
+            gc.enable()
 
 
 def freeze_for_exit() -> None:

@@ -22,8 +22,9 @@ from executor.core.graph import Graph, StepNode
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.core.plan import Action, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
+from executor.core.outcome import Outcome, outcome_of_action
 from executor.core.record import Owner, State, Status, StepRecord, output_digest, record_key, status_key
-from executor.engine.report import Reporter
+from executor.engine.events import Events, LeaseLost, StepFinished, StepRetried, StepStarted, StepWaiting
 from executor.engine import signals
 from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
@@ -33,19 +34,10 @@ from executor.engine.store.base import CoordinationStore
 from executor.core.tree import fold, resolve
 
 
-class NodeState(str, enum.Enum):
-    PENDING = "pending"  # waiting for dependencies or for a lease
-    RUNNING = "running"  # ours: leased and submitted
-    WATCHING = "watching"  # someone else holds the lease
-    DONE = "succeeded"
-    FAILED = "failed"
-    BLOCKED = "blocked"
-
-
 @dataclass
 class Tracked:
     node: StepNode
-    state: NodeState
+    state: Outcome
     first_generation: str | None  # generation in this invocation's first snapshot
     retry_failed: bool = False  # the first snapshot's FAILED may be retried (--force-failed)
     force_run: bool = False
@@ -74,7 +66,7 @@ class RunContext:
     keeper: LeaseKeeper
     watch: StalenessWatch
     runner_factory: Callable[[], Runner]
-    reporter: Reporter
+    events: Events
     invocation: dict[str, Any]
     main_file: str | None
     max_concurrent: int = 8
@@ -85,7 +77,7 @@ class RunContext:
 
 @dataclass
 class RunSummary:
-    states: dict[str, NodeState] = field(default_factory=dict)  # by step_id
+    states: dict[str, Outcome] = field(default_factory=dict)  # by step_id
     errors: dict[str, str] = field(default_factory=dict)
     ran_here: list[str] = field(default_factory=list)
     output_paths: dict[str, str] = field(default_factory=dict)  # by step_id, where known (adopted: the alias's)
@@ -102,7 +94,7 @@ class RunSummary:
 
     @property
     def failed(self) -> list[str]:
-        return [s for s, st in self.states.items() if st in (NodeState.FAILED, NodeState.BLOCKED)]
+        return [s for s, st in self.states.items() if st.unsuccessful]
 
 
 def is_not_secret(f: Any) -> bool:
@@ -135,19 +127,18 @@ class Execution:
         self.tracked: dict[str, Tracked] = {}
         for digest, decision in plan.decisions.items():
             observed = decision.observed
-            state = {Action.SKIP: NodeState.DONE, Action.BLOCKED: NodeState.BLOCKED,
-                     Action.STOP: NodeState.FAILED}.get(decision.action, NodeState.PENDING)
+            state = outcome_of_action(decision.action)
             t = Tracked(decision.node, state, observed.generation)
             t.retry_failed = (decision.action == Action.RUN and observed.status is not None
                               and observed.status.state == State.FAILED)
             t.force_run = (decision.action == Action.RUN and observed.status is not None
                            and observed.status.state == State.SUCCESS)
-            if state == NodeState.DONE:
+            if state == Outcome.SUCCEEDED:
                 t.output_path = self._output_path_from(decision.node, observed.status)
                 t.content = observed.status.content_sha256 if observed.status else None
                 if decision.recheck:  # decided once the re-running dependencies committed
-                    t.state, t.recheck = NodeState.PENDING, decision.recheck
-            if state == NodeState.FAILED:
+                    t.state, t.recheck = Outcome.PENDING, decision.recheck
+            if state == Outcome.FAILED:
                 t.error = decision.reason
             self.tracked[digest] = t
         self.dependents = graph.dependents()
@@ -194,7 +185,7 @@ class Execution:
             self._interrupt(signals.reason_for(summary.signum))
         except Exception as e:  # noqa: BLE001 - the loop or runner broke: end honestly, release every lease
             summary.runner_error = f"{type(e).__name__}: {e}"
-            self.ctx.reporter.warning(f"the run stopped on an error of the runner itself: {summary.runner_error}")
+            self.ctx.events.warning(f"the run stopped on an error of the runner itself: {summary.runner_error}")
             self._interrupt(f"runner error: {summary.runner_error}"[:500])
         except BaseException as e:  # SystemExit and the like propagate; our leases must not stay RUNNING
             self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
@@ -214,23 +205,22 @@ class Execution:
         return summary
 
     def _active(self) -> bool:
-        return any(t.state in (NodeState.PENDING, NodeState.RUNNING, NodeState.WATCHING)
-                   for t in self.tracked.values())
+        return any(not t.state.ended for t in self.tracked.values())
 
     def _deps_state(self, t: Tracked) -> str:
         """'ready', 'wait' or 'blocked' from the blocking dependencies' states."""
-        states = [self.tracked[d].state if d in self.tracked else NodeState.DONE for d in t.node.deps]
-        if any(s in (NodeState.FAILED, NodeState.BLOCKED) for s in states):
+        states = [self.tracked[d].state if d in self.tracked else Outcome.SUCCEEDED for d in t.node.deps]
+        if any(s.unsuccessful for s in states):
             return "blocked"
-        return "ready" if all(s == NodeState.DONE for s in states) else "wait"
+        return "ready" if all(s == Outcome.SUCCEEDED for s in states) else "wait"
 
     def _running_count(self) -> int:
-        return sum(t.state == NodeState.RUNNING for t in self.tracked.values())
+        return sum(t.state == Outcome.RUNNING for t in self.tracked.values())
 
     def _start_ready(self) -> None:
         running = self._running_count()  # counted once per pass: O(n), not O(n^2) (issue 4 benchmark)
         for t in self.tracked.values():
-            if t.state not in (NodeState.PENDING, NodeState.WATCHING):
+            if t.state not in (Outcome.PENDING, Outcome.WATCHING):
                 continue
             deps = self._deps_state(t)
             if deps == "blocked":
@@ -240,13 +230,13 @@ class Execution:
                     self._try_start(t)
                 except Exception as e:  # noqa: BLE001 - storage error or clash: this step fails, not the run
                     self._fail(t, StepOutcome(ok=False, error=f"could not start: {type(e).__name__}: {e}"))
-                running += t.state == NodeState.RUNNING
+                running += t.state == Outcome.RUNNING
 
     def _block(self, t: Tracked) -> None:
         failed = next(self.tracked[d].node.name for d in t.node.deps
-                      if d in self.tracked and self.tracked[d].state in (NodeState.FAILED, NodeState.BLOCKED))
-        t.state, t.error = NodeState.BLOCKED, f"dependency {failed} failed"
-        self.ctx.reporter.step_blocked(t.node, failed)
+                      if d in self.tracked and self.tracked[d].state.unsuccessful)
+        t.state, t.error = Outcome.BLOCKED, f"dependency {failed} failed"
+        self.ctx.events.emit(StepFinished(t.node, Outcome.BLOCKED, error=t.error, dependency=failed))
 
     def _new_status(self, t: Tracked, attempt: int) -> Status:
         now = self.ctx.wall_clock()
@@ -274,21 +264,21 @@ class Execution:
                 lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
                 takeover = False
             else:
-                t.state, t.output_path = NodeState.DONE, self._output_path_from(t.node, status)
+                t.state, t.output_path = Outcome.SUCCEEDED, self._output_path_from(t.node, status)
                 t.content = status.content_sha256
                 if t.first_generation != versioned.generation:
-                    self.ctx.reporter.step_done_elsewhere(t.node, status)
+                    self.ctx.events.emit(StepFinished(t.node, Outcome.SUCCEEDED, elsewhere=True))
                 return
         elif status.state == State.RUNNING:
             age = self.ctx.watch.observe(key, versioned.generation)
             ours = status.owner is not None and status.owner.run_id == self.ctx.owner.run_id
             if age < self.ctx.watch.ttl_s and not ours:  # a lease we lost ourselves is retaken at once
-                if t.state != NodeState.WATCHING or not t.announced_wait:
-                    self.ctx.reporter.step_waiting(t.node, status, age, self.ctx.watch.ttl_s)
+                if t.state != Outcome.WATCHING or not t.announced_wait:
+                    self.ctx.events.emit(StepWaiting(t.node, status, age, self.ctx.watch.ttl_s))
                     t.announced_wait = True
                 elif age > 0:
-                    self.ctx.reporter.step_still_waiting(t.node, status, age, self.ctx.watch.ttl_s)
-                t.state = NodeState.WATCHING
+                    self.ctx.events.emit(StepWaiting(t.node, status, age, self.ctx.watch.ttl_s, first=False))
+                t.state = Outcome.WATCHING
                 return
             self._ensure_runner()
             lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
@@ -299,20 +289,19 @@ class Execution:
                 lease = self.ctx.keeper.acquire(key, self._seq_after(t, status), versioned)
                 takeover = False
             else:
-                t.state, t.error = NodeState.FAILED, f"failed in another runner: {status.error}"
-                self.ctx.reporter.step_failed(t.node, t.error, None)
+                t.state, t.error = Outcome.FAILED, f"failed in another runner: {status.error}"
+                self.ctx.events.emit(StepFinished(t.node, Outcome.FAILED, error=t.error, elsewhere=True))
                 return
         if lease is None:
-            t.state = NodeState.WATCHING  # lost the race: re-read on the next pass
+            t.state = Outcome.WATCHING  # lost the race: re-read on the next pass
             return
         self.ctx.watch.forget(key)
         self._submit(t, lease, takeover)
 
     def _note(self, message: str) -> None:
-        from rich.markup import escape
+        from executor.engine.report import escape
 
-        info = getattr(self.ctx.reporter, "info", None)
-        (info or self.ctx.reporter.warning)(escape(message) if info else message)
+        self.ctx.events.info(escape(message))
 
     def _stale_input(self, t: Tracked, status: Status) -> str | None:
         """The name of a dependency whose committed output differs from what `status` consumed."""
@@ -337,7 +326,7 @@ class Execution:
 
     def _submit(self, t: Tracked, lease: Lease, takeover: bool) -> None:
         node = t.node
-        t.lease, t.state, t.started, t.ran_here = lease, NodeState.RUNNING, self.ctx.clock(), True
+        t.lease, t.state, t.started, t.ran_here = lease, Outcome.RUNNING, self.ctx.clock(), True
         t.output_path = self._own_path(node)
         resources = node.step.resources or Resources()
         t.user_retries_left = resources.retry_user_errors
@@ -355,12 +344,12 @@ class Execution:
                         attempt=lease.status.attempt)
         t.attempts = []
         t.handle = self.runner.submit(call)
-        self.ctx.reporter.step_started(node, lease.status.attempt, takeover, t.output_path)
+        self.ctx.events.emit(StepStarted(node, lease.status.attempt, takeover, t.output_path))
 
     def _collect_finished(self) -> None:
-        running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING and t.handle]
+        running = [t for t in self.tracked.values() if t.state == Outcome.RUNNING and t.handle]
         if not running:
-            if any(t.state == NodeState.WATCHING for t in self.tracked.values()) or self._active():
+            if any(t.state == Outcome.WATCHING for t in self.tracked.values()) or self._active():
                 time.sleep(self.ctx.poll_s)
             return
         done = self.runner.wait([t.handle for t in running], timeout=self.ctx.poll_s)
@@ -375,12 +364,12 @@ class Execution:
     def _police_running(self) -> None:
         """Cancel tasks whose lease was lost or whose declared timeout has passed."""
         for t in self.tracked.values():
-            if t.state != NodeState.RUNNING or t.lease is None:
+            if t.state != Outcome.RUNNING or t.lease is None:
                 continue
             if not self.ctx.keeper.is_valid(t.lease):
                 t.handle.cancel()
-                self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost")
-                t.state, t.lease, t.handle = NodeState.PENDING, None, None
+                self.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost"))
+                t.state, t.lease, t.handle = Outcome.PENDING, None, None
                 continue
             timeout = (t.node.step.resources or Resources()).timeout_s
             if timeout and self.ctx.clock() - t.started > timeout:
@@ -392,13 +381,13 @@ class Execution:
         if not outcome.ok and not self.ctx.keeper.confirm(t.lease):
             # Ended because its lease was lost (an inline step stops itself when its runner was
             # paused past half the TTL): not the step's failure; re-read and follow the new owner.
-            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost")
-            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+            self.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost"))
+            t.state, t.lease, t.handle = Outcome.PENDING, None, None
             return
         if not outcome.ok:
             if not outcome.infrastructure and t.user_retries_left > 0:
                 t.user_retries_left -= 1
-                self.ctx.reporter.step_retrying(t.node, outcome.error or "error")
+                self.ctx.events.emit(StepRetried(t.node, outcome.error or "error"))
                 t.handle = self.runner.submit(t.handle.call)
                 return
             self._fail(t, outcome)
@@ -412,8 +401,8 @@ class Execution:
         # partitioned holder (silent past half the TTL, or its generation taken over) must not
         # overwrite the record of the runner that took over.
         if not self.ctx.keeper.confirm(t.lease):
-            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
-            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+            self.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost before commit"))
+            t.state, t.lease, t.handle = Outcome.PENDING, None, None
             return
         try:
             content = self._write_record(t, result, result_type)
@@ -424,11 +413,12 @@ class Execution:
                                     function_sha256=function_fingerprint(t.node.step.fn),
                                     content_sha256=content, inputs=t.consumed or None)
         if self.ctx.keeper.finish(t.lease, final):
-            t.state, t.content = NodeState.DONE, content
-            self.ctx.reporter.step_succeeded(t.node, self.ctx.clock() - t.started, result)
+            t.state, t.content = Outcome.SUCCEEDED, content
+            self.ctx.events.emit(StepFinished(t.node, Outcome.SUCCEEDED, seconds=self.ctx.clock() - t.started,
+                                              result=result))
         else:
-            self.ctx.reporter.lease_lost(t.node, t.lease.lost_reason or "lost before commit")
-            t.state, t.lease, t.handle = NodeState.PENDING, None, None
+            self.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost before commit"))
+            t.state, t.lease, t.handle = Outcome.PENDING, None, None
 
     def _write_record(self, t: Tracked, result: Any, result_type: str | None = None) -> str:
         """Write record.json; returns the output's content digest (for the status)."""
@@ -461,19 +451,20 @@ class Execution:
             try:
                 self.ctx.keeper.finish(t.lease, final)
             except Exception as e:  # noqa: BLE001 - storage down: the lease goes stale after its TTL
-                self.ctx.reporter.warning(f"{t.node.name}: could not record the failure: {e}")
+                self.ctx.events.warning(f"{t.node.name}: could not record the failure: {e}")
         if t.handle is not None and not t.handle.done():
             t.handle.cancel()
-        t.state, t.error = NodeState.FAILED, outcome.error
-        self.ctx.reporter.step_failed(t.node, outcome.error or "failed", tail)
+        t.state, t.error = Outcome.FAILED, outcome.error
+        self.ctx.events.emit(StepFinished(t.node, Outcome.FAILED, error=outcome.error or "failed",
+                                          traceback_tail=tail))
 
     def _interrupt(self, reason: str = "interrupted (Ctrl-C)") -> None:
-        running = [t for t in self.tracked.values() if t.state == NodeState.RUNNING]
+        running = [t for t in self.tracked.values() if t.state == Outcome.RUNNING]
         # Statuses first, tasks second: Ray's cancel path has known crash races (a RAY_CHECK in
         # its task manager, seen once in CI), and a crash there must not leave leases unreleased.
         self.ctx.keeper.release_all(reason)
         for t in running:
-            t.state, t.error = NodeState.FAILED, reason
+            t.state, t.error = Outcome.FAILED, reason
         for t in running:
             if t.handle is not None:
                 try:

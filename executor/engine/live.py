@@ -18,8 +18,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from executor.core.plan import Action, Plan
+from executor.core.outcome import Outcome, outcome_of_action
+from executor.core.plan import Plan
 from executor.engine.report import ConsoleReporter
+
+
+_TALLY_WORDS = {Outcome.SUCCEEDED: "done", Outcome.RUNNING: "running", Outcome.PENDING: "waiting",
+                Outcome.WATCHING: "waiting", Outcome.FAILED: "failed", Outcome.BLOCKED: "blocked"}
 
 
 class LiveReporter(ConsoleReporter):
@@ -33,14 +38,13 @@ class LiveReporter(ConsoleReporter):
         self._stop = threading.Event()
         self.clock, self.max_rows = clock, max_rows
         self.started = clock()
-        self.state: dict[str, str] = {}  # digest -> waiting | running | done | failed | blocked
+        self.state: dict[str, Outcome] = {}  # by digest
         self.names: dict[str, str] = {}
         self.running_since: dict[str, float] = {}
         self.attempt: dict[str, int] = {}
         if plan is not None:
-            initial = {Action.SKIP: "done", Action.BLOCKED: "blocked", Action.STOP: "failed"}
             for digest, d in plan.decisions.items():
-                self.state[digest] = initial.get(d.action, "waiting")
+                self.state[digest] = outcome_of_action(d.action)
                 self.names[digest] = d.node.name
         self._live: Live | None = None
         self._closed = False
@@ -48,9 +52,10 @@ class LiveReporter(ConsoleReporter):
 
     # -- the panel -------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in ("done", "running", "waiting", "failed", "blocked")}
+        """Steps per word of the tally: done, running, waiting (for dependencies or a lease), failed, blocked."""
+        out = {k: 0 for k in _TALLY_WORDS.values()}
         for s in self.state.values():
-            out[s] = out.get(s, 0) + 1
+            out[_TALLY_WORDS[s]] += 1
         return out
 
     def tally(self) -> str:
@@ -97,7 +102,7 @@ class LiveReporter(ConsoleReporter):
             if line:
                 self.console.print(escape(line))
 
-    def _ended(self, node: Any, state: str) -> None:
+    def _ended(self, node: Any, state: Outcome) -> None:
         self.names.setdefault(node.digest, node.name)
         self.state[node.digest] = state
         self.running_since.pop(node.digest, None)
@@ -123,28 +128,28 @@ class LiveReporter(ConsoleReporter):
     def step_started(self, node, attempt, takeover, output_path):
         super().step_started(node, attempt, takeover, output_path)
         self.names.setdefault(node.digest, node.name)
-        self.state[node.digest] = "running"
+        self.state[node.digest] = Outcome.RUNNING
         self.running_since[node.digest] = self.clock()
         self.attempt[node.digest] = attempt
         self._ensure_live()
 
     def step_succeeded(self, node, seconds, result):
         super().step_succeeded(node, seconds, result)
-        self._ended(node, "done")
+        self._ended(node, Outcome.SUCCEEDED)
 
     def step_failed(self, node, error, traceback_tail):
         super().step_failed(node, error, traceback_tail)
-        self._ended(node, "failed")
+        self._ended(node, Outcome.FAILED)
 
     def step_blocked(self, node, dependency):
         super().step_blocked(node, dependency)
-        self._ended(node, "blocked")
+        self._ended(node, Outcome.BLOCKED)
 
     def step_done_elsewhere(self, node, status):
         super().step_done_elsewhere(node, status)
-        self._ended(node, "done")
+        self._ended(node, Outcome.SUCCEEDED)
 
     def lease_lost(self, node, reason):
         super().lease_lost(node, reason)
-        self.state[node.digest] = "waiting"
+        self.state[node.digest] = Outcome.PENDING
         self.running_since.pop(node.digest, None)

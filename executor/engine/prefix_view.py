@@ -12,7 +12,9 @@ this module, and this module reads only through the coordination store's protoco
     view.refresh(rows)            -> [StepRow]: ONE listing; re-reads only statuses whose
                                      generation changed since `rows` (a live view's poll)
     view.leases(rows=None)        -> [Lease]: every RUNNING status, its holder and heartbeat
-    view.runs(limit=0)            -> [RunRow]: runs/*.json, newest first (unreadable: row.problem)
+    view.list_runs()              -> {run file key: generation}: ONE listing of runs/, no reads
+    view.runs(limit=0, keys=None) -> [RunRow]: runs/*.json (or those keys), newest first
+                                     (unreadable: row.problem)
     view.run(ref=None)            -> RunRow by run id or file name; the newest run if None
     view.step(step_id, rows=None, runs=None)
                                   -> StepDetail: status, record, result, logs per attempt,
@@ -297,9 +299,14 @@ class PrefixView:
 
     # runs
 
-    def runs(self, limit: int = 0) -> list[RunRow]:
-        """Every run file under runs/, newest first (`limit`: the newest that many)."""
-        keys = sorted(self.store.list_generations(RUNS_DIR, ".json"))
+    def list_runs(self) -> dict[str, str]:
+        """Run file key (runs/<name>.json) -> its generation, from one listing; reads nothing."""
+        return dict(sorted(self.store.list_generations(RUNS_DIR, ".json").items()))
+
+    def runs(self, limit: int = 0, keys: Iterable[str] | None = None) -> list[RunRow]:
+        """Every run file under runs/ (or those `keys`, as list_runs names them: a live view reads
+        only the ones whose generation changed), newest first (`limit`: the newest that many)."""
+        keys = sorted(self.list_runs() if keys is None else keys)
         rows = [self._run_row(key, versioned) for key, versioned in zip(keys, self.store.read_many(keys))
                 if versioned is not None]
         rows.sort(key=lambda r: r.started_at or 0, reverse=True)
@@ -356,6 +363,10 @@ class PrefixView:
                 return direct
             rows = self.steps()
         return next((r for r in rows if r.step_id == step_id), None)
+
+    def logs(self, rel: str) -> tuple[LogRef, ...]:
+        """The attempt logs of the output dir `rel` (one listing; a live view re-lists them)."""
+        return self._logs(rel)
 
     def _logs(self, rel: str) -> tuple[LogRef, ...]:
         listed = self.store.list_generations(f"{rel}/{EXECUTOR_DIR}/logs/", ".log")

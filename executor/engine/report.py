@@ -7,12 +7,13 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from executor.core.graph import StepNode
+from executor.core.outcome import Ending, ending
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
 from executor.engine import outputs
@@ -36,6 +37,13 @@ ACTION_STYLE = {Action.RUN: "bold yellow", Action.SKIP: "green", Action.WAIT: "c
 
 
 class Reporter(Protocol):
+    """What the command line's console view (engine/console_view.py) calls: every method, no probing."""
+
+    def info(self, message: str) -> None: ...
+    def warning(self, message: str) -> None: ...
+    def print_plan(self, plan: Plan, prefix: str, title: str | None = None) -> None: ...
+    def print_run_end(self, plan: Plan, steps: Sequence[Any]) -> None: ...
+    def close(self) -> None: ...
     def step_started(self, node: StepNode, attempt: int, takeover: bool, output_path: str) -> None: ...
     def step_succeeded(self, node: StepNode, seconds: float, result: Any) -> None: ...
     def step_failed(self, node: StepNode, error: str, traceback_tail: str | None) -> None: ...
@@ -43,9 +51,8 @@ class Reporter(Protocol):
     def step_blocked(self, node: StepNode, dependency: str) -> None: ...
     def step_waiting(self, node: StepNode, status: Status, silent_s: float, ttl_s: float) -> None: ...
     def step_still_waiting(self, node: StepNode, status: Status, silent_s: float, ttl_s: float) -> None: ...
-    def step_done_elsewhere(self, node: StepNode, status: Status) -> None: ...
+    def step_done_elsewhere(self, node: StepNode, status: Status | None) -> None: ...
     def lease_lost(self, node: StepNode, reason: str) -> None: ...
-    def warning(self, message: str) -> None: ...
 
 
 def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
@@ -212,31 +219,35 @@ class ConsoleReporter:
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {escape(message)}")
 
-    def print_run_end(self, plan: Plan, states: dict[str, Any], errors: dict[str, str], max_rows: int = 60) -> None:
-        """The per-step table a real run ends with: what happened to each step, how long, its result.
-        Plain text when piped (rich drops styles outside a terminal), so CI logs keep the results.
-        Past `max_rows` steps, the ones that ran or failed come first and the rest are counted."""
+    def close(self) -> None:
+        """Nothing to stop here (the live view stops its panel)."""
+
+    def print_run_end(self, plan: Plan, steps: Sequence[Any], max_rows: int = 60) -> None:
+        """The per-step table a real run ends with (`steps`: the run's StepReports): how each step
+        ended (core/outcome.py's Ending), how long it took, its result or error. Plain text when
+        piped (rich drops styles outside a terminal), so CI logs keep the results. Past `max_rows`
+        steps, the ones that ran or failed come first and the rest are counted."""
         from rich.table import Table  # imported lazily, like print_plan's (no-op runs skip rich)
 
         table = Table(title="this run", show_lines=False, header_style="bold")
         for column in ("step", "outcome", "took"):
             table.add_column(column, no_wrap=True)
         table.add_column("result", overflow="fold")
-        shown = sorted(plan.decisions.items(), key=lambda kv: kv[0] not in self.outcomes and
-                       getattr(states.get(kv[1].node.step_id), "value", None) == "succeeded")
-        for digest, d in shown[:max_rows]:
-            state = states.get(d.node.step_id)
-            state = getattr(state, "value", state)
-            seen = self.outcomes.get(digest, {})
-            if "seconds" in seen:
-                outcome, took = "[green]ran[/]", f"{seen['seconds']:.1f}s"
-            elif state == "succeeded":
-                outcome, took = ("skipped" if d.action == Action.SKIP else "done elsewhere"), "-"
+        actions = {d.node.step_id: d.action for d in plan.decisions.values()}
+        ends = [(s, ending(s.status, actions[s.step_id], s.ran_here)) for s in steps]
+        shown = sorted(ends, key=lambda se: se[1] in (Ending.SKIPPED, Ending.ELSEWHERE))
+        for step, end in shown[:max_rows]:
+            seen = self.outcomes.get(step.digest, {})
+            if end == Ending.RAN:
+                cells = "[green]ran[/]", f"{seen['seconds']:.1f}s" if "seconds" in seen else "-", \
+                    result_text(seen.get("result"))
+            elif end == Ending.SKIPPED:
+                cells = end.value, "-", "succeeded earlier"
+            elif end == Ending.ELSEWHERE:
+                cells = end.value, "-", ""
             else:
-                outcome, took = f"[red]{escape(str(state or d.action.value))}[/]", "-"
-            result = (result_text(seen.get("result")) if "seconds" in seen else
-                      "succeeded earlier" if outcome == "skipped" else escape(errors.get(d.node.step_id, "")))
-            table.add_row(escape(d.node.name), outcome, took, result)
+                cells = f"[red]{end.value}[/]", "-", escape(step.error or "")
+            table.add_row(escape(step.name), *cells)
         self.console.print(table)
         if len(shown) > max_rows:
             self.console.print(f"… and {len(shown) - max_rows} more skipped steps (all: stepgraph status --prefix P)")

@@ -104,8 +104,9 @@ def collect(fs: Any, run_file: dict[str, Any]) -> list[StepView]:
     return views
 
 
-def _graph_plan(run_file: dict[str, Any], views: list[StepView]) -> Plan:
-    """A Plan-shaped view of the run's DAG (step ids as keys) for draw.render_svg."""
+def graph_plan(run_file: dict[str, Any], views: list[Any]) -> Plan:
+    """A Plan-shaped view of the run's DAG (step ids as keys) for draw.render_svg; `views` need
+    name, step_id, decision, reason and outcome (the live view passes each step's stored state)."""
     graph = run_file.get("graph") or {}
     decisions = {}
     for v in views:
@@ -170,13 +171,28 @@ def curve_svg(kind: str, step_id: str, points: list[tuple[float, float]], y_labe
             f'<text x="{CURVE_W - PAD - 50}" y="{CURVE_H - 10}">step {x1:g}</text></svg>')
 
 
+def step_curves(name: str, step_id: str, metrics: list[dict[str, Any]], results: Any) -> list[str]:
+    """A train step's loss curve (metrics.jsonl) and an eval step's bits per byte (results.json),
+    each a heading plus its SVG (the live view draws the same)."""
+    curves = []
+    loss = [(r["step"], r["loss"]) for r in metrics if "step" in r and isinstance(r.get("loss"), (int, float))]
+    if loss:
+        curves.append(f"<h3>{html.escape(name)}: training loss</h3>" + curve_svg("loss", step_id, loss, "loss"))
+    bpb = ((results if isinstance(results, dict) else {}).get("model") or {}).get("bits_per_byte")
+    if isinstance(bpb, (int, float)):
+        point = [(results.get("train_step") or 0, bpb)]
+        curves.append(f"<h3>{html.escape(name)}: bits per byte {bpb:.4f}</h3>"
+                      + curve_svg("bpb", step_id, point, "bits/byte"))
+    return curves
+
+
 def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
     prefix = run_file.get("prefix", "")
     title = f"{run_file.get('experiment', 'run')} — run {run_file.get('run_id', '?')}"
     start = run_file.get("started_at") or time.time()
     end = run_file.get("finished_at") or max([start] + [v.events.get("ended_at") or 0 for v in views])
     paint = lambda d: (d.outcome, OUTCOME_COLORS.get(d.outcome, COLORS.get(d.action, "#eee")))  # noqa: E731
-    dag = render_svg(_graph_plan(run_file, views), paint=paint)
+    dag = render_svg(graph_plan(run_file, views), paint=paint)
     rows = []
     for v in views:
         e, record = v.events, v.record or {}
@@ -195,16 +211,7 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
                     f'<td style="background:{OUTCOME_COLORS.get(v.outcome, "#eee")}">{html.escape(v.outcome)}</td>'
                     f'<td>{html.escape(v.decision)}: {html.escape(v.reason)}</td><td>{_when(began)}</td>'
                     f'<td>{_when(ended)}</td><td>{attempts}</td><td>{wait}</td><td>{" · ".join(links) or "–"}</td></tr>')
-    curves = []
-    for v in views:
-        loss = [(r["step"], r["loss"]) for r in v.metrics if "step" in r and isinstance(r.get("loss"), (int, float))]
-        if loss:
-            curves.append(f"<h3>{html.escape(v.name)}: training loss</h3>" + curve_svg("loss", v.step_id, loss, "loss"))
-        bpb = ((v.results or {}).get("model") or {}).get("bits_per_byte")
-        if bpb is not None:
-            point = [((v.results or {}).get("train_step") or 0, bpb)]
-            curves.append(f"<h3>{html.escape(v.name)}: bits per byte {bpb:.4f}</h3>"
-                          + curve_svg("bpb", v.step_id, point, "bits/byte"))
+    curves = [curve for v in views for curve in step_curves(v.name, v.step_id, v.metrics, v.results)]
     legend = " ".join(f'<span style="background:{c};padding:2px 8px;border-radius:4px">{html.escape(k)}</span>'
                       for k, c in OUTCOME_COLORS.items())
     exit_code = run_file.get("exit_code")

@@ -14,7 +14,7 @@ import pytest
 import executor
 from executor import ExecutorError, ExecutorStep, Options, StepFailed, output_path_of, this_output_path
 from executor.core.record import State, parse_status
-from executor.engine.report import ConsoleReporter
+from executor.engine.events import StepStarted
 from experiments import hello
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,13 +153,11 @@ def test_the_readme_python_api_example_runs(tmp_path):
     assert len(list(tmp_path.glob("runs/experiment-*.json"))) == 1
 
 
-class _ExplodingReporter(ConsoleReporter):
-    """Raises as soon as `hello/shout` has been leased and submitted: an error in the middle of a run."""
-
-    def step_started(self, node, attempt, takeover, output_path):
-        super().step_started(node, attempt, takeover, output_path)
-        if node.name == "hello/shout":
-            raise RuntimeError("reporter exploded")
+def _explode_at_shout(event) -> None:
+    """A subscriber that raises as soon as `hello/shout` has been leased and submitted: an error in
+    the middle of a run."""
+    if isinstance(event, StepStarted) and event.name == "hello/shout":
+        raise RuntimeError("reporter exploded")
 
 
 def test_an_error_mid_run_fails_that_step_and_releases_the_leases_it_held(tmp_path):
@@ -167,7 +165,7 @@ def test_an_error_mid_run_fails_that_step_and_releases_the_leases_it_held(tmp_pa
     FAILED naming the error, not RUNNING until it goes stale) and the run ends honestly (exit 1)."""
     [summary] = hello.build(hello.HelloOptions(pause_s=0.5))
     before = set(threading.enumerate())
-    result = executor.run([summary], inline(tmp_path), reporter=_ExplodingReporter())
+    result = executor.run([summary], inline(tmp_path), subscribers=[_explode_at_shout])
     assert not result.ok and result.exit_code == 1
     assert result.step("hello/shout").status == "failed" and "reporter exploded" in result.step("hello/shout").error
     shout = [parse_status(p.read_bytes(), str(p)) for p in tmp_path.glob("hello/shout-*/.executor/status.json")]
@@ -196,6 +194,45 @@ def test_a_ray_cluster_the_caller_started_is_used_and_left_running(tmp_path, ray
     result = executor.run([summary], prefix=str(tmp_path), runner="ray")
     assert result.ok and {s.ran_here for s in result.steps} == {True}
     assert ray_local.is_initialized()  # the notebook's own cluster: not ours to shut down
+
+
+def test_a_ray_the_library_started_is_not_shut_down_under_another_run_using_it(tmp_path, ray_local):
+    """Two runs in one process, in two threads, on the Ray the first one connected: the first ends
+    while the second's step still runs; the second succeeds, and only its end disconnects Ray."""
+    address = ray_local.get_runtime_context().gcs_address
+    script = f"""
+import json, threading, time, ray, executor
+from executor import ExecutorStep, this_output_path
+from tests.executor.test_events import Rendezvous, rendezvous
+d, out = {str(tmp_path)!r}, {{}}
+def go(name, write, wait_for):
+    try:
+        step = ExecutorStep("shared/" + name, rendezvous, Rendezvous(this_output_path(), f"{{d}}/{{write}}", f"{{d}}/{{wait_for}}"))
+        result = executor.run([step], prefix=f"{{d}}/{{name}}", runner="ray", ray_address={address!r})
+        out[name] = [(s.status.value, s.error) for s in result.steps]
+    except BaseException as e:
+        out[name] = repr(e)
+first = threading.Thread(target=go, args=("a", "a-started", "b-started"))
+first.start()
+while not ray.is_initialized():  # the first run connects: the library's Ray is its
+    time.sleep(0.05)
+second = threading.Thread(target=go, args=("b", "b-started", "a-done"))
+second.start()
+first.join()
+out["connected_after_first"] = ray.is_initialized()
+open(f"{{d}}/a-done", "w").write("x")
+second.join()
+out["connected_after_second"] = ray.is_initialized()
+print(json.dumps(out))
+"""
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "EXECUTOR_SHIP_CODE": "0",
+           "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["a"] == [["succeeded", None]] and seen["b"] == [["succeeded", None]], seen
+    assert seen["connected_after_first"] is True and seen["connected_after_second"] is False
 
 
 def test_the_command_line_plans_without_the_collector_and_runs_steps_with_it(tmp_path):

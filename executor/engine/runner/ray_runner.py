@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -60,28 +61,33 @@ class RayRunner:
         self.retry_backoff_s, self.capture_logs = retry_backoff_s, capture_logs
         self.notify = notify or (lambda message: print(message, file=sys.stderr))
         self.shipped: list[str] = []
-        self.started_here = not ray.is_initialized()
         log_forwarding.plain_when_piped()
-        if self.started_here:
-            if address:
-                runtime_env: dict[str, Any] = {}
-                if ship_code:
-                    self.shipped = local_code_paths()
-                    runtime_env = {"py_modules": self.shipped, "excludes": ["__pycache__", "*.pyc"]}
-                check_reachable(address)
-                try:
-                    ray.init(address=address, log_to_driver=True, runtime_env=runtime_env or None)
-                except (ConnectionError, RuntimeError, ValueError) as e:
-                    raise ExecutorError(f"could not join the Ray cluster at {address!r}: {e}. Check the "
-                                        f"address (--ray-address / RAY_ADDRESS) and that the cluster is up.") from None
-            else:
-                start_embedded(num_cpus, object_store_memory, resources)
+        self.started_here = LIBRARY_RAY.enter(lambda: self._start(address, ship_code, num_cpus,
+                                                                  object_store_memory, resources))
         try:
             log_forwarding.install()  # step output complete before its ✔ line
         except Exception as e:  # noqa: BLE001 - Ray's internals moved: keep its own printer, say so
             self.notify(f"stepgraph: step output may trail its ✔ line (could not wrap Ray's log printer: {e})")
         self.remote_step = ray.remote(execute_remotely)
         self.remote_host = ray.remote(max_calls=1)(execute_host)  # jax.distributed is once per process
+
+    def _start(self, address: str | None, ship_code: bool, num_cpus: int | None, object_store_memory: int | None,
+               resources: dict[str, float] | None) -> None:
+        import ray
+
+        if not address:
+            start_embedded(num_cpus, object_store_memory, resources)
+            return
+        runtime_env: dict[str, Any] = {}
+        if ship_code:
+            self.shipped = local_code_paths()
+            runtime_env = {"py_modules": self.shipped, "excludes": ["__pycache__", "*.pyc"]}
+        check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=True, runtime_env=runtime_env or None)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ExecutorError(f"could not join the Ray cluster at {address!r}: {e}. Check the "
+                                f"address (--ray-address / RAY_ADDRESS) and that the cluster is up.") from None
 
     # -- cluster shape and plan-time checks ------------------------------------------------
     def nodes(self) -> list[cluster.NodeShape]:
@@ -141,8 +147,44 @@ class RayRunner:
                 time.sleep(pause)
 
     def shutdown(self) -> None:
+        """Stop using Ray (once per runner; again is a no-op). The library's Ray is shut down when
+        the last run using it ends, never under another; a Ray the caller started is left running."""
+        if self.started_here:
+            self.started_here = False
+            LIBRARY_RAY.leave()
+
+
+class LibraryRay:
+    """The Ray connection this library opened in this process (an embedded cluster, or a joined
+    one), shared by every run that uses it meanwhile: the last of them to end shuts it down. Ray's
+    connection is process-wide, so this count is too (the one module-level object of the runner);
+    a Ray the caller started is never counted, nor shut down."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.users = 0  # runs using the Ray this library started
+
+    def enter(self, start: Callable[[], None]) -> bool:
+        """Use Ray: started by `start` (under the lock: a second run waits, then shares it) unless it
+        is up. True when it is the library's, to be left with `leave`."""
         import ray
 
-        if self.started_here and ray.is_initialized():
-            ray.shutdown()
+        with self._lock:
+            if self.users == 0:
+                if ray.is_initialized():
+                    return False  # the caller's
+                start()
+            self.users += 1
+            return True
+
+    def leave(self) -> None:
+        import ray
+
+        with self._lock:
+            self.users -= 1
+            if self.users == 0 and ray.is_initialized():
+                ray.shutdown()
+
+
+LIBRARY_RAY = LibraryRay()
 

@@ -1,0 +1,148 @@
+"""What a plan or a run reports as it goes: typed events, delivered to subscribers in order.
+
+The library prints nothing: `executor.plan`/`run`/`materialize` emit these to the subscribers their
+caller gives (none from a notebook: nothing is printed). The command line subscribes its console
+view (engine/console_view.py); a run subscribes its own run-file writer (engine/run_file.py).
+A subscriber is any callable taking an event; one that raises fails what the run was doing when it
+emitted (a step's start, say), as any other error there would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from executor.core.graph import Graph, StepNode
+from executor.core.outcome import Outcome
+from executor.core.plan import Plan
+from executor.core.record import Status
+
+
+@dataclass(frozen=True)
+class PlanMade:
+    """A plan, before anything runs; `fs` and `storage_options` are where it was read (never shown)."""
+
+    graph: Graph = field(repr=False)
+    plan: Plan = field(repr=False)
+    prefix: str
+    description: Optional[str] = None
+    fs: Any = field(default=None, repr=False, compare=False)
+    storage_options: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """Steps are about to run: the run's id and where its run file is."""
+
+    run_id: str
+    run_file: str
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    node: StepNode = field(repr=False)
+    attempt: int
+    takeover: bool  # took over another runner's stale lease
+    output_path: str
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class StepWaiting:
+    """Another runner holds the step's lease; `first` on the first notice, later ones repeat it."""
+
+    node: StepNode = field(repr=False)
+    status: Status = field(repr=False)
+    silent_s: float
+    ttl_s: float
+    first: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class StepRetried:
+    """The step's own code failed and its resources allow another try."""
+
+    node: StepNode = field(repr=False)
+    error: str
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class LeaseLost:
+    """The step's lease was lost: its task was cancelled, nothing committed; it is pending again."""
+
+    node: StepNode = field(repr=False)
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    """A step ended in this run: SUCCEEDED (here, or `elsewhere` by another runner), FAILED or BLOCKED."""
+
+    node: StepNode = field(repr=False)
+    outcome: Outcome
+    seconds: Optional[float] = None  # ran here: from start to commit
+    result: Any = field(default=None, repr=False)  # what it returned, as stored
+    error: Optional[str] = None
+    traceback_tail: Optional[str] = field(default=None, repr=False)
+    elsewhere: bool = False  # its status was written by another runner
+    dependency: Optional[str] = None  # BLOCKED: the dependency that failed
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A note (`info`) or a `warning` of the run itself; text may hold rich markup (escaped values)."""
+
+    level: str  # info | warning
+    text: str
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """The run's result (executor.api.RunResult), the last event of a run."""
+
+    result: Any = field(repr=False)
+    seconds: float = 0.0
+
+
+Event = PlanMade | RunStarted | StepStarted | StepWaiting | StepRetried | LeaseLost | StepFinished | LogLine | RunFinished
+Subscriber = Callable[[Event], None]
+
+
+class Events:
+    """The subscribers of one call, in the order given; `emit` delivers an event to each in turn."""
+
+    def __init__(self, subscribers: Iterable[Subscriber] = ()):
+        self.subscribers: list[Subscriber] = list(subscribers)
+
+    def emit(self, event: Event) -> None:
+        for subscriber in self.subscribers:
+            subscriber(event)
+
+    def info(self, text: str) -> None:
+        self.emit(LogLine("info", text))
+
+    def warning(self, text: str) -> None:
+        self.emit(LogLine("warning", text))
+
+
+__all__ = ["Event", "Events", "LeaseLost", "LogLine", "PlanMade", "RunFinished", "RunStarted", "StepFinished",
+           "StepRetried", "StepStarted", "StepWaiting", "Subscriber"]

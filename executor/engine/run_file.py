@@ -1,0 +1,80 @@
+"""The run file `<prefix>/runs/<experiment>-<run id>.json`: what one invocation that ran steps did.
+
+Written before the first step starts (the prefix, the plan, where every output is) and again when
+the run finishes (each step's final outcome, errors, the timeline), or with `forced_exit` when a
+second signal ends the process early. A subscriber of the run's events: it records the timeline
+and writes the file at RunFinished, before the subscribers after it (the command line's run report
+reads the file) see that event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from executor.core.plan import Plan
+from executor.core.record import RUN_SCHEMA, RunRecordRef, to_json_bytes
+from executor.engine import outputs
+from executor.engine.events import Event, Events, RunFinished
+from executor.engine.timeline import TimelineRecorder
+
+
+def step_entry(report: Any) -> dict[str, Any]:
+    """One StepReport as the run file's `steps` list holds it."""
+    status = report.status.value if report.status is not None else None
+    return {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
+            "decision": report.decision, "reason": report.reason, "status": status,
+            "error": report.error, "ran_here": report.ran_here}
+
+
+class RunFile:
+    def __init__(self, fs: Any, path: str, header: dict[str, Any], events: Events):
+        self.fs, self.path, self.events = fs, path, events
+        self.data = dict(header)
+        self.timeline = TimelineRecorder()
+
+    @classmethod
+    def begin(cls, planned: Any, run_id: str, experiment: str, description: str | None, main_file: str | None,
+              invocation: dict[str, Any], events: Events) -> "RunFile":
+        """The run file as the run starts, written (a failure to write it stops the run before any step)."""
+        plan: Plan = planned.plan
+        header = {"schema": RUN_SCHEMA, "run_id": run_id, "experiment": experiment, "description": description,
+                  "experiment_file": main_file, "started_at": time.time(), "invocation": invocation,
+                  "prefix": planned.prefix,
+                  "plan": [{"name": d.node.name, "step_id": d.node.step_id, "action": d.action.value,
+                            "reason": d.reason} for d in plan.decisions.values()],
+                  "steps": [step_entry(s) for s in planned.steps],  # where everything is; status at the end
+                  "graph": {d.node.step_id: [plan.decisions[x].node.step_id for x in d.node.deps
+                                             if x in plan.decisions] for d in plan.decisions.values()}}
+        run_file = cls(planned.fs, outputs.join(planned.prefix, RunRecordRef(experiment, run_id).key), header, events)
+        run_file._write()
+        return run_file
+
+    def __call__(self, event: Event) -> None:
+        self.timeline(event)
+        if isinstance(event, RunFinished) and event.result is not None:
+            self.finish(event.result)
+
+    def finish(self, result: Any) -> None:
+        """The final run file, from the run's result; a failure to write it is a warning (the steps'
+        statuses are final already)."""
+        if result.runner_error:
+            self.data["runner_error"] = result.runner_error
+        self.data.update(finished_at=time.time(), exit_code=int(result.exit_code),
+                         ran_here=[s.step_id for s in result.steps if s.ran_here],
+                         outcome={s.step_id: s.status.value for s in result.steps},
+                         errors={s.step_id: s.error for s in result.steps if s.error},
+                         timeline=self.timeline.events(), steps=[step_entry(s) for s in result.steps])
+        try:
+            self._write()
+        except Exception as e:  # noqa: BLE001 - the run's result stands; say the record is missing
+            self.events.warning(f"could not write the run record {self.path}: {type(e).__name__}: {e}")
+
+    def forced(self, exit_code: int) -> None:
+        """A second signal ends the process now: the run file says so, unless it is final already."""
+        if "exit_code" not in self.data:
+            outputs.write_json(self.fs, self.path, to_json_bytes(
+                {**self.data, "finished_at": time.time(), "exit_code": exit_code, "forced_exit": True}))
+
+    def _write(self) -> None:
+        outputs.write_json(self.fs, self.path, to_json_bytes(self.data))

@@ -1,0 +1,89 @@
+"""`stepgraph serve --prefix P [--host H] [--port N|0] [--token-file F]`: flags -> a running server.
+
+Reads the prefix once (an unreachable bucket is one clear error before anything listens), binds,
+prints the URL with its token, and serves until interrupted. Binding beyond loopback prints a
+warning (the token is still required). Storage options are used, never printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+import sys
+from typing import Any, Callable
+
+from executor.core.errors import ExecutorError
+
+DEFAULT_PORT = 8270  # not Ray's dashboard (8265), Jupyter (8888) or TensorBoard (6006)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def url_of(host: str, port: int, token: str) -> str:
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/?token={token}"
+
+
+def serve(args: Any, say: Callable[[str], None] = print) -> int:
+    from executor.core.exit_codes import ExitCode
+    from executor.tools.commands import default_prefix
+    from executor.tools.serve.auth import make_token, read_token_file
+    from executor.tools.serve.source import PrefixSource
+    from executor.tools.serve.watch import Watcher
+
+    if args.interval <= 0:
+        raise ExecutorError(f"--interval must be a positive number of seconds, not {args.interval}")
+    token = read_token_file(args.token_file) if args.token_file else make_token()
+    prefix = default_prefix(args.prefix)
+    watcher = Watcher(PrefixSource(prefix, args.storage_options), interval_s=args.interval)
+    if not is_loopback(args.host):
+        print(f"warning: serving on {args.host}, beyond this machine's loopback: anyone who can reach it and "
+              f"has the token can read this prefix's steps, logs and results (the token is still required)",
+              file=sys.stderr)
+    try:
+        asyncio.run(_serve(watcher, token, args.host, args.port, say))
+    except KeyboardInterrupt:
+        pass
+    return ExitCode.OK
+
+
+async def _serve(watcher: Any, token: str, host: str, port: int, say: Callable[[str], None]) -> None:
+    from aiohttp import web
+
+    from executor.tools.serve.app import make_app
+
+    say(f"reading {watcher.source.prefix} ...")
+    await watcher.refresh()  # a storage error here is the command's error
+    if not watcher.steps and not watcher.runs:
+        say(f"no step outputs or run files under {watcher.source.prefix} yet: the pages fill in as runs write")
+    bound: dict[str, int] = {}
+    runner = web.AppRunner(make_app(watcher, token, lambda: bound["port"]), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise ExecutorError(f"cannot listen on {host}:{port}: {e.strerror}; pick another --port (0: any free "
+                            f"one)") from None
+    bound["port"] = runner.addresses[0][1]
+    say(f"serving {len(watcher.steps)} step(s) and {len(watcher.runs)} run(s) of {watcher.source.prefix} "
+        f"(read-only; updates every {watcher.interval_s:g} s)")
+    say(f"open: {url_of(host, bound['port'], token)}")
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,162 @@
+"""The server's picture of its prefix, kept current at the cost of one listing per update.
+
+A refresh lists the status files and the run files with their generations (the read model's
+listings), reads only the keys whose generation changed since the last refresh, and tells every
+subscriber (an open page) which steps and runs changed. What is held is one row per step and per
+run (without its document) and a run id -> experiment map: memory follows the prefix, not the time
+served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from executor.engine.prefix_view import RunRow, StepRow
+from executor.tools.serve.source import PrefixSource
+
+QUEUE_LIMIT = 64  # batches a slow page may fall behind before it is told to reload
+
+
+@dataclass(frozen=True)
+class Change:
+    steps: frozenset[str] = frozenset()  # rels whose status changed or appeared
+    removed: frozenset[str] = frozenset()  # step ids whose status is gone (gc, repair)
+    runs: frozenset[str] = frozenset()  # run file keys that changed or appeared
+
+    def __bool__(self) -> bool:
+        return bool(self.steps or self.removed or self.runs)
+
+
+@dataclass(eq=False)
+class Subscription:
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+    overflowed: bool = False
+
+
+class Watcher:
+    def __init__(self, source: PrefixSource, interval_s: float = 2.0):
+        self.source = source
+        self.interval_s = interval_s
+        self.steps: dict[str, StepRow] = {}  # output rel -> row (its generation is the status's)
+        self.runs: dict[str, RunRow] = {}  # run file key -> row (its document dropped)
+        self.by_step_id: dict[str, str] = {}  # step id -> rel
+        self.experiment_of_run: dict[str, str] = {}
+        self.changed_in: dict[str, int] = {}  # rel or run key -> the refresh that last changed it
+        self.refreshed_at = float("-inf")  # monotonic
+        self.refreshes = 0
+        self.last_error: str | None = None  # the last failed refresh's error, shown on pages until one succeeds
+        self.subscriptions: set[Subscription] = set()
+        self._lock = asyncio.Lock()
+
+    # -- reading --------------------------------------------------------------------------------
+    async def refresh(self) -> Change:
+        async with self._lock:
+            try:
+                change = await asyncio.to_thread(self._refresh_blocking)
+            except Exception as e:  # noqa: BLE001 - storage errors of all backends: shown, retried
+                self.last_error = f"{type(e).__name__}: {e}"
+                self.refreshed_at = time.monotonic()
+                raise
+            self.last_error = None
+            self.refreshed_at = time.monotonic()
+            self.refreshes += 1
+        if change:
+            self._publish(change)
+        return change
+
+    async def ensure_fresh(self) -> None:
+        """Refresh unless the last one is younger than the interval (pages call this; a failure
+        leaves the last picture in place and its error in `last_error`, which pages show)."""
+        if time.monotonic() - self.refreshed_at >= self.interval_s:
+            try:
+                await self.refresh()
+            except Exception:  # noqa: BLE001 - recorded in last_error by refresh()
+                pass
+
+    def _refresh_blocking(self) -> Change:
+        """One listing of statuses and one of runs/; reads of only what changed or appeared."""
+        number = self.refreshes + 1
+        listed = self.source.list_steps()
+        changed = [rel for rel, gen in listed.items() if rel not in self.steps or self.steps[rel].generation != gen]
+        removed = []
+        for rel in [rel for rel in self.steps if rel not in listed]:
+            removed.append(self.steps.pop(rel).step_id)
+            self.by_step_id.pop(removed[-1], None)
+            self.changed_in.pop(rel, None)
+        for row in self.source.steps(changed):
+            if row.generation is None:  # deleted between the listing and the read
+                self.steps.pop(row.rel, None)
+                continue
+            self.steps[row.rel] = row
+            self.by_step_id[row.step_id] = row.rel
+            self.changed_in[row.rel] = number
+        listed_runs = self.source.list_runs()
+        changed_runs = [key for key, gen in listed_runs.items()
+                        if key not in self.runs or self.runs[key].generation != gen]
+        for key in [k for k in self.runs if k not in listed_runs]:
+            del self.runs[key]
+            self.changed_in.pop(key, None)
+        for row in self.source.runs(changed_runs):
+            self.runs[row.key] = row
+            self.changed_in[row.key] = number
+            if row.run_id and row.experiment:
+                self.experiment_of_run[row.run_id] = row.experiment
+        return Change(frozenset(r for r in changed if r in self.steps), frozenset(removed),
+                      frozenset(k for k in changed_runs if k in self.runs))
+
+    # -- what pages ask -------------------------------------------------------------------------
+    def step(self, step_id: str) -> StepRow | None:
+        """A listed step by its step id (what pages and URLs name it by)."""
+        rel = self.by_step_id.get(step_id)
+        return self.steps.get(rel) if rel is not None else None
+
+    def step_rows(self) -> list[StepRow]:
+        return list(self.steps.values())
+
+    def run_rows(self) -> list[RunRow]:
+        return sorted(self.runs.values(), key=lambda r: r.started_at or 0, reverse=True)
+
+    def run(self, name: str) -> RunRow | None:
+        """A listed run by its name (<experiment>-<run id>, the file name without .json)."""
+        return self.runs.get(f"runs/{name}.json")
+
+    def experiment(self, row: StepRow) -> str:
+        if not row.run_id:
+            return "(no run: adopted or written by hand)"
+        return self.experiment_of_run.get(row.run_id, "(run file not found)")
+
+    # -- live updates ---------------------------------------------------------------------------
+    def changed_since(self, refresh: int) -> Change:
+        """What changed after the given refresh (a page rendered then catches up when it subscribes)."""
+        if refresh >= self.refreshes:
+            return Change()
+        later = [key for key, n in self.changed_in.items() if n > refresh]
+        return Change(frozenset(k for k in later if k in self.steps), runs=frozenset(k for k in later if k in self.runs))
+
+    def subscribe(self) -> Subscription:
+        subscription = Subscription()
+        self.subscriptions.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self.subscriptions.discard(subscription)
+
+    def _publish(self, change: Change) -> None:
+        for subscription in list(self.subscriptions):
+            try:
+                subscription.queue.put_nowait(change)
+            except asyncio.QueueFull:  # the page stopped reading: it reloads instead
+                subscription.overflowed = True
+                self.subscriptions.discard(subscription)
+
+    async def poll_forever(self) -> None:
+        """Refresh every interval while a page is open (nobody watching: no requests)."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            if self.subscriptions and time.monotonic() - self.refreshed_at >= self.interval_s * 0.9:
+                try:
+                    await self.refresh()
+                except Exception:  # noqa: BLE001 - a storage hiccup must not end the live view
+                    await asyncio.sleep(self.interval_s)

@@ -31,7 +31,6 @@ from executor.core.record import Owner
 from executor.core.step import ExecutorStep, Resources
 from executor.engine import outputs
 from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
-from executor.core.urls import protocol_of
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.snapshot import read_snapshot
 
@@ -323,7 +322,7 @@ def _new_runner(options: Options, events: Events, environ: Mapping[str, str], pr
         from executor.engine.runner.inline import InlineRunner
 
         # each step in a child process that stops itself if this one goes silent for half the TTL
-        return InlineRunner(isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2)
+        return InlineRunner(isolate=not prefix.startswith("memory://"), silence_limit_s=options.lease_ttl / 2)
     from executor.engine.runner.ray_runner import RayRunner
 
     address = options.ray_address or environ.get("RAY_ADDRESS")
@@ -372,7 +371,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
-    if protocol_of(prefix) == "memory" and options.runner != "inline":
+    if prefix.startswith("memory://") and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     note_cross_region_reads(planned.plan, prefix, events, options.cross_region_budget_gb)
     runner = _RunnerSlot(options, events, environ, prefix, guard)

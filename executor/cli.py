@@ -183,6 +183,7 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
                main_file: str | None, environ: dict[str, str], view: ConsoleView,
                storage_flag: str | None = None, secret_flags: frozenset[str] = frozenset()) -> int:
+    reporter = view.reporter
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
@@ -202,7 +203,6 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
 
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
-    reporter = view.reporter
              environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
     from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 

@@ -11,7 +11,8 @@ Public surface (tested in tests/executor/test_public_api.py):
     load_result                                       what a succeeded step returned (dataclasses rebuilt)
     PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
-    open_file                                         open a path or gs:// / s3:// URL with the run's storage options
+    open_file, url_to_fs                              open a path or gs:// / s3:// URL with the step's storage options
+    Location, Storage, current_storage                a URL with its options; a run's options keyed by location
 
 Exceptions:
 
@@ -28,7 +29,8 @@ from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport
 from executor.cli import executor_main
 from executor.core.encodings import register_encoding
 from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
-from executor.engine.location import open_file
+from executor.core.locations import Location, Storage
+from executor.engine.location import current_storage, open_file, url_to_fs
 from executor.engine.parallel import map_shards
 from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path, secret,
                                 this_output_path)
@@ -39,6 +41,7 @@ __all__ = [
     "ExecutorError",
     "ExecutorStep",
     "GraphError",
+    "Location",
     "Options",
     "PlanResult",
     "Resources",
@@ -46,8 +49,10 @@ __all__ = [
     "StatusError",
     "StepFailed",
     "StepReport",
+    "Storage",
     "StoreError",
     "TransientStoreError",
+    "current_storage",
     "execution_only",
     "executor_main",
     "load_result",
@@ -61,4 +66,5 @@ __all__ = [
     "run",
     "secret",
     "this_output_path",
+    "url_to_fs",
 ]

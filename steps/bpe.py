@@ -24,7 +24,7 @@ from typing import Iterable
 import numpy as np
 
 
-from executor.engine import location
+from executor import open_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 DEFAULT_EOS = "<|endoftext|>"
@@ -49,7 +49,7 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos_token: str =
 def load_tokenizer_json(path: str) -> tuple[Tokenizer, str]:
     """A tokenizer from a tokenizer.json at any fsspec path, with that file's text."""
     try:
-        with location.open_file(path, "r", encoding="utf-8") as f:
+        with open_file(path, "r", encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"tokenizer_path {path!r} does not exist; point it at a tokenizer.json "

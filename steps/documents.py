@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal
 
 import fsspec
 
-from executor.engine import location
+from executor import Location, open_file, url_to_fs
 import zstandard
 from fsspec.implementations.local import LocalFileSystem
 
@@ -96,11 +96,11 @@ def list_document_files(input_path: str) -> list[str]:
     A directory that holds no document files but has a `docs/` subdirectory (a download or dedup
     step's output) is read through that subdirectory.
     """
-    fs, path = location.url_to_fs(input_path)
-    protocol = input_path.split("://", 1)[0] + "://" if "://" in input_path else ""
+    fs, path = url_to_fs(input_path)
+    protocol = Location(input_path).protocol
 
     def url(p: str) -> str:
-        return protocol + p if protocol and protocol != "file://" else p
+        return p if protocol == "file" else f"{protocol}://{p}"
 
     if any(ch in path for ch in "*?["):
         found = sorted(p for p in fs.glob(path) if fs.isfile(p))
@@ -132,7 +132,7 @@ def shard_stem(path: str) -> str:
 
 def open_binary_lines(path: str) -> io.BufferedIOBase:
     """Open a (possibly compressed) file for reading decompressed bytes, chosen by suffix."""
-    raw = location.open_file(path, "rb").open()
+    raw = open_file(path, "rb").open()
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if path.endswith(".zst"):
@@ -146,7 +146,7 @@ def count_records(path: str) -> int:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        with location.open_file(path, "rb") as f:
+        with open_file(path, "rb") as f:
             return pq.ParquetFile(f).metadata.num_rows
     with contextlib.closing(_file_lines(path)) as lines:
         return sum(1 for _ in lines)
@@ -220,7 +220,7 @@ def plan_document_shards(files: list[str], shard_bytes: int, text_column: str = 
     allows it (compressed JSONL cannot be split: one shard per file)."""
     shards: list[DocumentShard] = []
     for path in files:
-        fs, target = location.url_to_fs(path)
+        fs, target = url_to_fs(path)
         if path.endswith(".parquet"):
             import pyarrow.parquet as pq
 
@@ -282,7 +282,7 @@ def _read_byte_range(shard: DocumentShard, on_bad_line: OnBadLine, stats: ReadSt
 
 def _byte_range_lines(shard: DocumentShard) -> Iterator[tuple[int, bytes]]:
     """(byte position, line) of the non-blank lines that start in [start, end) of an uncompressed file."""
-    with location.open_file(shard.path, "rb") as f:
+    with open_file(shard.path, "rb") as f:
         position = shard.start
         if shard.start > 0:  # the line under way at `start` belongs to the previous shard
             f.seek(shard.start - 1)
@@ -325,7 +325,7 @@ def parse_document(line: bytes, where: str) -> dict[str, Any]:
 def _read_parquet(shard: DocumentShard, stats: ReadStats) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
-    with location.open_file(shard.path, "rb") as f:
+    with open_file(shard.path, "rb") as f:
         parquet = pq.ParquetFile(f)
         names = parquet.schema_arrow.names
         for column in (shard.text_column, shard.id_column):
@@ -387,7 +387,7 @@ def write_json_lines(path: str, lines: Iterable[bytes], level: int = 3) -> int:
 @contextlib.contextmanager
 def _atomic_file(path: str) -> Iterator[tuple[BinaryIO, str]]:
     """(a new temporary file, the final path): renamed to the final path when the block succeeds."""
-    fs, target = location.url_to_fs(path)
+    fs, target = url_to_fs(path)
     parent = target.rsplit("/", 1)[0] if "/" in target else "."
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -443,7 +443,7 @@ def _write_parquet(raw: Any, docs: Iterable[dict[str, Any]], rows_per_group: int
 
 def write_file_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     """Call `write(f)` to fill the file at `path` (local or URL); a reader never sees a torn file."""
-    fs, target = location.url_to_fs(str(path))
+    fs, target = url_to_fs(str(path))
     if not isinstance(fs, LocalFileSystem):
         # An object appears whole when its upload completes, so the final key is written directly.
         # The bytes are built first: fsspec commits a file on close even when the writer raised.
@@ -476,7 +476,7 @@ def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".p
     Call at the start of a step, before any worker writes: the step owns its output directory,
     except dot-directories such as `.executor/` (the executor's own files), which are left alone.
     """
-    fs, path = location.url_to_fs(root)
+    fs, path = url_to_fs(root)
     if not fs.exists(path):
         return 0
     base = path.rstrip("/")
@@ -490,7 +490,7 @@ def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".p
 
 def read_json(path: str) -> Any | None:
     """A JSON file's value, or None when it does not exist."""
-    fs, target = location.url_to_fs(path)
+    fs, target = url_to_fs(path)
     try:
         with fs.open(target, "r") as f:
             return json.load(f)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from executor.engine import location
+from executor import Location, open_file, url_to_fs
 
 from executor.engine.parallel import map_shards
 from executor.engine.progress import Progress
@@ -99,9 +99,9 @@ def expand_sources(sources: list[str], storage_options: dict[str, Any] | None = 
         if _is_http(source):
             found.append((source, source.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]))
             continue
-        fs, path = location.url_to_fs(source, **(storage_options or {}))
-        protocol = source.split("://", 1)[0] + "://" if "://" in source else ""
-        url = (lambda p: protocol + p) if protocol and protocol != "file://" else (lambda p: p)
+        fs, path = url_to_fs(source, **(storage_options or {}))
+        protocol = Location(source).protocol
+        url = (lambda p: p) if protocol == "file" else (lambda p: f"{protocol}://{p}")
         if any(ch in path for ch in "*?["):
             root = path[: min(path.find(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
             try:
@@ -155,13 +155,13 @@ def _copy_once(job: _FileJob) -> tuple[int, str]:
     Each attempt starts from byte 0: used for local, gs:// and s3:// sources (whose reads rarely
     fail midway) and for HTTP sources saved to an object store (which cannot append)."""
     config = job.config
-    dest_fs, dest = location.url_to_fs(job.destination)
+    dest_fs, dest = url_to_fs(job.destination)
     dest_fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
     tmp = f"{dest}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     open_options = {"block_size": 0} if _is_http(job.source) else {}
     digest, size = hashlib.sha256(), 0
     try:
-        source = location.open_file(job.source, "rb", storage_options=config.storage_options, **open_options)
+        source = open_file(job.source, "rb", storage_options=config.storage_options, **open_options)
         with source as src, dest_fs.open(tmp, "wb") as dst:
             progress = Progress(f"download {job.name}", total=getattr(src, "size", None), unit="bytes")
             while chunk := src.read(config.chunk_bytes):
@@ -184,7 +184,7 @@ def _resumable(job: _FileJob) -> tuple[Partial, dict[str, str]] | None:
     for other sources, for object-store destinations, and when `storage_options` holds more than
     `headers` (options only fsspec's HTTP filesystem understands: copied with it, from byte 0)."""
     options = job.config.storage_options or {}
-    dest_fs, dest = location.url_to_fs(job.destination)
+    dest_fs, dest = url_to_fs(job.destination)
     if not _is_http(job.source) or set(options) - {"headers"} or "file" not in dest_fs.protocol:
         return None
     return Partial(dest + RESUMABLE_SUFFIX), dict(options.get("headers") or {})
@@ -241,7 +241,7 @@ def _fetch_file(job: _FileJob) -> dict[str, Any]:
     files that did arrive still reach the manifest)."""
     config = job.config
     previous = job.previous
-    if previous is not None and location.url_to_fs(job.destination)[0].exists(job.destination):
+    if previous is not None and url_to_fs(job.destination)[0].exists(job.destination):
         size, sha = _sha256_of(job.destination, config.chunk_bytes)
         if (size, sha) == (previous["size"], previous["sha256"]) and job.expected_sha256 in (None, sha):
             return {"name": job.name, "source": job.source, "size": size, "sha256": sha,

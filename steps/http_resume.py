@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from executor.engine import location
+from executor import open_file
 
 from steps.documents import read_json, write_json_atomically
 
@@ -33,7 +33,7 @@ class BadRangeAnswer(RuntimeError):
 def hash_file(path: str, chunk_bytes: int) -> tuple[int, Any]:
     """(size, sha256 hash object) of a file's bytes."""
     digest, size = hashlib.sha256(), 0
-    with location.open_file(path, "rb") as f:
+    with open_file(path, "rb") as f:
         while chunk := f.read(chunk_bytes):
             digest.update(chunk)
             size += len(chunk)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import fsspec
 
-from executor.engine import location
+from executor import url_to_fs
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
@@ -63,7 +63,7 @@ def write_shard(split_dir: str | Path, name: str, tokens: np.ndarray, offsets: n
 
 def read_ledger(root: str | Path) -> dict:
     path = join(root, "ledger.json")
-    fs, target = location.url_to_fs(path)
+    fs, target = url_to_fs(path)
     try:
         ledger = json.loads(fs.cat_file(target))
     except FileNotFoundError:
@@ -76,7 +76,7 @@ def read_ledger(root: str | Path) -> dict:
 def load_array(path: str, *, ranged: bool = False):
     """A .npy file: memory-mapped when local; on an object store read by byte range when `ranged`
     (token streams), else whole (offsets and byte lengths: 16 bytes per document)."""
-    fs, target = location.url_to_fs(path)
+    fs, target = url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         return np.load(target, mmap_mode="r")
     if ranged:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from executor.engine import location
+from executor import url_to_fs
 import numpy as np
 import xxhash
 
@@ -113,7 +113,7 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
 def _tokenizer(config: TokenizeConfig, files: list[str], out: str) -> str:
     """The tokenizer.json text for this step, written to `<output>/tokenizer.json` first."""
     target = token_cache.join(out, "tokenizer.json")
-    fs, path = location.url_to_fs(target)
+    fs, path = url_to_fs(target)
     if fs.exists(path):  # resuming: never retrain, the committed shards were encoded with this one
         return fs.read_text(path, encoding="utf-8")
     if config.tokenizer_path is not None:

@@ -15,7 +15,7 @@ import tempfile
 import warnings
 from typing import Any
 
-from executor.engine import location
+from executor import Location, open_file
 
 KNOWN = ("wandb", "tensorboard")
 WANDB_PROJECT_ENV = "WANDB_PROJECT"
@@ -34,7 +34,7 @@ def tracker_run_id(output_path: str) -> str:
     out = output_path.rstrip("/")
     step_id = out.rsplit("/", 1)[-1]
     try:
-        with location.open_file(f"{out}/.executor/status.json", "rb") as f:
+        with open_file(f"{out}/.executor/status.json", "rb") as f:
             step_id = json.loads(f.read())["step_id"]
     except (OSError, ValueError, KeyError):
         pass
@@ -69,7 +69,7 @@ class Trackers:
     def _start_wandb(self, name: str, config: dict[str, Any]) -> None:
         import wandb
 
-        local = location.protocol_of(self.output_path) == "file"
+        local = Location(self.output_path).is_local
         directory = os.environ.get("WANDB_DIR") or (self.output_path if local else tempfile.mkdtemp(prefix="wandb-"))
         os.makedirs(directory, exist_ok=True)
         self._live["wandb"] = wandb.init(
@@ -81,7 +81,7 @@ class Trackers:
         from tensorboardX import SummaryWriter
 
         # Event files go to <output>/tensorboard; on object stores they are written locally and copied on flush.
-        remote = location.protocol_of(self.output_path) != "file"
+        remote = not Location(self.output_path).is_local
         self._tb_local = tempfile.mkdtemp(prefix="tensorboard-") if remote else f"{self.output_path}/tensorboard"
         writer = SummaryWriter(logdir=self._tb_local, filename_suffix=f".{self.run_id}")
         writer.add_text("run", f"{name} ({self.run_id})", 0)
@@ -110,11 +110,11 @@ class Trackers:
 
     def _flush_tensorboard(self) -> None:
         self._live["tensorboard"].flush()
-        if location.protocol_of(self.output_path) == "file" or not self._tb_local:
+        if Location(self.output_path).is_local or not self._tb_local:
             return
         for name in os.listdir(self._tb_local):
             with open(os.path.join(self._tb_local, name), "rb") as src, \
-                    location.open_file(f"{self.output_path}/tensorboard/{name}", "wb") as dst:
+                    open_file(f"{self.output_path}/tensorboard/{name}", "wb") as dst:
                 dst.write(src.read())
 
     def close(self) -> None:

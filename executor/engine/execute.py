@@ -19,6 +19,7 @@ from executor.engine import outputs
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.graph import Graph, StepNode
+from executor.core.locations import Storage
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.core.plan import Action, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
@@ -62,6 +63,7 @@ class RunContext:
     prefix: str
     store: CoordinationStore
     fs: Any
+    storage: Storage  # the run's storage options keyed by location: each step's call carries them
     owner: Owner
     keeper: LeaseKeeper
     watch: StalenessWatch
@@ -341,7 +343,7 @@ class Execution:
             self._fail(t, StepOutcome(ok=False, error=f"could not prepare the step: {type(e).__name__}: {e}"))
             return
         call = StepCall(node.step_id, node.step.fn, config, t.output_path, resources, dict(resources.env),
-                        attempt=lease.status.attempt)
+                        attempt=lease.status.attempt, storage=self.ctx.storage)
         t.attempts = []
         t.handle = self.runner.submit(call)
         self.ctx.events.emit(StepStarted(node, lease.status.attempt, takeover, t.output_path))

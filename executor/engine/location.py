@@ -1,72 +1,70 @@
-"""One way to open a location: a path or URL plus the storage options this process was given.
+"""Opening locations: a path or URL plus the storage options that apply to it (executor.core.locations).
 
-A prefix plus its storage options (endpoints, credentials, fsspec settings) becomes both the
-coordination store (retrying transient errors) and the fsspec filesystem, here and nowhere else:
-the executor, every tool and every step open paths through `open_location` / `open_store` /
-`url_to_fs` / `open_file`. Options are registered per process and per protocol (`s3`, `gs`, ...)
-with `use_storage_options`; Ray workers get them inside each StepCall (`StorageOptions`, whose repr
-hides the values) and register them before the step runs, so a step never sees its backend.
+A run's options are a `Storage` value (keyed by location, longest match wins), built once per call
+from `--storage-options JSON`, EXECUTOR_STORAGE_OPTIONS or `Options(storage_options=...)` and handed
+inward as an argument: `open_location(prefix, storage)` gives the coordination store (retrying,
+probed once per call) and the prefix's fsspec filesystem; `url_to_fs(url, storage)` and
+`open_file(url, storage=...)` open any other URL a run touches (inputs, fixed paths). Nothing is
+kept at module level: two runs in one process, with different options, never see each other's.
+
+How a step gets its options: the executor puts the run's `Storage` in each step's call
+(`StepCall.storage`, hidden from every repr, never recorded); the worker that runs the call (Ray
+task, forked child, thread) makes it the step's storage with `using(call.storage)` around the step
+function, and so does each `map_shards` task. Inside, `executor.open_file(url)` /
+`executor.url_to_fs(url)` read it with `current_storage()`. The carrier is a
+`contextvars.ContextVar`, not a module dict, because a step function's signature is `fn(config)`
+(user code: the options cannot join the config, which is hashed and recorded, nor a new argument
+without breaking every step), and a context variable is per thread and per task: two runs' steps
+on two threads of one process each see their own `Storage`, and code outside a step sees none.
+A step that starts threads of its own hands them `current_storage()` (or runs them in
+`contextvars.copy_context()`), as it would any context.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import re
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 if TYPE_CHECKING:  # imported where used: importing fsspec costs a tenth of a second a no-op run never needs
     import fsspec
 
 from executor.core.errors import ExecutorError
+from executor.core.locations import NO_STORAGE_OPTIONS, Location, Storage, storage_from
+from executor.core.urls import OBJECT_STORES, is_object_store, split_url
 from executor.engine.store import CoordinationStore, StoreError, TransientStoreError, open_store as open_raw_store
 
 ENV_VAR = "EXECUTOR_STORAGE_OPTIONS"
 FLAG = "--storage-options"
 PROBE_KEY = ".executor-reachability-probe"  # listed (never written) to check a bucket answers
 _FLAG_NAMES = ("--storage-options", "--storage_options")
+_FIX = f"Fix the keys in {FLAG} / {ENV_VAR} (see the gcsfs / s3fs documentation)"
 
-_options_by_protocol: dict[str, dict[str, Any]] = {}
-_answered: set[tuple[str, str]] = set()  # (prefix, options) that answered a probe in this process
-
-
-class StorageOptions:
-    """Storage options by protocol, as handed to worker processes: the repr never shows values."""
-
-    def __init__(self, by_protocol: Mapping[str, Mapping[str, Any]] | None = None):
-        self.by_protocol = {p: dict(o) for p, o in (by_protocol or {}).items()}
-
-    def __repr__(self) -> str:
-        return f"StorageOptions({sorted(self.by_protocol)}, values hidden)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StorageOptions) and other.by_protocol == self.by_protocol
+# The Storage of the step running in this thread / task (see the module docstring); none outside one.
+_step_storage: contextvars.ContextVar[Storage] = contextvars.ContextVar("stepgraph_step_storage",
+                                                                        default=NO_STORAGE_OPTIONS)
 
 
-# -- which options: parsing, registering, handing on ---------------------------------------------
-
-def protocol_of(url: str) -> str:
-    """`s3` for `s3://b/k` (and `s3a://`), `gs` for `gs://` and `gcs://`, `file` for a plain path."""
-    if "://" not in url:
-        return "file"
-    scheme = url.split("://", 1)[0].lower()
-    return {"gcs": "gs", "s3a": "s3", "local": "file"}.get(scheme, scheme)
-
+# -- which options: parsing the flag and the variable ----------------------------------------------
 
 def parse_storage_options(text: str | None, source: str) -> dict[str, Any]:
-    """A JSON object from the flag or the variable; anything else is a one-line usage error."""
+    """A JSON object from the flag or the variable (one object of options, or one per location);
+    anything else is a one-line usage error naming the source, the key and how to fix it."""
     if text is None or not text.strip():
         return {}
     try:
         value = json.loads(text)
     except ValueError as e:
         raise ExecutorError(f"{source} must be a JSON object such as '{{\"endpoint_url\": "
-                            f"\"http://127.0.0.1:9000\"}}': {e}") from None
+                            f"\"http://127.0.0.1:9000\"}}' or one object per location such as "
+                            f"'{{\"s3://corpus\": {{...}}, \"gs://\": {{...}}}}': {e}") from None
     if not isinstance(value, dict):
         raise ExecutorError(f"{source} must be a JSON object, not {type(value).__name__}")
+    storage_from(value, None, source=source)  # a malformed map is refused here, before anything opens
     return value
 
 
@@ -114,54 +112,59 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def use_storage_options(prefix: str, options: Mapping[str, Any] | None) -> None:
-    """Register `options` for every path of `prefix`'s protocol in this process."""
-    protocol = protocol_of(prefix)
-    if protocol in ("file", "memory"):
-        return
-    if options:
-        _options_by_protocol[protocol] = dict(options)
-    else:
-        _options_by_protocol.pop(protocol, None)
+# -- the step's storage ----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def using(storage: Storage) -> Iterator[Storage]:
+    """Make `storage` the current step's storage in this thread / task for the block (runners do
+    this around a step function and each map_shards task)."""
+    token = _step_storage.set(storage)
+    try:
+        yield storage
+    finally:
+        _step_storage.reset(token)
 
 
-def use_registered(options: StorageOptions | None) -> None:
-    """Make this process use exactly `options` (a worker, before it runs a step or a shard)."""
-    _options_by_protocol.clear()
-    if options is not None:
-        _options_by_protocol.update({p: dict(o) for p, o in options.by_protocol.items()})
-
-
-def registered_storage_options() -> StorageOptions:
-    """What this process was given, by protocol (for handing to worker processes)."""
-    return StorageOptions(_options_by_protocol)
-
-
-def storage_options_for(url: str) -> dict[str, Any]:
-    return dict(_options_by_protocol.get(protocol_of(url), {}))
+def current_storage() -> Storage:
+    """The storage options of the step running here (none outside a step)."""
+    return _step_storage.get()
 
 
 # -- opening --------------------------------------------------------------------------------------
 
-def url_to_fs(url: str, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and the backend-local path for `url`, with this process's options applied.
+def filesystem_of(where: Location, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and the backend-local path for a location, its options applied.
 
     Local paths get a filesystem that creates parent directories on write, like object stores do.
-    `overrides` (e.g. a download source's own options) take precedence over the registered ones.
-    """
+    `overrides` (e.g. a download source's own options) take precedence over the location's."""
     import fsspec
 
-    if protocol_of(url) == "file":
-        path = url.split("://", 1)[1] if "://" in url else url
-        return fsspec.filesystem("file", auto_mkdir=True), path
+    protocol, rest = split_url(where.url)
+    if protocol == "file":
+        return fsspec.filesystem("file", auto_mkdir=True), rest
     # Listings are not cached: other processes (workers, other runners) write under the same
     # prefix, and a cached listing hides their files (s3fs even reports them missing).
-    fresh = {"use_listings_cache": False} if protocol_of(url) in ("s3", "gs") else {}
+    fresh = {"use_listings_cache": False} if protocol in OBJECT_STORES else {}
     try:
-        return fsspec.core.url_to_fs(url, **{**fresh, **storage_options_for(url), **overrides})
+        return fsspec.core.url_to_fs(where.url, **{**fresh, **where.options, **overrides})
     except TypeError as e:  # an option the backend does not take, reported from deep inside it
-        raise ExecutorError(f"storage options for {url.split('://', 1)[0]}:// paths: {e}. Fix the keys "
-                            f"in {FLAG} / {ENV_VAR} (see the gcsfs / s3fs documentation)") from None
+        raise ExecutorError(f"storage options for {protocol}:// paths: {e}. {_FIX}") from None
+
+
+def url_to_fs(url: str, storage: Storage | None = None, **overrides: Any) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and backend-local path for `url` with the options `storage` has for it (by
+    default the current step's: `current_storage()`); `overrides` take precedence."""
+    return filesystem_of((storage if storage is not None else current_storage()).location(url), **overrides)
+
+
+def open_file(url: str, mode: str = "rb", *, storage: Storage | None = None,
+              storage_options: Mapping[str, Any] | None = None, **kwargs: Any) -> fsspec.core.OpenFile:
+    """`fsspec.open` for `url` with the options `storage` has for it (by default the current
+    step's); `storage_options` override them for this one file; kwargs: encoding, compression, ..."""
+    import fsspec
+
+    fs, path = url_to_fs(url, storage, **dict(storage_options or {}))
+    return fsspec.core.OpenFile(fs, path, mode=mode, **kwargs)
 
 
 class DeferredFilesystem:
@@ -169,17 +172,20 @@ class DeferredFilesystem:
     a no-op re-run reads statuses through the coordination store and never needs it (importing
     fsspec costs a tenth of a second)."""
 
-    def __init__(self, url: str, overrides: Mapping[str, Any] | None = None):
-        self.url, self.overrides = url, dict(overrides or {})
+    def __init__(self, where: Location):
+        self.where = where
 
     @functools.cached_property
     def opened(self) -> "fsspec.AbstractFileSystem":
-        return url_to_fs(self.url, **self.overrides)[0]
+        return filesystem_of(self.where)[0]
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("url", "overrides", "opened"):  # (un)pickling, copying
+        if name.startswith("__") or name in ("where", "opened"):  # (un)pickling, copying
             raise AttributeError(name)
         return getattr(self.opened, name)
+
+    def __repr__(self) -> str:
+        return f"DeferredFilesystem({self.where!r})"
 
 
 def opened(fs: Any) -> "fsspec.AbstractFileSystem":
@@ -189,65 +195,45 @@ def opened(fs: Any) -> "fsspec.AbstractFileSystem":
 
 def bare_path(path: str) -> str:
     """The backend-local form of a path or URL, as listings return it (`gs://b/k/` -> `b/k`)."""
-    return (url_to_fs(path)[1] if "://" in path else path).rstrip("/")
+    protocol, rest = split_url(path)
+    if protocol == "file":
+        return rest.rstrip("/")
+    if protocol == "memory":
+        return ("/" + rest.lstrip("/")).rstrip("/")  # fsspec's memory filesystem roots paths at /
+    return rest.rstrip("/")
 
 
-def open_file(url: str, mode: str = "rb", *, storage_options: Mapping[str, Any] | None = None,
-              **kwargs: Any) -> fsspec.core.OpenFile:
-    """`fsspec.open` with this process's options for `url` (kwargs: encoding, compression, ...)."""
-    import fsspec
-
-    fs, path = url_to_fs(url, **dict(storage_options or {}))
-    return fsspec.core.OpenFile(fs, path, mode=mode, **kwargs)
-
-
-def open_store(prefix: str, options: Mapping[str, Any] | None = None, *,
-               environ: Mapping[str, str] | None = None, check: bool = True) -> CoordinationStore:
+def open_store(prefix: str, storage: Storage | Mapping[str, Any] | None = None, *,
+               check: bool = True) -> CoordinationStore:
     """The coordination store for a prefix: object stores wrapped in RetryingStore, and (unless
-    `check` is off) probed once so an unreachable bucket is one clear line within seconds.
-
-    Test-only: EXECUTOR_FAULTY_STORE="RATE,SEED" in `environ` wraps the store in FaultyStore
-    (retryable errors at that seeded fraction of calls, half after the call took effect) under
-    RetryingStore, for any prefix. Never set it outside tests.
-    """
-    from executor.engine.store.faulty import FaultyStore
+    `check` is off) probed so an unreachable bucket is one clear line within seconds."""
     from executor.engine.store.retry import RetryingStore
 
-    remote = protocol_of(prefix) not in ("file", "memory")
+    storage = storage_from(storage, prefix)
+    remote = is_object_store(prefix)
     try:
-        store = open_raw_store(prefix, dict(options or {}) if remote else None)
+        store = open_raw_store(prefix, storage.options_for(prefix) if remote else None)
     except TypeError as e:
-        raise ExecutorError(f"storage options for {prefix}: {e}. Fix the keys in {FLAG} / {ENV_VAR} "
-                            f"(see the gcsfs / s3fs documentation)") from None
-    probe = (prefix.rstrip("/"), json.dumps(dict(options or {}), sort_keys=True, default=str))
-    if remote and check and probe not in _answered:
+        raise ExecutorError(f"storage options for {prefix}: {e}. {_FIX}") from None
+    if remote and check:
         check_reachable(store, prefix)
-        _answered.add(probe)
-    faulty = (environ or {}).get("EXECUTOR_FAULTY_STORE", "").strip()
-    if faulty:
-        try:
-            rate, seed = faulty.split(",")
-            store = FaultyStore(store, failure_rate=float(rate), seed=int(seed))
-        except ValueError as e:
-            raise ExecutorError(f"EXECUTOR_FAULTY_STORE (test-only) must be 'RATE,SEED': {e}") from None
-    return RetryingStore(store) if remote or faulty else store
+    return RetryingStore(store) if remote else store
 
 
-def open_location(prefix: str, options: Mapping[str, Any] | None = None, *,
-                  environ: Mapping[str, str] | None = None) -> tuple[CoordinationStore, fsspec.AbstractFileSystem]:
-    """Register `options` for this process, then (store, filesystem) for `prefix`."""
-    use_storage_options(prefix, options)
-    store = open_store(prefix, options, environ=environ)
-    return store, DeferredFilesystem(prefix)  # type: ignore[return-value]
+def open_location(prefix: str, storage: Storage | Mapping[str, Any] | None = None) -> tuple[CoordinationStore, fsspec.AbstractFileSystem]:
+    """(store, filesystem) for `prefix` with the options `storage` has for it (a Storage, an object
+    keyed by location, or one object for the prefix's protocol)."""
+    storage = storage_from(storage, prefix)
+    store = open_store(prefix, storage)
+    return store, DeferredFilesystem(storage.location(prefix))  # type: ignore[return-value]
 
 
-def open_filesystem(prefix: str, options: Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:
-    """Register `options` for this process, then the filesystem for `prefix`; an object-store
-    prefix is probed first (once per process), like `open_store` does."""
-    use_storage_options(prefix, options)
-    if protocol_of(prefix) not in ("file", "memory"):
-        open_store(prefix, options)
-    return url_to_fs(prefix)[0]
+def open_filesystem(prefix: str, storage: Storage | Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:
+    """The filesystem for `prefix`; an object-store prefix is probed first, like `open_store` does."""
+    storage = storage_from(storage, prefix)
+    if is_object_store(prefix):
+        open_store(prefix, storage)
+    return filesystem_of(storage.location(prefix))[0]
 
 
 # -- a clear error for a bucket that does not answer ----------------------------------------------

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from executor.core import urls
 from executor.core.errors import ExecutorError
+from executor.core.locations import Storage, storage_from
 from executor.core.record import EXECUTOR_DIR, parse_record, parse_run_file
 from executor.engine import location
 
@@ -19,15 +21,16 @@ CHUNK = 1 << 20
 
 
 def normalize_prefix(prefix: str) -> str:
-    """Local prefixes become absolute paths; URLs lose a trailing slash."""
-    if "://" in prefix and not prefix.startswith("file://"):
-        return prefix.rstrip("/")
-    local = prefix[len("file://"):] if prefix.startswith("file://") else prefix
-    return str(Path(local).expanduser().absolute())
+    """Local prefixes (plain paths, `file://`) become absolute paths; URLs lose a trailing slash and
+    their scheme's alias (`gcs://` -> `gs://`, `s3a://` -> `s3://`)."""
+    if not urls.is_local(prefix):
+        return urls.canonical(prefix).rstrip("/")
+    return str(Path(urls.canonical(prefix)).expanduser().absolute())
 
 
 def is_local(prefix: str) -> bool:
-    return "://" not in prefix
+    """A prefix on this machine's disk (executor.core.urls decides)."""
+    return urls.is_local(prefix)
 
 
 def join(prefix: str, *parts: str | None) -> str:
@@ -38,10 +41,12 @@ def join(prefix: str, *parts: str | None) -> str:
     return joined
 
 
-def filesystem(prefix: str, storage_options: dict[str, Any] | None = None) -> "fsspec.AbstractFileSystem":
-    """The prefix's filesystem, opened (and fsspec imported) on first use: a no-op re-run, whose
-    statuses are read through the coordination store, never touches it."""
-    return location.DeferredFilesystem(prefix, dict(storage_options or {}))  # type: ignore[return-value]
+def filesystem(prefix: str, storage_options: Storage | dict[str, Any] | None = None) -> "fsspec.AbstractFileSystem":
+    """The prefix's filesystem with the options given for it (a Storage, an object keyed by location,
+    or one object for the prefix's protocol), opened (and fsspec imported) on first use: a no-op
+    re-run, whose statuses are read through the coordination store, never touches it."""
+    where = storage_from(storage_options, prefix).location(prefix)
+    return location.DeferredFilesystem(where)  # type: ignore[return-value]
 
 
 def check_writable(prefix: str) -> None:

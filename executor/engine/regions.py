@@ -15,9 +15,10 @@ from typing import Any, Iterable
 
 from executor.core.errors import ExecutorError
 from executor.core.plan import Action, Plan
+from executor.core.locations import Storage
+from executor.core.urls import is_object_store, protocol_of, split_url
 from executor.engine import location
 
-OBJECT_STORES = ("gs", "s3")
 GB = 10**9
 
 
@@ -36,14 +37,14 @@ class CrossRegionRead:
 
 
 def _bucket(url: str) -> str:
-    return url.split("://", 1)[1].split("/", 1)[0]
+    return split_url(url)[1].split("/", 1)[0]
 
 
-def bucket_location(url: str) -> str | None:
+def bucket_location(url: str, storage: Storage) -> str | None:
     """The location (GCS) or region (S3) of `url`'s bucket, upper-case; None if it cannot be read."""
-    protocol = location.protocol_of(url)
+    protocol = protocol_of(url)
     try:
-        fs, _ = location.url_to_fs(url)
+        fs, _ = location.url_to_fs(url, storage)
         if protocol == "gs":
             return str(fs.call("GET", "b/{}", _bucket(url), json_out=True)["location"]).upper()
         if protocol == "s3":
@@ -68,20 +69,21 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
 
 
-def _size(url: str) -> int | None:
+def _size(url: str, storage: Storage) -> int | None:
     try:
-        fs, path = location.url_to_fs(url)
+        fs, path = location.url_to_fs(url, storage)
         paths = fs.expand_path(path, recursive=True) if any(c in path for c in "*?[") else [path]
         return int(sum(fs.du(p, total=True) for p in paths))
     except Exception:
         return None
 
 
-def cross_region_reads(plan: Plan, prefix: str) -> list[CrossRegionRead]:
-    """Per step that will run, its inputs in buckets of another location than the prefix's."""
-    if location.protocol_of(prefix) not in OBJECT_STORES:
+def cross_region_reads(plan: Plan, prefix: str, storage: Storage) -> list[CrossRegionRead]:
+    """Per step that will run, its inputs in buckets of another location than the prefix's (each
+    bucket asked with the options `storage` has for it)."""
+    if not is_object_store(prefix):
         return []
-    prefix_location = bucket_location(prefix)
+    prefix_location = bucket_location(prefix, storage)
     if prefix_location is None:
         return []
     locations: dict[str, str | None] = {_bucket(prefix): prefix_location}
@@ -90,14 +92,14 @@ def cross_region_reads(plan: Plan, prefix: str) -> list[CrossRegionRead]:
         if decision.action not in (Action.RUN, Action.WAIT):
             continue
         for url in dict.fromkeys(_strings(decision.node.step.config)):
-            if location.protocol_of(url) not in OBJECT_STORES or _bucket(url) == _bucket(prefix):
+            if not is_object_store(url) or _bucket(url) == _bucket(prefix):
                 continue
             bucket = _bucket(url)
             if bucket not in locations:
-                locations[bucket] = bucket_location(url)
+                locations[bucket] = bucket_location(url, storage)
             where = locations[bucket]
             if where is not None and where != prefix_location:
-                found.append(CrossRegionRead(decision.node.name, url, where, prefix_location, _size(url)))
+                found.append(CrossRegionRead(decision.node.name, url, where, prefix_location, _size(url, storage)))
     return found
 
 
@@ -111,11 +113,12 @@ def check_budget(reads: list[CrossRegionRead], budget_gb: float) -> None:
                             f"or raise the budget with --cross-region-budget-gb {total / GB * 1.1:.0f}")
 
 
-def note_cross_region_reads(plan: Plan, prefix: str, reporter: Any, budget_gb: float | None = None) -> None:
+def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter: Any,
+                            budget_gb: float | None = None) -> None:
     """Print a note per cross-location read; with a budget, refuse when the total exceeds it."""
     from rich.markup import escape
 
-    reads = cross_region_reads(plan, prefix)
+    reads = cross_region_reads(plan, prefix, storage)
     for read in reads:
         reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
     if budget_gb is not None:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from executor.core.locations import storage_from
+from executor.core.urls import is_local
+
 OUR_DISTRIBUTION = "stepgraph"
 IMPORT_NAMES = ("executor", "steps")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +71,7 @@ def prefix_round_trip(prefix: str, storage_options: dict | None) -> list[Finding
     key = f"{scratch}/probe.json"
     where = f"{prefix.rstrip('/')}/{key}"
     try:
-        store = open_store(prefix, storage_options)
+        store = open_store(prefix, storage_from(storage_options, prefix).options_for(prefix))
         first = store.create_if_absent(key, b'{"doctor": 1}')
         results = [("create-if-absent writes a new object", first is not None),
                    ("a second create-if-absent loses", store.create_if_absent(key, b'{"doctor": 0}') is None)]
@@ -80,7 +83,7 @@ def prefix_round_trip(prefix: str, storage_options: dict | None) -> list[Finding
         results.append(("the winning write reads back", read is not None and read.data == b'{"doctor": 2}'))
         store.delete(key)
         results.append(("the scratch object is deleted", store.read(key) is None))
-        if "://" not in prefix:  # a local store keeps a lock file beside the object
+        if is_local(prefix):  # a local store keeps a lock file beside the object
             shutil.rmtree(Path(prefix) / scratch, ignore_errors=True)
     except Exception as e:
         return [Finding("prefix", False, f"{prefix}: {type(e).__name__}: {e}. Check the path, the credentials "

@@ -28,8 +28,8 @@ def looks_like_path(ref: str) -> bool:
 def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str:
     """The output path of the step `ref` names (see the module docstring)."""
     ref = strip_status_suffix(ref)
-    if "://" in ref:
-        return ref
+    if "://" in ref:  # a URL (aliases resolved) or a file:// path
+        return outputs.normalize_prefix(ref)
     if looks_like_path(ref):
         return outputs.normalize_prefix(ref)
     store = location.open_location(prefix, storage_options)[0]

@@ -129,14 +129,21 @@ def corpus_elsewhere(base_docs: int, size: int, root: str, storage_options: dict
     return directory, int(count)
 
 
+def use_in_this_process(s3_options: dict) -> None:
+    """Open every s3:// path of this process (a benchmark's driver, standing in for a step) with
+    these options, as a runner does around a step: the block lasts until the process exits."""
+    from executor.core.locations import Storage
+    from executor.engine import location
+
+    location.using(Storage({"s3://": s3_options})).__enter__()
+
+
 def make_corpus(argv: list[str]) -> None:
     import json
 
-    from executor.engine import location
-
     base_docs, size, root, options = int(argv[0]), int(argv[1]), argv[2], json.loads(argv[3])
     if options:
-        location.use_storage_options(root, options)
+        use_in_this_process(options)
     directory, count = corpus(base_docs, size, root)
     print(directory, count)
 
@@ -199,9 +206,7 @@ def run_step_here(argv: list[str]) -> None:
 
     step, input_dir, output, address, options = argv[0], argv[1], argv[2], argv[3], json.loads(argv[4])
     if options:
-        from executor.engine import location
-
-        location.use_storage_options(output.split("/", 3)[0] + "//", options)
+        use_in_this_process(options)
     if address:
         import ray
 
@@ -233,11 +238,10 @@ def main() -> None:
     emulator = None
     if "s3" in args.storage.split(","):
         from tests.emulators import running_s3_emulator
-        from executor.engine import location
 
         emulator = running_s3_emulator()
         s3 = emulator.__enter__()
-        location.use_storage_options("s3://", s3.storage_options)
+        use_in_this_process(s3.storage_options)
         roots["s3"] = f"s3://{s3.bucket}/scale"
         options["s3"] = s3.storage_options
 

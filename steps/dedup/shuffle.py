@@ -10,7 +10,7 @@ Every result records the `node` that ran the task (see `nodes_per_stage`).
 `write_partitioned(dir, columns, partition, n, name)` splits a table of columns by a partition
 array and writes `<dir>/<p:05d>/<name>.parquet` for each non-empty partition p;
 `read_partition(dir, p)` concatenates what every writer wrote for p, in writer-name order.
-Paths are local or URLs; everything is opened through executor.engine.location.
+Paths are local or URLs; everything is opened through `executor.url_to_fs` (the step's storage options).
 
 Columns go between numpy/Python and Arrow through `arrow_column`, `numpy_column`, `string_column`
 and `list_column`, built on Arrow buffers: pyarrow's own conversions (`pa.array`, `to_numpy`,
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from executor.engine import location
+from executor import url_to_fs
 from executor.engine.parallel import map_shards
 from executor.engine.runner.ray_env import ray_is_active
 from steps.documents import read_json, write_file_atomically, write_json_atomically
@@ -121,7 +121,7 @@ def write_partitioned(directory: str, columns: dict[str, Any], partition: np.nda
 
 def read_partition(directory: str, p: int, schema: pa.Schema) -> pa.Table:
     """Every file written for partition p (in name order), as one table; empty when none."""
-    fs, path = location.url_to_fs(f"{directory}/{p:05d}")
+    fs, path = url_to_fs(f"{directory}/{p:05d}")
     try:
         names = sorted(n for n in fs.ls(path, detail=False) if n.endswith(".parquet"))
     except FileNotFoundError:
@@ -190,7 +190,7 @@ def choose_partitions(work: str, shards: list, partition_bytes: int) -> int:
         return int(plan["num_partitions"])
     total = 0
     for path in sorted({s.path for s in shards}):
-        fs, target = location.url_to_fs(path)
+        fs, target = url_to_fs(path)
         total += fs.size(target) * (4 if path.endswith((".gz", ".zst")) else 1)
     count = int(min(4096, max(1, -(-total // max(1, partition_bytes)))))
     write_json_atomically(f"{work}/plan.json", {"num_partitions": count})
@@ -204,7 +204,7 @@ def remove_tree(path: str) -> None:
     and listing it whole (as a recursive `rm` does) would hold them all in the driver's memory
     (+27 MiB for 20k files, growing with the corpus). A directory holds at most one file per shard
     or per partition."""
-    fs, target = location.url_to_fs(path)
+    fs, target = url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         if fs.exists(target):
             fs.rm(target, recursive=True)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 
-from executor.engine import location
+from executor import url_to_fs
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,7 +33,7 @@ class TrainedModel:
 
 
 def load_trained_model(train_path: str) -> TrainedModel:
-    fs, p = location.url_to_fs(f"{train_path.rstrip('/')}/model.json")
+    fs, p = url_to_fs(f"{train_path.rstrip('/')}/model.json")
     try:
         meta = json.loads(fs.cat_file(p))
     except FileNotFoundError:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 
-from executor.engine import location
+from executor import url_to_fs
 import numpy as np
 
 from executor.core.step import execution_only
@@ -62,7 +62,7 @@ def select_documents(split: TokenSplit, max_tokens: int) -> tuple[list[np.ndarra
 
 
 def _tokenizer(cache_path: str):
-    fs, path = location.url_to_fs(join(cache_path, "tokenizer.json"))
+    fs, path = url_to_fs(join(cache_path, "tokenizer.json"))
     if not fs.exists(path):
         return None
     from tokenizers import Tokenizer
@@ -108,7 +108,7 @@ def evaluate(config: EvalConfig) -> dict:
     if config.lm_eval_tasks and tokenizer is not None:
         results["lm_eval"] = lm_eval_results(model, tokenizer, validation.eos_id, config.lm_eval_tasks, config.batch_size)
     results["seconds"] = time.monotonic() - started
-    fs, p = location.url_to_fs(f"{config.output_path.rstrip('/')}/results.json")
+    fs, p = url_to_fs(f"{config.output_path.rstrip('/')}/results.json")
     fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(p, json.dumps(results, indent=1).encode())
     trackers = Trackers(config.trackers, config.output_path, "eval", dataclasses.asdict(config))

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from executor.engine import location
+from executor import url_to_fs
 from steps.token_cache import TokenSplit
 from steps.train.data import BatchSource
 
@@ -31,7 +31,7 @@ def data_description(cache_path: str, seq_len: int, batch_size: int, seed: int, 
 
 def read_data_description(train_output: str) -> dict:
     path = f"{train_output.rstrip('/')}/{DATA_FILE}"
-    fs, p = location.url_to_fs(path)
+    fs, p = url_to_fs(path)
     try:
         meta = json.loads(fs.cat_file(p))
     except FileNotFoundError:

@@ -28,7 +28,7 @@ import sys
 from typing import Any
 
 
-from executor.engine import location
+from executor import url_to_fs
 import jax
 import numpy as np
 
@@ -52,7 +52,7 @@ def _dir_name(step: int) -> str:
 
 
 def _fs(output_path: str, subdir: str = "checkpoints"):
-    fs, root = location.url_to_fs(output_path)
+    fs, root = url_to_fs(output_path)
     return fs, root.rstrip("/") + "/" + subdir
 
 

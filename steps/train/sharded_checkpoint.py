@@ -29,7 +29,6 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from executor.engine import location
 
 LAYOUT = "sharded"
 MANIFEST_SCHEMA = 1

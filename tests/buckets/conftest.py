@@ -36,6 +36,13 @@ class Bucket:
     def options_json(self) -> str:
         return json.dumps(self.options)
 
+    @property
+    def storage(self):
+        """The options as a run holds them: keyed by this bucket prefix."""
+        from executor.core.locations import Storage
+
+        return Storage({self.prefix: self.options})
+
     def fs(self):
         from executor.engine import location
 

@@ -13,16 +13,12 @@ from tests.buckets.conftest import make_bucket
 
 def test_the_isoflop_plot_step_reads_and_writes_a_bucket(s3_emulator):
     bucket = make_bucket(s3_emulator, "plot")
-    saved = location.registered_storage_options()
-    location.use_storage_options(bucket.prefix, bucket.options)
-    try:
+    with location.using(bucket.storage):  # as the runner does around a step
         evals = [f"{bucket.prefix}/eval-{i}" for i in range(3)]
         for i, path in enumerate(evals):
             with open_file(f"{path}/results.json", "w") as f:
                 json.dump({"model": {"bits_per_byte": 3.0 - i / 10}}, f)
         result = plot_isoflop(PlotConfig(evals, [1e12, 1e12, 1e12], [32, 64, 96], f"{bucket.prefix}/plot"))
-    finally:
-        location.use_registered(saved)
     objects = bucket.objects()
     assert objects["plot/isoflop.png"].startswith(b"\x89PNG")
     assert [p["width"] for p in json.loads(objects["plot/isoflop.json"])] == [32, 64, 96]

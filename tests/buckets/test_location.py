@@ -1,5 +1,5 @@
-"""executor.engine.location: how storage options are read, registered, handed to Ray workers and
-shard tasks, and kept out of reprs and recorded command lines."""
+"""executor.engine.location: how storage options are read, carried to Ray workers and shard tasks
+as a value, and kept out of reprs and recorded command lines."""
 
 from __future__ import annotations
 
@@ -8,16 +8,10 @@ import pickle
 import pytest
 
 from executor.core.errors import ExecutorError
+from executor.core.locations import Storage
 from executor.engine import location
 from executor.engine.runner.base import StepCall
 from tests.buckets.conftest import make_bucket
-
-
-@pytest.fixture
-def registered():
-    saved = location.registered_storage_options()
-    yield
-    location.use_registered(saved)
 
 
 def test_the_flag_wins_over_the_variable_and_both_must_be_json_objects():
@@ -40,34 +34,34 @@ def test_the_flag_is_taken_out_of_argv_and_its_value_never_recorded():
         location.pop_storage_options_flag(["--storage-options"])
 
 
-def test_a_step_call_carries_the_options_without_showing_them(registered):
-    location.use_storage_options("s3://bucket/x", {"key": "AKIA-SHOWN-NOWHERE", "secret": "sk-shown-nowhere"})
-    call = StepCall("a-123", print, {"output_path": "s3://bucket/x/a-123"}, "s3://bucket/x/a-123")
-    for text in (repr(call), str(call), repr(call.storage)):
+def test_a_step_call_carries_the_options_without_showing_them():
+    storage = Storage({"s3://bucket": {"key": "AKIA-SHOWN-NOWHERE", "secret": "sk-shown-nowhere"}})
+    call = StepCall("a-123", print, {"output_path": "s3://bucket/x/a-123"}, "s3://bucket/x/a-123", storage=storage)
+    for text in (repr(call), str(call), repr(call.storage), str(call.storage), repr(storage.location("s3://bucket/k"))):
         assert "shown-nowhere" not in text.lower()
     travelled = pickle.loads(pickle.dumps(call))
-    location.use_registered(None)
-    assert location.storage_options_for("s3://other/y") == {}
-    location.use_registered(travelled.storage)  # what a worker does before the step runs
-    assert location.storage_options_for("s3://other/y")["secret"] == "sk-shown-nowhere"
+    assert location.current_storage().options_for("s3://bucket/y") == {}  # outside a step: none
+    with location.using(travelled.storage):  # what a worker does around the step
+        assert location.current_storage().options_for("s3://bucket/y")["secret"] == "sk-shown-nowhere"
+    assert location.current_storage().options_for("s3://bucket/y") == {}
 
 
 def read_back(path: str) -> tuple[bytes, str]:
-    """A shard function: reads an object with whatever options this worker was given."""
+    """A shard function: reads an object with whatever options its step has."""
     with location.open_file(path, "rb") as f:
-        return f.read(), location.storage_options_for(path).get("secret", "")
+        return f.read(), location.current_storage().options_for(path).get("secret", "")
 
 
-def test_map_shards_tasks_on_ray_get_the_step_s_options(ray_local, s3_emulator, registered):
+def test_map_shards_tasks_on_ray_get_the_step_s_options(ray_local, s3_emulator):
     from executor.engine.runner.ray_map import map_tasks
 
     bucket = make_bucket(s3_emulator, "shards")
-    location.use_storage_options(bucket.prefix, bucket.options)
     paths = [f"{bucket.prefix}/shard-{i}" for i in range(3)]
-    for i, path in enumerate(paths):
-        with location.open_file(path, "wb") as f:
-            f.write(f"shard {i}".encode())
-    results = map_tasks(read_back, paths)
+    with location.using(bucket.storage):  # the step that fans out
+        for i, path in enumerate(paths):
+            with location.open_file(path, "wb") as f:
+                f.write(f"shard {i}".encode())
+        results = map_tasks(read_back, paths)
     assert results == [(f"shard {i}".encode(), bucket.secret) for i in range(3)]
 
 

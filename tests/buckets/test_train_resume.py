@@ -17,15 +17,11 @@ def cache(tmp_path_factory) -> str:
 
 
 def test_checkpoints_commit_and_training_resumes_on_a_bucket(bucket, cache):
-    saved = location.registered_storage_options()
-    location.use_storage_options(bucket.prefix, bucket.options)
-    try:
+    with location.using(bucket.storage):  # as the runner does around a step
         out = f"{bucket.prefix}/train"
         first = train(tiny_config(cache, out, num_steps=4, checkpoint_every=2, keep_checkpoints=5))
         assert first["steps_run"] == 4 and checkpoint.committed_steps(out) == [2, 4]
         more = train(tiny_config(cache, out, num_steps=6, checkpoint_every=2, keep_checkpoints=5))
         assert more["resumed_from_step"] == 4 and more["steps_run"] == 2 and more["final_step"] == 6
         assert checkpoint.committed_steps(out) == [2, 4, 6]
-    finally:
-        location.use_registered(saved)
     assert not [p for p in bucket.objects() if ".tmp-" in p]

@@ -14,6 +14,8 @@ PUBLIC = {
     "prefix_path",  # a fixed input under the prefix (Marin's InputName.hardcoded)
     "register_encoding",  # how values of a library type become part of an id (issue 18)
     "open_file",  # a step's files on a disk or a bucket, with the run's storage options (issue 16)
+    # a location is a value (issue 29): the step's storage options keyed by location, as a value
+    "url_to_fs", "Location", "Storage", "current_storage",
 }
 
 

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from executor.core.locations import Storage
 from executor.engine import location
 from executor.engine.regions import bucket_location
 from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, gcs_emulator, s3_emulator  # noqa: F401  (session fixtures)
@@ -95,8 +96,8 @@ def test_same_location_reads_say_nothing_on_gcs(gcs_emulator, tmp_path, monkeypa
     fs.mkdir(other)
     fs.pipe_file(f"{other}/data.bin", b"y" * 100)
     prefix = gcs_emulator.fresh_prefix("regions")
-    location.use_storage_options(prefix, gcs_emulator.storage_options)  # what a run registers
-    assert bucket_location(prefix) == bucket_location(f"gs://{other}/data.bin") == "US-CENTRAL1"
+    storage = Storage({"gs://": gcs_emulator.storage_options})  # what a run holds
+    assert bucket_location(prefix, storage) == bucket_location(f"gs://{other}/data.bin", storage) == "US-CENTRAL1"
     code, out = run_file(write_experiment(tmp_path, f"gs://{other}/data.bin"), "--prefix", prefix,
                          "--runner", "inline", "--cross-region-budget-gb", "0")
     assert code == 0, out

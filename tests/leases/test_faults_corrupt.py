@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from executor import cli
-from executor.engine.store import faulty
+from executor.engine import location
+from executor.engine.store.retry import RetryingStore
+from tests.store.faulty import FaultyStore
 from tests.leases import dag_experiment
 from tests.leases.harness import REPO, Runner, events, make_backend
 
@@ -27,6 +29,21 @@ def run_dag(backend, *args: str, environ: dict[str, str] | None = None) -> int:
                    environ=env, main_file=dag_experiment.__file__, reporter=dag_experiment.EvidenceReporter())
 
 
+def inject_faults(monkeypatch, *, failure_rate: float, seed: int) -> list[FaultyStore]:
+    """Every coordination store the run opens is wrapped: FaultyStore (seeded retryable errors, half
+    of them after the call took effect) under RetryingStore, as production wraps an object store.
+    The product's opener is untouched; the FaultyStores made are returned for their counts."""
+    made: list[FaultyStore] = []
+    open_raw = location.open_raw_store
+
+    def faulty_opener(prefix, options=None):
+        made.append(FaultyStore(open_raw(prefix, options), failure_rate=failure_rate, seed=seed))
+        return RetryingStore(made[-1])
+
+    monkeypatch.setattr(location, "open_raw_store", faulty_opener)
+    return made
+
+
 @pytest.mark.parametrize("backend_name", ["local"])  # also passes with "gcs" (+14 s); FaultyStore is store-agnostic
 def test_injected_faults_are_retried_and_every_step_runs_once(backend_name, sidefx, tmp_path, request,
                                                               monkeypatch):
@@ -35,16 +52,9 @@ def test_injected_faults_are_retried_and_every_step_runs_once(backend_name, side
     monkeypatch.setenv("DAG_SLEEP_S", "0.01")
     if backend.options:
         monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", json.dumps(backend.options))
-    made = []
-
-    class Recorded(faulty.FaultyStore):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            made.append(self)
-
-    monkeypatch.setattr(faulty, "FaultyStore", Recorded)
-    assert run_dag(backend, "--steps", str(N_FAULT_STEPS), environ={"EXECUTOR_FAULTY_STORE": "0.25,11"}) == 0
-    execution_store = made[-1]  # the plan's store, then the run's
+    made = inject_faults(monkeypatch, failure_rate=0.25, seed=11)
+    assert run_dag(backend, "--steps", str(N_FAULT_STEPS)) == 0
+    execution_store = made[-1]  # the store the run opened
     counts = execution_store.counts
     print(f"[{backend.name}] {counts.calls} store calls in the run, faults injected: "
           f"{counts.before} before the call, {counts.after} after it took effect")
@@ -58,8 +68,8 @@ def test_injected_faults_are_retried_and_every_step_runs_once(backend_name, side
     statuses = backend.statuses()
     assert {(st["state"], st["attempt"]) for st in statuses.values()} == {("SUCCESS", 1)}
     assert len(statuses) == len(names)
-    made.clear()  # a re-run under faults finds everything done and runs nothing
-    assert run_dag(backend, "--steps", str(N_FAULT_STEPS), environ={"EXECUTOR_FAULTY_STORE": "0.25,12"}) == 0
+    inject_faults(monkeypatch, failure_rate=0.25, seed=12)  # a re-run under faults finds everything done
+    assert run_dag(backend, "--steps", str(N_FAULT_STEPS)) == 0
     assert sum(map(len, events(sidefx)["start"].values())) == N_FAULT_STEPS
 
 

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from executor.core.locations import Storage
 from executor.engine import location
 from steps.train import checkpoint
 from steps.train.config import TrainConfig
@@ -22,8 +23,7 @@ except ImportError:
 def test_async_checkpoints_on_object_stores_commit_by_marker_and_skip_torn_ones(emulator, request):
     emu = request.getfixturevalue(emulator)
     out = emu.fresh_prefix("ckpt")
-    location.use_storage_options(out, emu.storage_options)
-    try:
+    with location.using(Storage({out: emu.storage_options})):  # as the runner does around a step
         config = TrainConfig(cache_path="unused", output_path=out, keep_checkpoints=5)
         state = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "step": np.int32(2)}
         later = jax.tree.map(lambda x: x * 3, state)
@@ -42,5 +42,3 @@ def test_async_checkpoints_on_object_stores_commit_by_marker_and_skip_torn_ones(
         assert checkpoint.latest_complete(out, log=messages.append) == 2
         assert any("step-000004" in m for m in messages)
         assert fs.cat_file(f"{root}/metrics.jsonl").decode().count("\n") == 1   # the last save's rows
-    finally:
-        location.use_storage_options(out, None)

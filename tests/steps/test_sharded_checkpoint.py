@@ -28,7 +28,9 @@ from steps.train import checkpoint, sharded_checkpoint as sc
 from steps.train.sharding import make_mesh, state_shardings
 
 out, options = sys.argv[1], json.loads(sys.argv[2])
-location.use_storage_options(out, options or None)
+import contextlib
+from executor.core.locations import Storage
+contextlib.ExitStack().enter_context(location.using(Storage({out: options} if options else None)))  # as a runner does
 fs, root = location.url_to_fs(out)
 state = {"params": {"w": np.arange(64 * 6, dtype=np.float32).reshape(64, 6), "b": np.arange(16, dtype=np.int32)},
          "odd": np.arange(7, dtype=np.float32), "step": np.int32(3)}

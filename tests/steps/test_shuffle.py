@@ -64,14 +64,22 @@ def test_a_lone_surrogate_is_refused():
 
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_work_tree_is_removed_one_directory_at_a_time(request, tmp_path, monkeypatch, where):
+    from executor.core.locations import Storage
     from executor.engine import location
 
     if where == "s3":
         emulator = request.getfixturevalue("s3_emulator")
-        location.use_storage_options("s3://", emulator.storage_options)
+        storage = Storage({"s3://": emulator.storage_options})
         root = emulator.fresh_prefix("work")
     else:
-        root = str(tmp_path / "work")
+        storage, root = Storage(), str(tmp_path / "work")
+    with location.using(storage):  # as the runner does around a step
+        _remove_tree_lists_one_directory_at_a_time(root, where, monkeypatch)
+
+
+def _remove_tree_lists_one_directory_at_a_time(root, where, monkeypatch):
+    from executor.engine import location
+
     fs, base = location.url_to_fs(root)
     files = {f"{base}/{stage}/{p:05d}/{k:06d}.parquet": b"x" for stage in ("hash", "reduce") for p in range(6)
              for k in range(5)}

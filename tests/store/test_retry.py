@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from executor.engine.store import StoreError, TransientStoreError, Versioned
-from executor.engine.store.faulty import FaultyStore
+from tests.store.faulty import FaultyStore
 from executor.engine.store.memory import MemoryStore
 from executor.engine.store.retry import RetryingStore, RetryPolicy
 from tests.store import cas_counter

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from executor.core.step import Resources
-from executor.engine import location
+from executor.core.locations import Storage
 
 
 @dataclass(frozen=True)
@@ -20,9 +20,9 @@ class StepCall:
     resources: Resources = field(default_factory=Resources)
     env: dict[str, str] = field(default_factory=dict)
     attempt: int = 1  # the lease's attempt number: names the log file <output>/.executor/logs/attempt-<n>.log
-    # The storage options this process registered (endpoints, credentials), for the worker that runs
+    # The run's storage options keyed by location (endpoints, credentials), for the worker that runs
     # the step: never part of a config, id or record, and hidden from every repr.
-    storage: location.StorageOptions = field(default_factory=location.registered_storage_options, repr=False)
+    storage: Storage = field(default_factory=Storage, repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ import threading
 import time
 from typing import Iterator
 
+from executor.core import urls
+from executor.core.locations import Storage
+
 LOG_DIR = ".executor/logs"
 
 
@@ -43,22 +46,23 @@ def _pump(read_fd: int, original_fd: int, sink, lock: threading.Lock) -> None:
 
 
 @contextlib.contextmanager
-def captured_output(path: str | None, header: str = "") -> Iterator[None]:
+def captured_output(path: str | None, header: str = "", storage: Storage | None = None) -> Iterator[None]:
     """Tee fds 1 and 2 into `path` (appending) for the duration of the block.
 
     A local path is written as output arrives (it survives the process being killed); a URL
-    (gs://, s3://) is written to a temporary file and uploaded when the block ends.
+    (gs://, s3://) is written to a temporary file and uploaded, with the options `storage` has
+    for it, when the block ends.
     """
     if not path:
         yield
         return
-    remote = "://" in path and not path.startswith("file://")
+    remote = not urls.is_local(path)
     if remote:
         tmp = tempfile.NamedTemporaryFile(prefix="stepgraph-log-", suffix=".log", delete=False)
         local = tmp.name
         tmp.close()
     else:
-        local = path[len("file://"):] if path.startswith("file://") else path
+        local = urls.canonical(path)
         os.makedirs(os.path.dirname(local), exist_ok=True)
     sink = open(local, "ab", buffering=0)
     if header:
@@ -97,7 +101,7 @@ def captured_output(path: str | None, header: str = "") -> Iterator[None]:
             try:
                 from executor.engine import location
 
-                with open(local, "rb") as src, location.open_file(path, "wb") as dst:
+                with open(local, "rb") as src, location.open_file(path, "wb", storage=storage or Storage()) as dst:
                     dst.write(src.read())
             except Exception as e:  # noqa: BLE001 - a lost log must not fail the step
                 print(f"stepgraph: could not upload the step log to {path}: {e}", file=sys.stderr)

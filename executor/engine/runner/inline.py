@@ -28,6 +28,7 @@ import traceback
 from typing import Iterable, Sequence
 
 from executor.core.step import Resources
+from executor.engine.location import using
 from executor.engine.runner.base import StepCall, StepOutcome
 
 # A step's child process ends with these to tell its runner why (never stepgraph's own exit codes).
@@ -45,7 +46,8 @@ def run_call(call: StepCall) -> StepOutcome:
     saved = {k: os.environ.get(k) for k in call.env}
     os.environ.update(call.env)
     try:
-        return StepOutcome(ok=True, result=call.fn(call.config))
+        with using(call.storage):  # the step's storage options, as a value (see engine/location.py)
+            return StepOutcome(ok=True, result=call.fn(call.config))
     except BaseException as e:  # noqa: BLE001 - user code may raise anything; we report it
         return StepOutcome(ok=False, error=f"{type(e).__name__}: {e}",
                            traceback="".join(traceback.format_exception(e))[-4000:])

@@ -63,8 +63,8 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     name = getattr(fn, "__name__", "shard task")
     _refuse_if_no_node_fits(name, num_cpus)
     # Shards open paths like their step does: the step's storage options go with each task (one
-    # object in Ray's store, hidden from reprs), registered in the worker before fn runs.
-    storage, fn_ref = ray.put(location.registered_storage_options()), ray.put(fn)
+    # object in Ray's store, hidden from reprs), the shard's storage while fn runs in the worker.
+    storage, fn_ref = ray.put(location.current_storage()), ray.put(fn)
     remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(run_shard).options(
         name=getattr(fn, "__qualname__", "shard"))
     limit = max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-3)) * 2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from executor.core.locations import Storage
 from executor.engine import location
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output
@@ -19,9 +20,8 @@ from executor.engine.runner.log_forwarding import output_key, print_end_markers
 def execute_remotely(call: StepCall, log: str | None, header: str) -> StepOutcome:
     from executor.engine.runner.inline import run_call
 
-    location.use_registered(call.storage)  # before the log opens: its upload needs them too
     try:
-        with captured_output(log, header):
+        with captured_output(log, header, call.storage):  # the log's upload needs the options too
             return run_call(call)
     finally:  # outside the capture: for the driver's console, not the attempt log
         print_end_markers(output_key(call.step_id, call.attempt))
@@ -32,8 +32,7 @@ def execute_host(call: StepCall, log: str | None, header: str, host: Any) -> Ste
     from executor.engine import multihost
     from executor.engine.runner.inline import run_call
 
-    location.use_registered(call.storage)
-    with captured_output(log, header):
+    with captured_output(log, header, call.storage):
         try:
             multihost.initialize(host)
         except Exception as e:  # noqa: BLE001 - the group could not form: not the step's fault
@@ -48,10 +47,10 @@ def execute_host(call: StepCall, log: str | None, header: str, host: Any) -> Ste
                 pass
 
 
-def run_shard(storage: location.StorageOptions, fn: Any, item: Any) -> Any:
+def run_shard(storage: Storage, fn: Any, item: Any) -> Any:
     """One map_shards item in a Ray worker, with the storage options of the step that fanned out."""
-    location.use_registered(storage)
-    return fn(item)
+    with location.using(storage):
+        return fn(item)
 
 
 def coordinator_address() -> str:

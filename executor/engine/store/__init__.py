@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+from executor.core.urls import canonical, protocol_of
 from executor.engine.store.base import CoordinationStore, StoreError, TransientStoreError, Versioned
 
 __all__ = ["CoordinationStore", "StoreError", "TransientStoreError", "Versioned", "open_store"]
 
 
 def open_store(prefix: str, storage_options: dict | None = None) -> CoordinationStore:
-    """The coordination store for an executor prefix (a local path or a URL)."""
-    scheme = prefix.split("://", 1)[0] if "://" in prefix else "file"
+    """The coordination store for an executor prefix (a local path or a URL; scheme aliases such as
+    `gcs://` and `s3a://` as executor.core.urls reads them)."""
+    scheme, prefix = protocol_of(prefix), canonical(prefix)
     options = dict(storage_options or {})
-    if scheme in ("file", "local"):
+    if scheme == "file":
         from executor.engine.store.local import LocalStore
 
-        return LocalStore(prefix.split("://", 1)[-1])
+        return LocalStore(prefix)
     if scheme == "memory":
         from executor.engine.store.memory import MemoryStore
 
         return MemoryStore(prefix)
-    if scheme in ("gs", "gcs"):
+    if scheme == "gs":
         try:
             from executor.engine.store.gcs import GCSStore
         except ImportError as e:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from executor.core.urls import split_url
 from executor.engine.store.base import StoreError
 
 
@@ -20,8 +21,8 @@ class BucketPrefix:
 
     @classmethod
     def parse(cls, prefix: str, schemes: tuple[str, ...]) -> BucketPrefix:
-        scheme, sep, rest = prefix.partition("://")
-        if not sep or scheme not in schemes:
+        scheme, rest = split_url(prefix)
+        if scheme not in schemes:
             raise StoreError(f"prefix {prefix!r} is not a {' or '.join(s + '://' for s in schemes)} URL")
         bucket, _, path = rest.partition("/")
         if not bucket:

@@ -219,7 +219,7 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
         from executor.engine.regions import note_cross_region_reads
 
-        note_cross_region_reads(plan, prefix, reporter)
+        note_cross_region_reads(plan, prefix, planned.storage_options, reporter)
     if options.graph:
         from executor.tools.draw import draw_plan
 

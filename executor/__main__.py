@@ -1,7 +1,8 @@
 """`stepgraph <command>` (alias: `python -m executor <command>`): one command line over experiments and prefixes.
 
-Every command takes --prefix P (default: env EXECUTOR_PREFIX, else cache/ in the project that
-holds the experiment, or the working directory's project). A step is named the same way
+Every command but plan, check and completion (which read no prefix) takes --prefix P (default:
+env EXECUTOR_PREFIX, else cache/ in the project that holds the experiment, or the working
+directory's project). A step is named the same way
 everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Experiment flags
 (e.g. `--greeting Hi`) go after `--` and are honoured by every command that loads an experiment.
 
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="step", help="the step (name or its new step id)")
     p.add_argument("--from", dest="from_", required=True, metavar="OLD_STEP_ID",
                    help="the completed output to adopt: its step id (or output path under the prefix)")
-    p.add_argument("--reason", help="why the two are equivalent (required; recorded)")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why the two are equivalent (recorded)")
     p.add_argument("--dry-run", action="store_true", help="say what would be adopted; write nothing")
     p.add_argument("--with-dependents", action="store_true",
                    help="also adopt each dependent's new id from the output that consumed the old one")

@@ -34,7 +34,7 @@ class ExecutorOptions:
     """Flags every experiment file accepts."""
 
     prefix: Optional[str] = _flag(None, "where outputs go: a directory, gs://, s3:// or memory:// "
-                                        "(default: env EXECUTOR_PREFIX, else cache/)")
+                                        "(default: env EXECUTOR_PREFIX, else cache/ in the experiment's project)")
     dry_run: bool = _flag(False, "print the plan with a reason per step; write nothing")
     json: bool = _flag(False, "with --dry-run: the plan as JSON")
     only: Optional[str] = _flag(None, "a step name, or a regex over names: run these plus what they need")
@@ -43,7 +43,7 @@ class ExecutorOptions:
     max_concurrent: int = _flag(8, "steps running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
-    runner: Literal["ray", "inline"] = _flag("ray", "ray | inline (in-process, for debugging)")
+    runner: Literal["ray", "inline"] = _flag("ray", "where steps run; inline: each step in a child process of this one, for debugging")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
     cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
@@ -87,22 +87,41 @@ def check_options(options: ExecutorOptions) -> ExecutorOptions:
     if options.lease_ttl <= 0 or options.heartbeat_interval <= 0:
         raise ExecutorError("--lease-ttl and --heartbeat-interval must be positive (seconds)")
     lonely = [f for f, on in (("--json", options.json), ("--graph", options.graph)) if on]
-    if lonely and not (options.dry_run or (options.json and (options.check or options.explain))):
+    if lonely and not options.dry_run:  # --check and --explain print text only: --json there is an error
         raise ExecutorError(f"{' and '.join(lonely)} only apply to a dry run; add --dry-run")
     return options
 
 
 def _help(user_config: Any) -> None:
-    print("Executor flags (`--dry-run`, `--no-dry-run`, `--dry-run=false` and `--dry_run true` all work):")
-    for flag, kind, text in flags.field_help(ExecutorOptions):
-        print(f"  {flag} {kind:<10} {text}")
-    print(f"  {location.FLAG} JSON       fsspec options for a gs:// or s3:// prefix (endpoint_url, key, secret, "
-          f"token, ...; default: env {location.ENV_VAR}); never recorded")
-    if user_config is not None:
-        print("\nExperiment flags:")
-        for flag, kind, text in flags.field_help(user_config):
-            print(f"  {flag} {kind:<10} {text}")
+    """An experiment's --help, in the shape of `stepgraph COMMAND --help`: one aligned, wrapped column."""
+    executor_rows = [*flags.field_help(ExecutorOptions),
+                     (location.FLAG, "JSON", f"fsspec options for a gs:// or s3:// prefix (endpoint_url, key, secret, "
+                                             f"token, ...; default: env {location.ENV_VAR}); never recorded")]
+    user_rows = flags.field_help(user_config) if user_config is not None else []
+    width = max(len(_flag_words(flag, kind)) for flag, kind, _ in executor_rows + user_rows) + 2
+    print("usage: python EXPERIMENT [FLAGS...]   (or: stepgraph run EXPERIMENT [FLAGS...])\n")
+    print("executor flags (a switch is on as --dry-run, off as --no-dry-run or --dry-run=false):")
+    _print_rows(executor_rows, width)
+    if user_rows:
+        print("\nexperiment flags:")
+        _print_rows(user_rows, width)
     print(f"\nExit codes:\n{exit_codes.help_text()}")
+
+
+def _flag_words(flag: str, kind: str) -> str:
+    return flag if kind == "bool" else f"{flag} {kind.upper() if kind == 'json' else kind}"
+
+
+def _print_rows(rows: Sequence[tuple[str, str, str]], width: int) -> None:
+    import shutil
+    import textwrap
+
+    columns = max(shutil.get_terminal_size((100, 24)).columns, width + 30)
+    for flag, kind, text in rows:
+        lines = textwrap.wrap(text, columns - width - 2) or [""]
+        print(f"  {_flag_words(flag, kind):<{width}}{lines[0]}")
+        for line in lines[1:]:
+            print(f"  {'':<{width}}{line}")
 
 
 def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[ExecutorStep]] | None = None,

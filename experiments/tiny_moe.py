@@ -8,8 +8,8 @@
 The data is the committed public-domain sample data/shakespeare/shakespeare.jsonl.zst, named by
 a path relative to the repository (read from the checkout wherever it lives, so ids do not depend
 on it) and pinned by its sha256 in the download config: new data, new ids downstream. Outputs land
-under cache/ in the working directory (or --prefix; see the printed paths); the last step prints
-bits-per-byte next to its baselines.
+under cache/ in this project (the checkout holding this file, from any working directory; or
+--prefix; the run prints it); the last step prints bits-per-byte next to its baselines.
 """
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ def _hint(v: Any, t: type) -> str:
     """How to fix a value the encoder refuses."""
     qualified = f"{t.__module__}.{t.__qualname__}"
     register = (f"Say how it becomes canonical data with `executor.register_encoding({qualified}, "
-                f"lambda v: ...)` returning plain config data (README: \"Encoding config values\"), or "
+                f"lambda v: ...)` returning plain config data (docs/concepts.md: \"Encoding config values\"), or "
                 f"declare the field execution_only(...) if it does not change what the step produces.")
     shape = getattr(v, "shape", None)
     if shape == () or (shape is None and isinstance(v, (int, float))):  # numbers of another library

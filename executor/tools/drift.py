@@ -1,6 +1,6 @@
 """Drift: a completed output whose step function's source has changed since it was produced.
 
-Code is provenance, not identity (README, "Identity"), so a changed function does not re-address a step;
+Code is provenance, not identity (docs/editing-code.md), so a changed function does not re-address a step;
 the dry run and real runs warn instead, comparing the fingerprint of the function today with the
 record's `provenance.function_sha256`. Adopted steps are compared with the record of the output
 they point at. Reads only; a record that cannot be read is simply not compared.

@@ -79,6 +79,8 @@ def test_did_you_mean_for_executor_and_experiment_flags(tmp_path, capsys):
     (["--prefix", ""], "--prefix '': an empty prefix"),
     (["--json"], "--json only apply to a dry run; add --dry-run"),
     (["--graph", "g.html"], "--graph only apply to a dry run"),
+    (["--json", "--check"], "--json only apply to a dry run"),  # --check and --explain print text only
+    (["--json", "--explain", "hello/shout"], "--json only apply to a dry run"),
     (["--max-concurrent", "0"], "--max-concurrent 0: must be at least 1"),
     (["--force-run", "(x"], "--force-run '(x' names no step and is not a valid regular expression"),
     (["--only", "*a"], "--only '*a' names no step and is not a valid regular expression"),
@@ -114,11 +116,12 @@ def test_an_exact_name_selects_its_step_even_with_regex_characters(tmp_path, cap
     assert "--force-run matches" in out and out.count("--force-run matches") == 1
 
 
-def test_help_spells_flags_as_the_readme_does(capsys):
+def test_help_spells_flags_as_the_docs_do(capsys):
     assert run(hello.build, config=hello.HelloOptions(), argv=["--help"]) == 0
     out = capsys.readouterr().out
-    assert "--fail-shout bool" in out and "--pause-s float" in out and "--fail_shout" not in out
+    assert "  --fail-shout " in out and "--pause-s float" in out and "--fail_shout" not in out
+    assert "--fail-shout bool" not in out  # a switch is shown as one, in the shape of argparse's --help
     assert "--runner ray|inline" in out
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     for flag in ("--dry-run", "--only", "--force-run", "--force-failed", "--max-concurrent", "--prefix"):
-        assert f"  {flag} " in out and flag in readme
+        assert f"  {flag} " in out and flag in reference

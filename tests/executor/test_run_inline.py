@@ -197,12 +197,15 @@ def test_prefix_from_environment(tmp_path):
 
 def test_help_describes_every_executor_flag_and_the_experiment_flags(capsys):
     import dataclasses
+    import itertools
 
     from executor.cli import ExecutorOptions
 
     assert run(hello.build, config=hello.HelloOptions(), argv=["--help"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
     for f in dataclasses.fields(ExecutorOptions):
-        line = next(line for line in out.splitlines() if line.startswith(f"  --{f.name.replace('_', '-')} "))
-        assert f.metadata["help"] in line
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  --{f.name.replace('_', '-')} "))
+        wrapped = [lines[at], *itertools.takewhile(lambda line: line.startswith("      "), lines[at + 1:])]
+        assert " ".join(f.metadata["help"].split()) in " ".join(" ".join(wrapped).split())  # wrapped to the terminal
     assert "--greeting" in out and "the word the greeting starts with" in out  # the experiment's comments

@@ -82,7 +82,7 @@ def test_adopt_requires_a_reason_and_refuses_another_step_or_config_type_unless_
     new = _ids(ran_toy)
     base = ["adopt", "--prefix", ran_toy.prefix, str(ran_toy.path)]
     code, out = run_main(*base, "toy/raw", "--from", old["toy/raw"])
-    assert code == 2 and "adopt needs --reason" in out
+    assert code == 2 and "the following arguments are required: --reason" in out
     code, out = run_main(*base, "toy/raw", "--from", old["toy/report"], "--reason", "looks alike")
     assert code == 2 and "it is an output of step 'toy/report', not 'toy/raw'" in out
     assert "its config is a ReportConfig, not a RawConfig" in out and "--force" in out

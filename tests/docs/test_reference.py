@@ -1,0 +1,62 @@
+"""The reference pages hold what the code has: every exit code, every environment variable a user
+can set, the wording of the drift warning, and the site builds with no broken link."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from executor.core.exit_codes import MEANINGS, ExitCode
+from tests.docs.markdown import REPO
+
+CLI = REPO / "docs" / "cli.md"
+# Variables the product reads or sets that are not for users, and why.
+INTERNAL_VARIABLES = {
+    "EXECUTOR_FAULTY_STORE": "test-only: injects storage faults",
+    "EXECUTOR_COLOCATE_HOSTS": "test-only: packs a multi-host step's hosts onto one machine",
+    "STEPGRAPH_COORDINATOR_ADDRESS": "set by the executor for the processes of a multi-host step",
+    "STEPGRAPH_NUM_PROCESSES": "set by the executor for the processes of a multi-host step",
+    "STEPGRAPH_PROCESS_ID": "set by the executor for the processes of a multi-host step",
+}
+
+
+def test_every_exit_code_is_in_the_reference_table():
+    table = CLI.read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    for code in ExitCode:
+        row = next((line for line in table.splitlines() if line.startswith(f"| {int(code)} |")), None)
+        assert row, f"exit code {int(code)} ({MEANINGS[code]}) is missing from docs/cli.md's table"
+
+
+def _variables_in_code() -> set[str]:
+    found: set[str] = set()
+    for path in [*REPO.joinpath("executor").rglob("*.py"), *REPO.joinpath("steps").rglob("*.py")]:
+        found |= set(re.findall(r"[\"']((?:EXECUTOR|STEPGRAPH)_[A-Z0-9_]+)[\"']", path.read_text()))
+    return found
+
+
+def test_every_environment_variable_the_code_reads_is_documented():
+    variables = _variables_in_code()
+    assert {"EXECUTOR_PREFIX", "EXECUTOR_STORAGE_OPTIONS", "EXECUTOR_STILL_RUNNING_EVERY_S"} <= variables
+    table = CLI.read_text().split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(v for v in variables - INTERNAL_VARIABLES.keys() if f"`{v}`" not in table)
+    assert not missing, f"environment variables read by the code but not in docs/cli.md: {missing}"
+
+
+def test_the_drift_warning_is_quoted_as_it_is_printed():
+    from executor.tools.drift import Drift
+
+    drift = Drift(name="hello/count", step_id="hello/count-dd17a46f60a6", function="experiments.hello:count_words",
+                  current_sha256="0" * 64, recorded_sha256="1" * 64, recorded_function=None,
+                  recorded_commit=None, recorded_dirty=None)
+    fixed = drift.message().split("now). ", 1)[1]  # the advice, after the varying hashes
+    page = " ".join((REPO / "docs" / "editing-code.md").read_text().split())
+    assert " ".join(fixed.split()) in page
+
+
+def test_the_site_builds_strictly_offline(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = (tmp_path / "index.html").read_text()
+    assert "fonts.googleapis.com" not in html and "googletagmanager" not in html

@@ -24,17 +24,53 @@ Exceptions:
     StepFailed                     from materialize / RunResult.raise_on_failure: a step did not succeed
 """
 
-from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, load_result, materialize,
-                          plan, run)
-from executor.cli import executor_main
-from executor.core.encodings import register_encoding
-from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
-from executor.core.locations import Location, Storage
-from executor.engine.location import current_storage, open_file, url_to_fs
-from executor.engine.parallel import map_shards
-from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path, secret,
-                                this_output_path)
-from executor.engine.store import StoreError, TransientStoreError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each public name and the module that defines it. They load on first use (PEP 562), so a Ray
+# worker importing the step-running modules, or a step importing `map_shards`, does not import
+# the command line, the Python API or the flags parser (tests/executor/test_lazy_import.py).
+_HOME = {
+    **dict.fromkeys(("Options", "PlanResult", "RunResult", "StepFailed", "StepReport", "load_result",
+                     "materialize", "plan", "run"), "executor.api"),
+    "executor_main": "executor.cli",
+    "register_encoding": "executor.core.encodings",
+    **dict.fromkeys(("ConfigEncodingError", "ExecutorError", "GraphError", "StatusError"), "executor.core.errors"),
+    **dict.fromkeys(("Location", "Storage"), "executor.core.locations"),
+    **dict.fromkeys(("current_storage", "open_file", "url_to_fs"), "executor.engine.location"),
+    "map_shards": "executor.engine.parallel",
+    **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "output_path_of", "prefix_path", "secret",
+                     "this_output_path"), "executor.core.step"),
+    **dict.fromkeys(("StoreError", "TransientStoreError"), "executor.engine.store"),
+}
+
+if TYPE_CHECKING:  # what type checkers and editors see: the same names, imported eagerly
+    from executor.api import (Options, PlanResult, RunResult, StepFailed, StepReport, load_result, materialize,
+                              plan, run)
+    from executor.cli import executor_main
+    from executor.core.encodings import register_encoding
+    from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
+    from executor.core.locations import Location, Storage
+    from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path,
+                                    secret, this_output_path)
+    from executor.engine.location import current_storage, open_file, url_to_fs
+    from executor.engine.parallel import map_shards
+    from executor.engine.store import StoreError, TransientStoreError
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'executor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "ConfigEncodingError",

@@ -4,7 +4,7 @@ Everything that shows a prefix (`status`, `runs`, `ps`, `report`, `gc`, `serve`)
 this module, and this module reads only through the coordination store's protocol (`read`,
 `read_many`, `list_generations`): no paths built by hand, no error messages parsed. Reads only.
 
-    view = PrefixView.open(prefix, storage_options)    # or PrefixView(store, prefix)
+    view = PrefixView.open(prefix, storage)            # or PrefixView(store, prefix)
     view.list_steps()             -> {output rel: status generation}: ONE listing, no reads
     view.steps()                  -> [StepRow]: every status under the prefix (a listing + read_many)
     view.steps(rels, names=...)   -> [StepRow] of those output dirs (no status: Absent.NO_STATUS)
@@ -16,9 +16,11 @@ this module, and this module reads only through the coordination store's protoco
     view.runs(limit=0, keys=None) -> [RunRow]: runs/*.json (or those keys), newest first
                                      (unreadable: row.problem)
     view.run(ref=None)            -> RunRow by run id or file name; the newest run if None
+    view.has_runs()               -> whether runs/ holds a run file (one listing)
     view.step(step_id, rows=None, runs=None)
                                   -> StepDetail: status, record, result, logs per attempt,
                                      dependencies and dependents (by step id, never by path)
+    view.step_at(rel) / view.detail(row)  -> the same, by output dir (a command given a path) or row
     view.log_tail(step_id, attempt, max_bytes=65536) -> str: the end of one attempt's log
 
 A row's `state` is `State | Absent` (core/record.py): RUNNING, SUCCESS, FAILED as stored, or
@@ -95,6 +97,11 @@ class StepRow:
     @property
     def is_problem(self) -> bool:
         return self.state in (State.FAILED, Absent.CORRUPT)
+
+    @property
+    def status_path(self) -> str:
+        """Where its status lives (to name it in a message)."""
+        return f"{self.path}/{EXECUTOR_DIR}/status.json"
 
     def heartbeat_age(self, now: float) -> float | None:
         return None if self.written_at is None else max(0.0, now - self.written_at)
@@ -187,8 +194,9 @@ class LogRef:
 
 @dataclass(frozen=True, slots=True)
 class StepDetail:
-    """One step in full. `record` is record.json as stored (None: none, or unreadable: see
-    `record_problem`); dependencies and dependents are step ids."""
+    """One step in full. `record` is record.json as stored (None: none, or unreadable: then
+    `record_problem` says why, naming the file and what to do); dependencies and dependents are
+    step ids."""
 
     row: StepRow
     record: Mapping[str, Any] | None
@@ -220,10 +228,11 @@ class PrefixView:
         self.prefix = (prefix or store.root).rstrip("/")
 
     @classmethod
-    def open(cls, prefix: str, storage_options: Mapping[str, Any] | None = None) -> PrefixView:
+    def open(cls, prefix: str, storage: Any = None) -> PrefixView:
+        """The view of `prefix` with the options `storage` has for it (see location.open_store)."""
         from executor.engine import location
 
-        return cls(location.open_location(prefix, dict(storage_options or {}))[0], prefix)
+        return cls(location.open_store(prefix, storage), prefix)
 
     def path_of(self, key: str) -> str:
         return f"{self.prefix}/{key}"
@@ -295,7 +304,7 @@ class PrefixView:
         try:
             return parse_record(versioned.data, self.path_of(record_key(rel))), None
         except StatusError as e:
-            return None, e.problem
+            return None, str(e)  # names the file and what to do
 
     # runs
 
@@ -311,6 +320,9 @@ class PrefixView:
                 if versioned is not None]
         rows.sort(key=lambda r: r.started_at or 0, reverse=True)
         return rows[:limit] if limit else rows
+
+    def has_runs(self) -> bool:
+        return bool(self.list_runs())
 
     def run(self, ref: str | None = None) -> RunRow | None:
         """The run a run id or run file name (with or without runs/ and .json) names; the newest
@@ -348,8 +360,17 @@ class PrefixView:
         """One step in full, by its step id; None if the prefix holds no status of it. Pass the
         rows and runs already read (a live view has them) to spare reading them again."""
         row = self._find(step_id, rows)
-        if row is None:
-            return None
+        return None if row is None else self.detail(row, rows, runs)
+
+    def step_at(self, rel: str, rows: Sequence[StepRow] | None = None,
+                runs: Sequence[RunRow] | None = None) -> StepDetail:
+        """The step whose output directory is `rel` (a command given a path), status or not."""
+        return self.detail(self.steps([rel])[0], rows, runs)
+
+    def detail(self, row: StepRow, rows: Sequence[StepRow] | None = None,
+               runs: Sequence[RunRow] | None = None) -> StepDetail:
+        """A row in full: its record, logs, dependencies and dependents (from `rows` and `runs`,
+        read now if None; pass () to leave the others unread)."""
         rows = self.steps() if rows is None else rows
         runs = self.runs() if runs is None else runs
         record, record_problem = self._record(row.rel, self.store.read(record_key(row.rel)))

@@ -17,8 +17,9 @@ from executor.core.exit_codes import ExitCode
 from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
+from executor.engine.prefix_view import PrefixView
 from executor.engine.progress import human_bytes
-from executor.core.record import EXECUTOR_DIR, State, parse_status
+from executor.core.record import Absent, State, status_key
 from executor.engine.store import StoreError
 
 
@@ -41,13 +42,12 @@ def _is_experiment(target: str | None) -> bool:
     return bool(target) and target.endswith(".py")
 
 
-def require_outputs(prefix: str, storage_options: dict | None) -> None:
-    """A prefix with no step output and no run file is most likely mistyped: say so (exit 2)."""
-    from executor.tools.overview import step_rels
-
-    fs = location.open_filesystem(prefix, storage_options)
-    if step_rels(prefix, storage_options) or fs.exists(outputs.join(prefix, "runs")):
-        return
+def require_outputs(prefix: str, storage_options: dict | None) -> PrefixView:
+    """The read model of the prefix; a prefix with no step output and no run file is most likely
+    mistyped: say so (exit 2)."""
+    view = PrefixView.open(prefix, storage_options)
+    if view.list_steps() or view.has_runs():
+        return view
     raise ExecutorError(f"no stepgraph outputs under {prefix}; is the prefix right? (--prefix, or env "
                         f"EXECUTOR_PREFIX; the default is cache/ in the experiment's project)")
 
@@ -232,8 +232,8 @@ def cmd_gc(args: Any) -> int:
     now = time.time()
     commands_by_run = _run_commands(prefix, args.storage_options) if report.garbage else {}
     for o in report.garbage:
-        run_id = o.status.owner.run_id if o.status and o.status.owner else None
-        print(f"    {human_bytes(o.size):>10}  {o.state:<9}  {_ago(o.last_written, now):>12}  {o.rel}")
+        run_id = o.row.run_id if o.row else None
+        print(f"    {human_bytes(o.size):>10}  {o.state.value:<9}  {_ago(o.last_written, now):>12}  {o.rel}")
         if run_id in commands_by_run:
             print(f"{'':>16}written by: {commands_by_run[run_id]}")
     if not args.delete:
@@ -252,18 +252,12 @@ def cmd_gc(args: Any) -> int:
 
 def _run_commands(prefix: str, storage_options: dict | None) -> dict[str, str]:
     """run id -> its command line, so gc shows which flags made an unreachable output."""
-    from executor.tools.overview import run_rows
+    from executor.tools.overview import command_text
 
-    return {r["run_id"]: " ".join(r.get("argv") or []) for r in run_rows(prefix, storage_options) if r.get("run_id")}
+    return {r.run_id: command_text(r) for r in PrefixView.open(prefix, storage_options).runs() if r.run_id}
 
 
 # -- status, ps, repair ---------------------------------------------------------------------------
-
-def _read_status(step_path: str, storage_options: dict | None):
-    store = location.open_location(step_path, storage_options)[0]
-    versioned = store.read(f"{EXECUTOR_DIR}/status.json")
-    return store, versioned
-
 
 def cmd_status(args: Any) -> int:
     """No target: every step under the prefix; an experiment: each of its steps; a step: its detail."""
@@ -274,27 +268,26 @@ def cmd_status(args: Any) -> int:
     if args.target:
         loaded = _load(args, args.target)
         prefix = default_prefix(args.prefix, loaded.path)
-        rows = overview.experiment_rows(loaded.graph, prefix, args.storage_options)
+        names = {n.output_rel: n.name for n in loaded.graph.nodes.values()}
+        rows = PrefixView.open(prefix, args.storage_options).steps(names, names=names, timings=True)
     else:
         prefix = default_prefix(args.prefix)
-        require_outputs(prefix, args.storage_options)
-        rows = overview.step_rows(prefix, overview.step_rels(prefix, args.storage_options), args.storage_options)
+        rows = require_outputs(prefix, args.storage_options).steps(timings=True)
     if args.json:
-        print(json.dumps(rows, indent=1, default=str))
+        print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
     else:
         print(f"prefix {prefix}")
         overview.print_step_table(rows)
-    return ExitCode.FAILED if any(r["state"] in ("FAILED", "CORRUPT") for r in rows) else ExitCode.OK
+    return ExitCode.FAILED if any(r.is_problem for r in rows) else ExitCode.OK
 
 
 def cmd_runs(args: Any) -> int:
     from executor.tools import overview
 
     prefix = default_prefix(args.prefix)
-    require_outputs(prefix, args.storage_options)
-    rows = overview.run_rows(prefix, args.storage_options, limit=max(0, args.limit))
+    rows = require_outputs(prefix, args.storage_options).runs(limit=max(0, args.limit))
     if args.json:
-        print(json.dumps(rows, indent=1, default=str))
+        print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
     elif not rows:
         print(f"no runs recorded under {prefix}/runs")
     else:
@@ -311,13 +304,31 @@ def cmd_completion(args: Any) -> int:
 
 
 def _step_status(args: Any, path: str) -> int:
-    _, versioned = _read_status(path, args.storage_options)
-    now = time.time()
-    if versioned is None:
+    detail = _step_view(path, args).step_at(path.rsplit("/", 1)[-1], rows=(), runs=())
+    row, status = detail.row, detail.status
+    if row.state is Absent.NO_STATUS:
         print(f"{path}: no status (never started here, or deleted by repair)")
         return ExitCode.FAILED
-    where = f"{path}/{EXECUTOR_DIR}/status.json"
-    status = parse_status(versioned.data, where)  # a corrupt one raises with the repair hint
+    if status is None:
+        raise StatusError(f"{row.status_path}: {row.problem}. If no runner is using it, delete it "
+                          f"(`stepgraph repair --delete-status {path}`) and the step re-runs.")
+    _print_status(status, time.time())
+    if detail.record_problem:
+        print(f"  record      unreadable: {detail.record_problem}")
+        return ExitCode.USAGE
+    if detail.record is None:
+        print("  record      none")
+        return ExitCode.OK
+    _print_record(detail.record)
+    return ExitCode.OK
+
+
+def _step_view(path: str, args: Any) -> PrefixView:
+    """The read model rooted at the step's parent folder (the step's output dir is its last part)."""
+    return PrefixView.open(path.rsplit("/", 1)[0] or "/", args.storage_options)
+
+
+def _print_status(status: Any, now: float) -> None:
     print(f"{status.step_id}  {status.state.value}  attempt {status.attempt}  seq {status.seq}")
     print(f"  digest      {status.digest}")
     owner = status.owner
@@ -334,15 +345,9 @@ def _step_status(args: Any, path: str) -> int:
         print(f"  error       {status.error}")
     if status.traceback_tail:
         print("  traceback (tail):\n    " + status.traceback_tail.rstrip()[-1500:].replace("\n", "\n    "))
-    fs = location.open_filesystem(path, args.storage_options)
-    try:
-        record = outputs.read_record(fs, f"{path}/{EXECUTOR_DIR}/record.json")
-    except StatusError as e:
-        print(f"  record      unreadable: {e}")
-        return ExitCode.USAGE
-    if record is None:
-        print("  record      none")
-        return ExitCode.OK
+
+
+def _print_record(record: Any) -> None:
     provenance = record.get("provenance") or {}
     git = provenance.get("git") or {}
     manifest = record.get("manifest") or []
@@ -360,63 +365,50 @@ def _step_status(args: Any, path: str) -> int:
         print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}{consumed}")
     if record.get("result") is not None:
         print(f"  result      {json.dumps(record['result'], default=str)[:300]}")
-    return ExitCode.OK
 
 
 def cmd_ps(args: Any) -> int:
     prefix = default_prefix(args.prefix)
-    require_outputs(prefix, args.storage_options)
-    store = location.open_location(prefix, args.storage_options)[0]
-    keys = store.list_generations("", f"{EXECUTOR_DIR}/status.json")
-    now = time.time()
-    rows = []
-    for key in sorted(keys):
-        if key.startswith("runs/"):
-            continue
-        versioned = store.read(key)
-        if versioned is None:
-            continue
-        try:
-            status = parse_status(versioned.data, f"{prefix}/{key}")
-        except StatusError as e:
-            print(f"warning: {e}")
-            continue
-        if status.state == State.RUNNING:
-            rows.append(status)
-    if not rows:
+    view = require_outputs(prefix, args.storage_options)
+    rows = view.steps()  # one listing, one read_many
+    for row in rows:
+        if row.state is Absent.CORRUPT:
+            print(f"warning: {row.status_path}: {row.problem}")
+    leases = view.leases(rows)
+    if not leases:
         print(f"no RUNNING leases under {prefix}")
         return ExitCode.OK
+    now = time.time()
     print(f"{'step':<40} {'host':<16} {'pid':>7}  {'run id':<28} {'attempt':>7}  heartbeat (writer's clock)")
-    for s in rows:
-        o = s.owner
-        print(f"{s.step_id:<40} {(o.host if o else '?'):<16} {(o.pid if o else 0):>7}  "
-              f"{(o.run_id if o else '?'):<28} {s.attempt:>7}  {_ago(s.written_at, now)}")
+    for lease in leases:
+        o = lease.owner
+        print(f"{lease.step_id:<40} {(o.host if o else '?'):<16} {(o.pid if o else 0):>7}  "
+              f"{(o.run_id if o else '?'):<28} {lease.attempt:>7}  {_ago(lease.heartbeat_at, now)}")
     print("heartbeat ages are informational; staleness is judged by the executor on its own clock")
     return ExitCode.OK
 
 
 def cmd_repair(args: Any) -> int:
+    """Delete a step's status, read first through the read model: a RUNNING one only with --force."""
     path = _step_path(args, args.delete_status)
-    store, versioned = _read_status(path, args.storage_options)
-    where = f"{path}/{EXECUTOR_DIR}/status.json"
-    if versioned is None:
-        print(f"{where}: no status file; nothing to repair")
+    view = _step_view(path, args)
+    row = view.steps([path.rsplit("/", 1)[-1]])[0]
+    if row.state is Absent.NO_STATUS:
+        print(f"{row.status_path}: no status file; nothing to repair")
         return ExitCode.OK
-    try:
-        status = parse_status(versioned.data, where)
-        state = status.state
-    except StatusError as e:
-        status, state = None, None
-        print(f"{where}: {str(e).split('. Inspect')[0]}")
-    if state == State.RUNNING and not args.force:
-        owner = status.owner
+    if row.state is Absent.CORRUPT:
+        print(f"{row.status_path}: {row.problem}")
+    if row.state is State.RUNNING and not args.force:
+        owner = row.owner
         who = f"{owner.host} pid {owner.pid} (run {owner.run_id})" if owner else "an unknown runner"
-        print(f"refusing: {where} is RUNNING, leased by {who}, heartbeat {_ago(status.written_at, time.time())}. "
-              f"Stop that runner (or wait for its lease to go stale), or pass --force if it is gone.")
+        print(f"refusing: {row.status_path} is RUNNING, leased by {who}, heartbeat "
+              f"{_ago(row.written_at, time.time())}. Stop that runner (or wait for its lease to go stale), "
+              f"or pass --force if it is gone.")
         return ExitCode.USAGE
-    shown = versioned.data[:600].decode(errors="replace")
-    store.delete(f"{EXECUTOR_DIR}/status.json")
-    print(f"deleted {where}; it held:\n{shown}")
+    held = view.store.read(status_key(row.rel))
+    view.store.delete(status_key(row.rel))
+    shown = held.data[:600].decode(errors="replace") if held else ""
+    print(f"deleted {row.status_path}; it held:\n{shown}")
     print("the step will run again on the next invocation (its record, if any, is replaced at its next commit)")
     return ExitCode.OK
 

@@ -18,12 +18,10 @@ from typing import Any, Iterable
 
 from executor.engine import location
 from executor.engine import outputs
-from executor.core.errors import StatusError
 from executor.core.graph import Graph
 from executor.tools.plan_file import plan_file_path, read_plan
-from executor.engine.progress import Progress
-from executor.core.record import EXECUTOR_DIR, State, Status, parse_status, status_key
-from executor.engine.snapshot import read_many
+from executor.core.record import EXECUTOR_DIR, Absent, State, Status, status_key
+from executor.engine.prefix_view import PrefixView, StepRow
 
 
 @dataclass
@@ -32,14 +30,15 @@ class StepOutput:
     size: int = 0
     files: int = 0
     newest_mtime: float = 0.0
-    status: Status | None = None
-    status_error: str | None = None
+    row: StepRow | None = None  # its status, as the read model read it
 
     @property
-    def state(self) -> str:
-        if self.status_error:
-            return "CORRUPT"
-        return self.status.state.value if self.status else "NO STATUS"
+    def status(self) -> Status | None:
+        return self.row.status if self.row else None
+
+    @property
+    def state(self) -> State | Absent:
+        return self.row.state if self.row else Absent.NO_STATUS
 
     @property
     def last_written(self) -> float:
@@ -101,17 +100,10 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
             owner.size += int(info.get("size") or 0)
             owner.files += 1
             owner.newest_mtime = max(owner.newest_mtime, _mtime(info))
-    store = location.open_location(prefix, storage_options)[0]
     found_steps = sorted(steps.values(), key=lambda o: o.rel)
-    keys = [status_key(o.rel) for o in found_steps]
-    progress = Progress("gc: read statuses", total=len(keys), unit="steps")  # a line every few seconds
-    for output, key, versioned in zip(found_steps, keys, read_many(store, keys)):
-        progress.update()
-        if versioned is not None:
-            try:
-                output.status = parse_status(versioned.data, f"{prefix}/{key}")
-            except StatusError as e:
-                output.status_error = str(e)
+    print(f"gc: reading {len(found_steps)} status(es)…", file=sys.stderr, flush=True)
+    for output, row in zip(found_steps, PrefixView.open(prefix, storage_options).steps([o.rel for o in found_steps])):
+        output.row = row
     return found_steps
 
 
@@ -129,20 +121,13 @@ def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, s
 def reachable_outputs(prefix: str, roots: dict[str, str], pins: Iterable[str],
                       storage_options: dict | None = None) -> dict[str, str]:
     """Output rels to keep -> why: the roots, pinned ids, and what those were adopted from."""
-    store = location.open_location(prefix, storage_options)[0]
     keep: dict[str, str] = dict(roots)
     for pin in pins:
         keep.setdefault(pin.strip("/"), "pinned")
-    for rel in list(keep):
-        versioned = store.read(status_key(rel))
-        if versioned is None:
-            continue
-        try:
-            status = parse_status(versioned.data, f"{prefix}/{status_key(rel)}")
-        except StatusError:
-            continue
-        if status.alias_of and status.alias_of.get("output_rel"):
-            keep.setdefault(status.alias_of["output_rel"], f"adopted by {rel}")
+    for row in PrefixView.open(prefix, storage_options).steps(list(keep)):  # one read_many
+        alias_of = (row.status.alias_of or {}) if row.status else {}
+        if alias_of.get("output_rel"):
+            keep.setdefault(alias_of["output_rel"], f"adopted by {row.rel}")
     return keep
 
 
@@ -157,28 +142,23 @@ def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
 
 def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: dict | None = None) -> GcReport:
     """Delete the garbage older than the grace period that no runner holds. Returns the report."""
-    store = location.open_location(report.prefix, storage_options)[0]
+    view = PrefixView.open(report.prefix, storage_options)
     fs = location.open_filesystem(report.prefix, storage_options)
     for output in report.garbage:
         age_h = (now - output.last_written) / 3600
         if age_h < grace_hours:
             report.spared[output.rel] = f"written {age_h:.1f} h ago, within the {grace_hours:g} h grace period"
             continue
-        key = status_key(output.rel)
-        versioned = store.read(key)  # re-read: a runner may have started since the listing
-        state = None
-        if versioned is not None:
-            try:
-                state = parse_status(versioned.data, key).state
-            except StatusError as e:  # corrupt, or written by a newer stepgraph: not ours to judge
-                report.spared[output.rel] = (f"status not understood, left alone ({str(e).splitlines()[0]}); "
-                                             f"inspect it, then `repair --delete-status` if it is garbage")
-                continue
-        if state == State.RUNNING:
+        row = view.steps([output.rel])[0]  # re-read: a runner may have started since the listing
+        if row.state is Absent.CORRUPT:  # corrupt, or written by a newer stepgraph: not ours to judge
+            report.spared[output.rel] = (f"status not understood, left alone ({row.problem}); "
+                                         f"inspect it, then `repair --delete-status` if it is garbage")
+            continue
+        if row.state is State.RUNNING:
             report.spared[output.rel] = "RUNNING: a live lease (never deleted)"
             continue
-        if versioned is not None:
-            store.delete(key)
+        if row.state is not Absent.NO_STATUS:
+            view.store.delete(status_key(output.rel))
         fs.rm(outputs.join(report.prefix, output.rel), recursive=True)
         report.deleted.append(output.rel)
     return report

@@ -38,6 +38,27 @@ def test_ps_lists_running_leases(ran_toy):
     assert "toy/train" not in out  # SUCCESS steps are not leases
 
 
+def test_ps_reads_every_status_in_one_read_many_not_one_at_a_time(ran_toy, monkeypatch):
+    from executor.engine.store.local import LocalStore
+
+    _running(ran_toy.prefix, "toy/busy-111111111111")
+    batches = []
+    read_many = LocalStore.read_many
+
+    def counted(self, keys):
+        batches.append(list(keys))
+        return read_many(self, keys)
+
+    def one_at_a_time(self, key):
+        raise AssertionError(f"ps read {key} on its own")
+
+    monkeypatch.setattr(LocalStore, "read_many", counted)
+    monkeypatch.setattr(LocalStore, "read", one_at_a_time)
+    code, out = run_main("ps", "--prefix", ran_toy.prefix)
+    assert code == 0 and "toy/busy-111111111111" in out, out
+    assert len(batches) == 1 and len(batches[0]) == len(list(Path(ran_toy.prefix).glob("toy/*/.executor/status.json")))
+
+
 def test_repair_deletes_a_corrupt_status_but_not_a_running_one(ran_toy):
     train = next(Path(ran_toy.prefix, "toy").glob("train-*"))
     (train / ".executor" / "status.json").write_text("{garbage")

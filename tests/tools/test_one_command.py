@@ -64,7 +64,7 @@ def test_status_of_a_whole_prefix_an_experiment_and_a_step(tmp_path):
 
     code, out = run_main("status", "--prefix", str(tmp_path), "--json", str(HELLO), "--", "--fail-shout")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert rows["hello/summary"]["state"] == "NOT STARTED" and len(rows) == 5
+    assert rows["hello/summary"]["state"] == "NO STATUS" and len(rows) == 5
 
     for ref in ("hello/words", rows["hello/words"]["step_id"], rows["hello/words"]["path"]):
         code, out = run_main("status", "--prefix", str(tmp_path), ref)  # a step named three ways
@@ -81,6 +81,26 @@ def test_runs_lists_the_history_with_what_each_run_did(tmp_path):
     assert runs[0]["exit_code"] == 0 and "--greeting" in runs[0]["argv"] and runs[0]["skipped"] == 2
     code, out = run_main("runs", "--prefix", str(tmp_path))
     assert out.count("hello-") == 2 and "Howdy" in out
+
+
+def test_runs_table_keeps_the_flags_from_any_checkout_path_and_width(tmp_path, monkeypatch):
+    """Issue 35: a checkout under a 150-character path, a 60-column terminal: the experiment is
+    shown relative to the run's project and every flag is kept; --json keeps the full argv."""
+    run_hello(tmp_path, "--greeting", "Howdy")
+    deep = "/nowhere/" + "/".join(["a-checkout-folder-deeper-than-usual"] * 4)
+    assert len(deep) > 140
+    run_file = next((tmp_path / "runs").glob("hello-*.json"))
+    run = json.loads(run_file.read_text())
+    run["invocation"].update(cwd=deep, argv=[f"{deep}/experiments/hello.py", *run["invocation"]["argv"][1:]])
+    run["experiment_file"] = f"{deep}/experiments/hello.py"
+    run_file.write_text(json.dumps(run))
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out = run_main("runs", "--prefix", str(tmp_path))
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("hello-"))
+    assert "experiments/hello.py --runner inline --greeting Howdy --prefix" in line and deep not in line, line
+    code, out = run_main("runs", "--prefix", str(tmp_path), "--json")
+    assert json.loads(out)[0]["argv"][0] == f"{deep}/experiments/hello.py"
 
 
 def test_typos_get_true_answers(tmp_path):

@@ -27,7 +27,7 @@ BROKEN = "hello/broken-0123456789ab"
 @pytest.fixture(scope="module")
 def hello_prefix(tmp_path_factory) -> Path:
     """hello.py with --fail-shout (shout FAILED, summary blocked), then a runner holding summary's
-    lease, a corrupt status and an unreadable run file; attempt logs as a worker writes them (the
+    lease, a corrupt status, a corrupt record and an unreadable run file; attempt logs as a worker writes them (the
     in-process runner writes none). Made once: the tests only read it."""
     prefix = tmp_path_factory.mktemp("hello-prefix")
     code, out = run_main("run", "--prefix", str(prefix), str(HELLO), "--runner", "inline", "--fail-shout")
@@ -41,6 +41,7 @@ def hello_prefix(tmp_path_factory) -> Path:
     assert keeper.acquire(status_key(f"hello/{summary}"), running, None) is not None
     assert store.create_if_absent(status_key(BROKEN), b'{"schema": 1, "state": "RUNN') is not None
     (prefix / "runs" / "hello-19990101T000000Z-000000.json").write_text("{not json")
+    next(prefix.glob("hello/greeting-*/.executor/record.json")).write_text('{"schema": 1, "step_id": ')
     for output in prefix.glob("hello/[cs]*-*/.executor/status.json"):
         for attempt in (1, 2) if "shout" in str(output) else (1,):
             with captured_output(log_path(str(output.parent.parent), attempt), f"attempt {attempt}"):
@@ -68,6 +69,7 @@ def test_step_rows_are_typed_with_state_timing_attempts_error_and_run(hello_pref
     words, shout, summary, broken = rows["hello/words"], rows["hello/shout"], rows["hello/summary"], rows["hello/broken"]
     assert words.state is State.SUCCESS and words.attempt == 1 and words.seconds is not None
     assert words.started_at <= words.finished_at and words.path == f"{hello_prefix}/{words.rel}"
+    assert rows["hello/greeting"].state is State.SUCCESS and rows["hello/greeting"].seconds is None  # record corrupt
     assert shout.state is State.FAILED and "failing on purpose" in shout.error and shout.is_problem
     assert shout.run_id == words.run_id == view.runs()[0].run_id  # the run that wrote them
     assert summary.state is State.RUNNING and summary.owner.host == "other-host" and summary.attempt == 2
@@ -120,6 +122,9 @@ def test_one_step_in_full_by_its_step_id(hello_prefix):
     assert view.log_tail(shout.step_id, 1, max_bytes=10) == view.log_tail(shout.step_id, 1)[-10:] == "attempt 1\n"
     assert view.log_tail(shout.step_id, 7) == ""
     assert view.step("hello/nothing-ffffffffffff") is None
+    greeting = view.step(rows["hello/greeting"].step_id)  # its record is corrupt: said, with the file
+    assert greeting.record is None and greeting.status.state is State.SUCCESS
+    assert f"{greeting.row.path}/.executor/record.json: corrupt record" in greeting.record_problem
 
 
 class CountingStore:

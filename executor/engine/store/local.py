@@ -136,7 +136,7 @@ class LocalStore:
                 if (not key.startswith(prefix) or not key.endswith(suffix)
                         or name.endswith(_LOCK_SUFFIX) or _TMP_MARKER in name):
                     continue
-                versioned = self.read(key)
+                versioned = self._read(key, None)
                 if versioned is not None:
                     found[key] = versioned.generation
         return found

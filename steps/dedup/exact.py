@@ -27,7 +27,8 @@ import pyarrow as pa
 import xxhash
 
 from executor.core.step import execution_only
-from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
+from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
+                               written_counts)
 from steps.dedup.shuffle import (choose_partitions, nodes_per_stage, numpy_column, read_partition, remove_tree,
                                  run_stage, string_column, write_partitioned)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
@@ -102,14 +103,6 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
         ids.append(doc["id"])
     shuffled = _write_records(plan, "hash", k, digests, indexes, [0] * len(ids), ids) if plan.config.documents else 0
     return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes}
-
-
-def _text_bytes_if_clean(hashed: dict) -> int | None:
-    """The shard's text bytes when every line was a document with a string id (its lines may be
-    copied as they are), else None. None too for a marker from before `text_bytes` was recorded."""
-    stats = hashed["stats"]
-    clean = stats["skipped_lines"] == 0 and stats.get("numeric_ids", 1) == 0
-    return hashed.get("text_bytes") if clean else None
 
 
 def _reduce(job: tuple[_Plan, str, int]) -> dict:
@@ -229,7 +222,8 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
                                                "exact-dedup: reduce lines", cpus)
     written = stages["write"] = run_stage(
         work, "write", _write_shard,
-        [(plan, k, names[k], _text_bytes_if_clean(hashed[k])) for k in range(len(shards))], keys,
+        [(plan, k, names[k], text_bytes_if_clean(hashed[k]["stats"], hashed[k].get("text_bytes")))
+         for k in range(len(shards))], keys,
         "exact-dedup: write", cpus)
     shuffled = sum(x.get("bytes_shuffled", 0) for stage in stages.values() for x in stage)
     remove_tree(f"{config.output_path.rstrip('/')}/.work")

@@ -8,12 +8,17 @@ driver holds one small dict per shard, per partition and per round, never per do
    bucket's first document in global order, and all pairs within small buckets), written
    partitioned by pair; each pair's two documents are requested from their shards.
 3. shingles (per shard): the exact shingle sets of the requested documents, sent to the
-   partitions that asked; verify (per pair partition): exact Jaccard >= `threshold` makes an edge.
+   partitions that asked (a shard whose lines were all documents parses only those lines, and
+   reads no further than the last); verify (per pair partition): exact Jaccard >= `threshold`
+   makes an edge, which keeps its Jaccard and its documents' ids.
 4. components: min-label propagation over the edge files, one round per stage, until no label
    changes; a component's label is its first document in the global order (its canonical copy).
-5. check (shingles + verify again): a member is removed only if its own Jaccard with the canonical
-   document reaches `threshold`; precision first: pages sharing boilerplate stay (a document wrongly removed is data lost).
-6. write (per shard): sparse attributes and the kept documents (output.py).
+5. check: a member is removed only if its own Jaccard with the canonical document reaches
+   `threshold`; precision first: pages sharing boilerplate stay (a document wrongly removed is data
+   lost). A member with a verified edge to its canonical document (most of them) is decided by that
+   edge; the other pairs go through shingles + verify again.
+6. write (per shard): sparse attributes and the kept documents (output.py); untouched JSONL lines
+   are copied as they are when the minhash pass found every line of the shard a document.
 The result does not depend on shard, partition or worker counts.
 """
 
@@ -23,18 +28,21 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from contextlib import closing
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from executor.core.step import execution_only
-from steps.dedup.minhash import jaccard, make_permutations, minhash_signatures, shingle_hashes
-from steps.dedup.output import ShardWrite, check_output_format, write_dedup_shard, written_counts
+from steps.dedup.minhash import batch_signatures, jaccard, make_permutations, shingle_batch, unique_per_text
+from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
+                               written_counts)
 from steps.dedup.shuffle import (choose_partitions, list_column, nodes_per_stage, numpy_column, read_partition,
                                  remove_tree, run_stage, string_column, write_partitioned)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
-                             plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
+                             parse_document, plan_document_shards, read_shard, read_shard_lines,
+                             remove_stale_temporaries, shard_names)
 
 SMALL_BUCKET = 8  # buckets up to this size propose all their pairs, larger ones only head pairs
 MAX_ROUNDS = 10_000
@@ -82,6 +90,8 @@ PAIR_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64())])
 REQUEST_SCHEMA = pa.schema([("index", pa.int64()), ("target", pa.int64())])
 SHINGLE_SCHEMA = pa.schema([("gid", pa.int64()), ("id", pa.string()), ("shingles", pa.list_(pa.uint64()))])
 EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64())])
+VERIFIED_EDGE_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64()), ("jaccard", pa.float64()),
+                                  ("u_id", pa.string()), ("v_id", pa.string())])
 LABEL_SCHEMA = pa.schema([("node", pa.int64()), ("label", pa.int64())])
 REMOVAL_SCHEMA = pa.schema([("index", pa.int64()), ("id", pa.string()), ("duplicate_of", pa.string()),
                             ("jaccard", pa.float64())])
@@ -143,6 +153,7 @@ class _Plan:
     num_partitions: int
     config: FuzzyDedupConfig
     starts: np.ndarray | None = None   # [shards + 1] global position of each shard's first document
+    text_bytes: list[int | None] | None = None  # per shard: its text bytes when every line was a document
 
     def shard_of(self, gids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.starts, gids, side="right") - 1
@@ -156,20 +167,21 @@ def _minhash(job: tuple[_Plan, int]) -> dict:
     config = plan.config
     a, b = make_permutations(config.num_bands * config.rows_per_band, config.seed)
     stats = ReadStats()
-    batch: list[np.ndarray] = []
+    batch: list[str] = []
     keys, indexes = [], []
-    count = without_words = 0
+    count = without_words = text_bytes = 0
 
     def flush() -> None:
         nonlocal without_words
-        signatures = minhash_signatures(batch, a, b)
+        signatures = batch_signatures(*shingle_batch(batch, config.ngram), a, b)
         eligible = np.nonzero(~(signatures == np.iinfo(np.uint32).max).all(axis=1))[0]
         without_words += len(batch) - len(eligible)
         keys.append(band_keys(signatures[eligible], config.num_bands, config.rows_per_band).ravel())
         indexes.append(np.repeat(eligible + (count - len(batch)), config.num_bands))
 
     for doc in read_shard(plan.shards[k], config.on_bad_line, stats):
-        batch.append(shingle_hashes(doc["text"], config.ngram))
+        text_bytes += len(doc["text"].encode("utf-8"))
+        batch.append(doc["text"])
         count += 1
         if len(batch) >= config.signature_batch_docs:
             flush()
@@ -182,7 +194,7 @@ def _minhash(job: tuple[_Plan, int]) -> dict:
                                                        "index": index},
                                  plan.partition(key), plan.num_partitions, f"{k:06d}")
     return {"stats": dataclasses.asdict(stats), "documents": count, "without_words": without_words,
-            "bytes_shuffled": shuffled}
+            "text_bytes": text_bytes, "bytes_shuffled": shuffled}
 
 
 def _send_pairs(plan: _Plan, stage: str, pairs: np.ndarray, name: str) -> int:
@@ -218,18 +230,36 @@ def _shingles(job: tuple[_Plan, str, int]) -> dict:
     wanted: dict[int, list[int]] = {}
     for index, target in zip(numpy_column(requests, "index").tolist(), numpy_column(requests, "target").tolist()):
         wanted.setdefault(index, []).append(target)
+    found = list(_wanted_documents(plan, k, wanted))
+    sets = unique_per_text(*shingle_batch([doc["text"] for _, doc in found], plan.config.ngram))
     gids, ids, shingles, targets = [], [], [], []
-    for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line)):
-        if index in wanted:
-            sorted_unique = np.unique(shingle_hashes(doc["text"], plan.config.ngram))
-            for target in wanted[index]:
-                gids.append(int(plan.starts[k]) + index)
-                ids.append(doc["id"])
-                shingles.append(sorted_unique)
-                targets.append(target)
+    for (index, doc), sorted_unique in zip(found, sets):
+        for target in wanted[index]:
+            gids.append(int(plan.starts[k]) + index)
+            ids.append(doc["id"])
+            shingles.append(sorted_unique)
+            targets.append(target)
     columns = {"gid": np.asarray(gids, np.int64), "id": ids, "shingles": shingles}
     return {"bytes_shuffled": write_partitioned(f"{plan.work}/{stage}/shingles", columns,
                                                 np.asarray(targets, np.int64), plan.num_partitions, f"{k:06d}")}
+
+
+def _wanted_documents(plan: _Plan, k: int, wanted: dict[int, Any]) -> Iterator[tuple[int, dict]]:
+    """(index, document) of the wanted documents of shard k, in order, reading no further than the
+    last one. When the minhash pass found every line a document, only the wanted lines are parsed."""
+    shard, last = plan.shards[k], max(wanted)
+    if plan.text_bytes[k] is not None and not shard.path.endswith(".parquet"):
+        where = f"{shard.path} document"
+        documents = (parse_document(line, f"{where} {i}") if i in wanted else None
+                     for i, line in enumerate(read_shard_lines(shard)))
+    else:
+        documents = read_shard(shard, plan.config.on_bad_line)
+    with closing(documents):
+        for index, doc in enumerate(documents):
+            if index in wanted:
+                yield index, doc
+            if index >= last:
+                return
 
 
 def _pairs_with_similarity(plan: _Plan, stage: str, q: int) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
@@ -248,11 +278,14 @@ def _pairs_with_similarity(plan: _Plan, stage: str, q: int) -> tuple[np.ndarray,
 def _verify(job: tuple[_Plan, int]) -> dict:
     """Exact Jaccard of the candidate pairs of partition q; edges at or above the threshold."""
     plan, q = job
-    pairs, similarity, _ = _pairs_with_similarity(plan, "candidates", q)
-    edges = pairs[similarity >= plan.config.threshold] if len(pairs) else pairs
-    both = np.concatenate([edges, edges[:, ::-1]]) if len(edges) else np.zeros((0, 2), np.int64)
-    shuffled = write_partitioned(f"{plan.work}/edges", {"u": both[:, 0], "v": both[:, 1]}, plan.partition(both[:, 0]),
-                                 plan.num_partitions, f"{q:05d}")
+    pairs, similarity, ids = _pairs_with_similarity(plan, "candidates", q)
+    verified = similarity >= plan.config.threshold if len(pairs) else np.zeros(0, bool)
+    edges = pairs[verified]
+    both = np.concatenate([edges, edges[:, ::-1]])
+    columns = {"u": both[:, 0], "v": both[:, 1], "jaccard": np.tile(similarity[verified], 2),
+               "u_id": [ids[g] for g in both[:, 0].tolist()], "v_id": [ids[g] for g in both[:, 1].tolist()]}
+    shuffled = write_partitioned(f"{plan.work}/edges", columns, plan.partition(both[:, 0]), plan.num_partitions,
+                                 f"{q:05d}")
     return {"candidate_pairs": int(len(pairs)), "verified_pairs": int(len(edges)), "bytes_shuffled": shuffled}
 
 
@@ -289,13 +322,34 @@ def _propagate(job: tuple[_Plan, int, int]) -> dict:
 
 
 def _root_pairs(job: tuple[_Plan, int, int]) -> dict:
-    """(canonical, member) pairs of the final labels of partition p, sent for verification."""
+    """(canonical, member) pairs of the final labels of partition p: a member with a verified edge to
+    its canonical document is removed by that edge's Jaccard; the other pairs are sent to be checked."""
     plan, r, p = job
     labels = read_partition(f"{plan.work}/labels-{r:05d}", p, LABEL_SCHEMA)
     node, label = numpy_column(labels, "node"), numpy_column(labels, "label")
     members = node != label
-    pairs = np.stack([label[members], node[members]], axis=1)
-    return {"members": int(members.sum()), "bytes_shuffled": _send_pairs(plan, "check", pairs, f"{p:05d}")}
+    member, canonical = node[members], label[members]
+    edges = read_partition(f"{plan.work}/edges", p, VERIFIED_EDGE_SCHEMA)  # every edge from a node of p
+    edge_row = {pair: row for row, pair in enumerate(zip(numpy_column(edges, "u").tolist(),
+                                                         numpy_column(edges, "v").tolist()))}
+    rows = np.array([edge_row.get(pair, -1) for pair in zip(member.tolist(), canonical.tolist())], np.int64)
+    known = rows >= 0
+    removed = _removals(plan, member[known], edges, rows[known], f"verified-{p:05d}")
+    unknown = np.stack([canonical[~known], member[~known]], axis=1)
+    return {"members": int(members.sum()), "removed": int(known.sum()),
+            "bytes_shuffled": removed + _send_pairs(plan, "check", unknown, f"{p:05d}")}
+
+
+def _removals(plan: _Plan, member: np.ndarray, edges: pa.Table, rows: np.ndarray, name: str) -> int:
+    """Write the removals of `member` by their verified edges (`rows` of `edges`), partitioned by shard."""
+    if len(rows) == 0:
+        return 0
+    shard = plan.shard_of(member)
+    member_ids, canonical_ids = string_column(edges, "u_id"), string_column(edges, "v_id")
+    columns = {"index": member - plan.starts[shard], "id": [member_ids[i] for i in rows.tolist()],
+               "duplicate_of": [canonical_ids[i] for i in rows.tolist()],
+               "jaccard": numpy_column(edges, "jaccard")[rows]}
+    return write_partitioned(f"{plan.work}/removals", columns, shard, len(plan.shards), name)
 
 
 def _check(job: tuple[_Plan, int]) -> dict:
@@ -311,7 +365,7 @@ def _check(job: tuple[_Plan, int]) -> dict:
     return {"removed": int(keep.sum()), "rejected": int((~keep).sum()), "bytes_shuffled": shuffled}
 
 
-def _write_shard(job: tuple[_Plan, int, str]) -> dict:
+def _write_shard(job: tuple[_Plan, int]) -> dict:
     plan, k = job
     name = shard_names(plan.shards)[k]
     removals = read_partition(f"{plan.work}/removals", k, REMOVAL_SCHEMA)
@@ -320,7 +374,7 @@ def _write_shard(job: tuple[_Plan, int, str]) -> dict:
     attributes = [{"index": int(index[r]), "id": doc_ids[r], "duplicate_of": canonical[r], "reason": "fuzzy_document",
                    "jaccard": round(float(jaccard[r]), 4)} for r in np.argsort(index, kind="stable").tolist()]
     return write_dedup_shard(ShardWrite(plan.shards[k], plan.config.output_path, name, attributes,
-                                        plan.config.on_bad_line, plan.config.output_format))
+                                        plan.config.on_bad_line, plan.config.output_format, plan.text_bytes[k]))
 
 
 def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
@@ -351,6 +405,7 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     hashed = per_shard("minhash", _minhash)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
     plan.starts = np.cumsum([0] + [h["documents"] for h in hashed]).astype(np.int64)
+    plan.text_bytes = [text_bytes_if_clean(h["stats"], h.get("text_bytes")) for h in hashed]
     per_partition("lsh", _lsh)
     per_shard("candidate-shingles", _shingles, "candidates")
     verified = per_partition("verify", _verify)
@@ -362,14 +417,14 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
         rounds += 1
         if rounds > MAX_ROUNDS:
             raise RuntimeError(f"fuzzy-dedup: connected components did not converge in {MAX_ROUNDS} rounds")
-    per_partition("root-pairs", _root_pairs, rounds)
+    roots = per_partition("root-pairs", _root_pairs, rounds)
     per_shard("check-shingles", _shingles, "check")
     checked = per_partition("check", _check)
     written = per_shard("write", _write_shard)
     remove_tree(f"{config.output_path.rstrip('/')}/.work")
     return {
         **written_counts(stats, written, shards),
-        "duplicate_documents": sum(c["removed"] for c in checked),
+        "duplicate_documents": sum(x.get("removed", 0) for x in roots) + sum(c["removed"] for c in checked),
         "candidate_pairs": sum(v["candidate_pairs"] for v in verified),
         "verified_pairs": sum(v["verified_pairs"] for v in verified),
         "rejected_pairs": sum(v["candidate_pairs"] - v["verified_pairs"] for v in verified),

@@ -2,16 +2,20 @@
 
 - A document's text is lowercased and split into words (runs of letters/digits); each word is
   hashed once with xxh3-64 and the hashes of n consecutive words are combined (a polynomial over
-  uint64 followed by a 64-bit finaliser), giving one 64-bit hash per word n-gram shingle.
+  uint64 followed by a 64-bit finaliser), giving one 64-bit hash per word n-gram shingle. ASCII text
+  (most of the web) is split by `str.translate` + `str.split`, ~2.5x faster than the regex and the
+  same words (for ASCII, `\\w` is [A-Za-z0-9_]).
 - Each of the K MinHash "permutations" is a multiply-add-shift map of the shingle's high 32 bits:
   h_k(x) = ((a_k * x + b_k) mod 2^64) >> 32 with random odd a_k (a 2-universal family), evaluated
-  for all shingles of a batch of documents at once; `np.minimum.reduceat` takes each document's min.
+  for the shingles of a block of documents at once (~32k shingles, so the block stays in cache
+  across the K passes); `np.minimum.reduceat` takes each document's min.
 - `jaccard` is the exact Jaccard similarity of two documents' shingle sets, for verification.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import chain
 
 import numpy as np
 import xxhash
@@ -22,30 +26,71 @@ _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 _S32 = np.uint64(32)
+_ASCII_WORDS = str.maketrans({c: (chr(c).lower() if chr(c).isalnum() or chr(c) == "_" else " ") for c in range(128)})
+_BLOCK_SHINGLES = 1 << 15  # 256 KiB of uint64 per block: one block's values stay in the CPU cache
 
 
 def words(text: str) -> list[str]:
+    """`WORD.findall(text.lower())`; for ASCII text, by one translate and split."""
+    if text.isascii():
+        return text.translate(_ASCII_WORDS).split()
     return WORD.findall(text.lower())
 
 
-def shingle_hashes(text: str, ngram: int) -> np.ndarray:
-    """64-bit hashes of the document's word n-grams (a document shorter than n is one shingle)."""
-    tokens = words(text)
-    if not tokens:
-        return np.zeros(0, np.uint64)
-    word_hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, tokens), np.uint64, len(tokens))
-    n = min(ngram, len(word_hashes))
-    count = len(word_hashes) - n + 1
+def shingle_batch(texts: list[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes, counts): the 64-bit hashes of the word n-grams of every text, concatenated in order, and
+    how many each text has (a text shorter than n words is one shingle, one without words none).
+    A batch at once: one hash call per word, then numpy over the whole batch."""
+    tokens = [words(text) for text in texts]
+    counts = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    word_hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, chain.from_iterable(tokens)), np.uint64,
+                              int(counts.sum()))
+    sizes = np.where(counts >= ngram, counts - ngram + 1, np.minimum(counts, 1))
+    token_starts, shingle_starts = np.cumsum(counts) - counts, np.cumsum(sizes) - sizes
+    first_word = np.repeat(token_starts - shingle_starts, sizes) + np.arange(int(sizes.sum()))
+    full = np.repeat(counts >= ngram, sizes)   # shingles of n words; the others are whole short texts
+    hashes = np.empty(len(first_word), np.uint64)
+    hashes[full] = _combine(word_hashes, ngram)[first_word[full]]
+    for d in np.nonzero((counts > 0) & (counts < ngram))[0].tolist():
+        hashes[shingle_starts[d]] = _combine(word_hashes[token_starts[d]:token_starts[d] + counts[d]], int(counts[d]))[0]
+    return _fmix(hashes), sizes
+
+
+def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
+    """The polynomial of every window of n consecutive word hashes (empty when fewer than n)."""
+    count = max(0, len(word_hashes) - n + 1)
     with np.errstate(over="ignore"):
         acc = word_hashes[:count].copy()
         for j in range(1, n):
-            acc = acc * _MULT + word_hashes[j:j + count]
-        acc ^= acc >> _S33          # murmur3 fmix64: every input bit affects every output bit
+            acc *= _MULT
+            acc += word_hashes[j:j + count]
+    return acc
+
+
+def _fmix(acc: np.ndarray) -> np.ndarray:
+    """murmur3's fmix64 in place: every input bit affects every output bit."""
+    with np.errstate(over="ignore"):
+        acc ^= acc >> _S33
         acc *= _M1
         acc ^= acc >> _S33
         acc *= _M2
         acc ^= acc >> _S33
     return acc
+
+
+def shingle_hashes(text: str, ngram: int) -> np.ndarray:
+    """64-bit hashes of the document's word n-grams (a document shorter than n is one shingle)."""
+    return shingle_batch([text], ngram)[0]
+
+
+def unique_per_text(hashes: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """Each text's sorted unique shingle hashes, from `shingle_batch`'s (hashes, counts)."""
+    text = np.repeat(np.arange(len(counts)), counts)
+    order = np.lexsort((hashes, text))
+    hashes, text = hashes[order], text[order]
+    first = np.r_[True, (hashes[1:] != hashes[:-1]) | (text[1:] != text[:-1])] if len(hashes) else np.zeros(0, bool)
+    unique_counts = np.bincount(text[first], minlength=len(counts))
+    return np.split(hashes[first], np.cumsum(unique_counts)[:-1])
 
 
 def make_permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,22 +106,41 @@ def minhash_signatures(shingles: list[np.ndarray], a: np.ndarray, b: np.ndarray)
 
     A document without shingles gets all-0xFFFFFFFF; callers exclude such documents from LSH.
     """
-    num_docs, num_perm = len(shingles), len(a)
+    counts = np.fromiter(map(len, shingles), np.int64, len(shingles))
+    hashes = np.concatenate(shingles) if shingles else np.zeros(0, np.uint64)
+    return batch_signatures(hashes, counts, a, b)
+
+
+def batch_signatures(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`minhash_signatures` of documents given as `shingle_batch`'s (hashes, counts)."""
+    num_docs, num_perm = len(counts), len(a)
     signatures = np.full((num_docs, num_perm), np.iinfo(np.uint32).max, np.uint32)
-    lengths = np.fromiter((len(s) for s in shingles), np.int64, num_docs)
-    nonempty = np.nonzero(lengths)[0]
+    nonempty = np.nonzero(counts)[0]
     if len(nonempty) == 0:
         return signatures
-    x = np.concatenate([shingles[i] for i in nonempty]) >> _S32
-    starts = np.concatenate([[0], np.cumsum(lengths[nonempty])[:-1]])
-    values = np.empty_like(x)
+    x = hashes >> _S32
+    ends = np.cumsum(counts[nonempty])
+    mins = np.empty((len(nonempty), num_perm), np.uint64)
+    values = np.empty(min(len(x), _BLOCK_SHINGLES + int(counts.max())), np.uint64)
+    first = 0
+    while first < len(nonempty):  # documents [first, last) hold shingles [lo, hi)
+        lo = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, lo + _BLOCK_SHINGLES, side="right")))
+        hi = int(ends[last - 1])
+        _block_minima(x[lo:hi], np.r_[0, ends[first:last - 1] - lo], a, b, values[:hi - lo], mins[first:last])
+        first = last
+    signatures[nonempty] = mins >> _S32  # the shift is monotone: min, then shift, is shift, then min
+    return signatures
+
+
+def _block_minima(x: np.ndarray, starts: np.ndarray, a: np.ndarray, b: np.ndarray, values: np.ndarray,
+                  out: np.ndarray) -> None:
+    """out[d, k] = min over document d's shingles of (a_k * x + b_k) mod 2^64."""
     with np.errstate(over="ignore"):
-        for k in range(num_perm):
+        for k in range(len(a)):
             np.multiply(x, a[k], out=values)
             values += b[k]
-            values >>= _S32
-            signatures[nonempty, k] = np.minimum.reduceat(values, starts)
-    return signatures
+            out[:, k] = np.minimum.reduceat(values, starts)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -53,6 +53,14 @@ class ShardWrite:
                 and self.output_format == "jsonl.zst")
 
 
+def text_bytes_if_clean(stats: dict[str, Any], text_bytes: int | None) -> int | None:
+    """A shard's text bytes when its first pass found every line a document with a string id (so its
+    lines may be copied as they are, see `ShardWrite.text_bytes_in`), else None. None too for a
+    marker written before `text_bytes` was recorded."""
+    clean = stats["skipped_lines"] == 0 and stats.get("numeric_ids", 1) == 0
+    return text_bytes if clean else None
+
+
 def write_dedup_shard(job: ShardWrite) -> dict[str, Any]:
     """Write attributes, then kept documents, then the commit marker; skip a committed shard."""
     committed = read_json(job.marker)

@@ -107,3 +107,114 @@ def test_buckets_up_to_small_bucket_propose_all_pairs_larger_ones_pairs_with_the
     keys = keys[::-1].copy()                          # input order does not matter
     pairs = {tuple(p) for p in bucket_pairs(keys, members).tolist()}
     assert pairs == set(combinations(small.tolist(), 2)) | {(int(large[0]), int(m)) for m in large[1:]}
+
+
+def _reference_shingles(text: str, n: int) -> list[int]:
+    """minhash.py's documented shingle hash, one text at a time in Python integers."""
+    import re
+
+    import xxhash
+
+    mask, mult = (1 << 64) - 1, 0x9E3779B97F4A7C15
+    hashes = [xxhash.xxh3_64_intdigest(w) for w in re.findall(r"\w+", text.lower())]
+    n = min(n, len(hashes))
+    shingles = []
+    for i in range(len(hashes) - n + 1 if hashes else 0):
+        acc = hashes[i]
+        for h in hashes[i + 1:i + n]:
+            acc = (acc * mult + h) & mask
+        for m in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, None):
+            acc ^= acc >> 33
+            acc = (acc * m) & mask if m else acc
+        shingles.append(acc)
+    return shingles
+
+
+def test_a_batch_of_texts_gives_each_text_its_own_shingles():
+    """Batched hashing (texts of any length, ASCII or not, next to each other) equals hashing each
+    text alone; ASCII text split without the regex gives the regex's words."""
+    from steps.dedup.minhash import WORD, shingle_batch, unique_per_text, words
+
+    rng = np.random.default_rng(0)
+    every_ascii = "".join(chr(c) for c in rng.integers(0, 128, 5000))
+    texts = ["", "One", "one Two", "a b c d", "a b c d e", "!!!", every_ascii, "Ünïcödé café, 日本語 テキスト x y",
+             " ".join(f"w{i % 7}" for i in range(60)), "x_1 Y_2 z3 ÀB"]
+    assert words(every_ascii) == WORD.findall(every_ascii.lower())
+    for n in (1, 3, 5):
+        hashes, counts = shingle_batch(texts, n)
+        assert counts.tolist() == [len(_reference_shingles(t, n)) for t in texts]
+        assert hashes.tolist() == [h for t in texts for h in _reference_shingles(t, n)]
+        assert [u.tolist() for u in unique_per_text(hashes, counts)] == [sorted(set(_reference_shingles(t, n)))
+                                                                          for t in texts]
+
+
+def test_signatures_do_not_depend_on_the_cache_blocks(monkeypatch):
+    """Signatures computed block by block (documents straddling no block) equal the plain minimum."""
+    from steps.dedup import minhash
+
+    rng = np.random.default_rng(1)
+    shingles = [rng.integers(0, 2**63, size, dtype=np.uint64) for size in (0, 1, 50, 3, 0, 200, 7)]
+    a, b = make_permutations(16, seed=2)
+    with np.errstate(over="ignore"):
+        expected = np.array([[((s >> np.uint64(32)) * a[k] + b[k]).min() >> np.uint64(32) if len(s) else 2**32 - 1
+                              for k in range(16)] for s in shingles], np.uint32)
+    for block in (1, 40, 1 << 15):
+        monkeypatch.setattr(minhash, "_BLOCK_SHINGLES", block)
+        assert (minhash_signatures(shingles, a, b) == expected).all(), block
+
+
+def test_a_member_without_a_verified_edge_to_its_canonical_document_is_checked(tmp_path, read_attributes):
+    """A ~ B and B ~ C but not A ~ C: B is removed by its verified edge to A; C (labelled A through B)
+    has no edge to A, goes through the check stage, and stays."""
+    base = [f"word{i}" for i in range(200)]
+    b_words = [w if i not in (50, 100, 150) else f"b{i}" for i, w in enumerate(base)]
+    c_words = [w if i not in (25, 75, 125) else f"c{i}" for i, w in enumerate(b_words)]
+    sets = [np.unique(shingle_hashes(" ".join(w), 5)) for w in (base, b_words, c_words)]
+    assert jaccard(sets[0], sets[1]) >= 0.8 and jaccard(sets[1], sets[2]) >= 0.8 > jaccard(sets[0], sets[2])
+    write_documents(str(tmp_path / "in" / "p.jsonl"), [
+        {"id": "A", "text": " ".join(base)}, {"id": "B", "text": " ".join(b_words)},
+        {"id": "C", "text": " ".join(c_words)}])
+    out = str(tmp_path / "out")
+    result = fuzzy_dedup(FuzzyDedupConfig(str(tmp_path / "in"), out, num_bands=32, rows_per_band=1))
+    assert {k: a["duplicate_of"] for k, a in read_attributes(out).items()} == {"B": "A"}
+    assert result["rejected_component_members"] == 1 and result["duplicate_documents"] == 1
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_requested_documents_are_read_up_to_the_last_one_only(tmp_path, clean):
+    """The shingles stage reads a shard no further than its last requested document; when the
+    minhash pass found every line a document, it parses the requested lines only (the garbage
+    lines here would raise if they were parsed)."""
+    from steps.dedup.fuzzy import _Plan, _wanted_documents
+    from steps.documents import DocumentShard
+
+    lines = [b'{"id": "a", "text": "x"}', b"not json" if clean else b'{"id": "b", "text": "y"}',
+             b'{"id": "c", "text": "z"}', b"not json either"]
+    (tmp_path / "p.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    plan = _Plan(str(tmp_path / "work"), [DocumentShard(str(tmp_path / "p.jsonl"))], 1,
+                 FuzzyDedupConfig("in", "out"), text_bytes=[3] if clean else [None])
+    found = list(_wanted_documents(plan, 0, {0: [0], 2: [0]}))
+    assert [(i, d["id"]) for i, d in found] == [(0, "a"), (2, "c")]
+
+
+def test_untouched_documents_are_copied_byte_for_byte(tmp_path):
+    """Kept JSONL lines come out as they went in (field order, spacing, escapes, extra fields);
+    the text bytes out still count the kept texts."""
+    import json
+
+    from steps.documents import open_binary_lines, read_documents
+
+    words = " ".join(f"w{i}" for i in range(120))
+    docs = [{"id": f"d{i}", "text": f"Caf\u00e9 \u6771\u4eac page {i} " + " ".join(f"u{i}x{j}" for j in range(40)),
+             "lang": "fr", "score": i / 3} for i in range(20)]
+    docs[5]["text"], docs[12]["text"] = words, words + " tail"   # d12 is a near copy of d5
+    lines = [json.dumps(d).encode() + b"\n" for d in docs]       # Python's layout, not ours
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "p.jsonl").write_bytes(b"".join(lines))
+    out = str(tmp_path / "out")
+    result = fuzzy_dedup(FuzzyDedupConfig(str(tmp_path / "in"), out))
+    with open_binary_lines(f"{out}/docs/p.jsonl.zst") as f:
+        assert f.read() == b"".join(line for i, line in enumerate(lines) if i != 12)
+    kept_texts = [d["text"] for d in read_documents(f"{out}/docs/p.jsonl.zst")]
+    assert result["text_bytes_out"] == sum(len(t.encode()) for t in kept_texts)
+    assert result["documents_out"] == 19

@@ -106,6 +106,25 @@ def test_a_run_emits_its_plan_each_steps_start_and_end_and_its_result_in_order(t
     assert {s.name: s.status for s in left.steps}["events/bad"] == Outcome.FAILED
 
 
+def fail_once(config: Work) -> dict:
+    tried = Path(config.output_path, "tried")
+    if not tried.exists():
+        tried.write_text("x")
+        raise ValueError("first try fails")
+    return {"n": 2}
+
+
+def test_a_retried_step_emits_its_retry_between_start_and_end(tmp_path):
+    from executor import Resources
+
+    step = ExecutorStep("events/flaky", fail_once, Work(this_output_path()), resources=Resources(retry_user_errors=1))
+    seen: list[Any] = []
+    assert executor.run([step], prefix=str(tmp_path), runner="inline", subscribers=[seen.append]).ok
+    middle = [(type(e).__name__, getattr(e, "outcome", None)) for e in seen[2:-1]]
+    assert middle == [("StepStarted", None), ("StepRetried", None), ("StepFinished", Outcome.SUCCEEDED)]
+    assert "ValueError: first try fails" in seen[3].error and seen[4].result == {"n": 2}
+
+
 def test_plan_emits_the_plan_it_returns(tmp_path):
     seen: list[Any] = []
     planned = executor.plan(dag(), prefix=str(tmp_path), subscribers=[seen.append])
@@ -206,6 +225,23 @@ def test_a_run_given_environ_reads_no_setting_from_the_process_environment(tmp_p
     result = executor.run(dag(), runner="inline", environ={"EXECUTOR_PREFIX": str(tmp_path / "this-one")})
     assert result.prefix == str(tmp_path / "this-one") and not (tmp_path / "not-this-one").exists()
     assert not {k for k in watched.read if k.startswith(("EXECUTOR_", "RAY_"))}, watched.read
+
+
+def test_a_ray_run_takes_its_cluster_address_from_environ(tmp_path, monkeypatch):
+    """RAY_ADDRESS from `environ=`, not os.environ: the run tries the address it was given (nothing
+    listens there: a usage error naming it, in seconds) and never reads the process's."""
+    from executor.core.errors import ExecutorError
+    from executor.engine.runner.ray_env import free_ports
+
+    import ray  # noqa: F401 - Ray's own module reads its variables as it loads: not the run's reads
+
+    given, other = (f"127.0.0.1:{port}" for port in free_ports(2))
+    monkeypatch.setenv("RAY_ADDRESS", other)
+    watched = _Watched(os.environ)
+    monkeypatch.setattr(os, "environ", watched)
+    with pytest.raises(ExecutorError, match=f"could not reach the Ray cluster at '{given}'"):
+        executor.run(dag(), prefix=str(tmp_path), runner="ray", environ={"RAY_ADDRESS": given})
+    assert "RAY_ADDRESS" not in watched.read and not {k for k in watched.read if k.startswith("EXECUTOR_")}
 
 
 def test_one_mapping_between_the_vocabularies():

@@ -2,9 +2,9 @@
 
 Every command but plan, check and completion (which read no prefix) takes --prefix P (default:
 env EXECUTOR_PREFIX, else cache/ in the project that holds the experiment, or the working
-directory's project). A step is named the same way
-everywhere: its name (hello/shout) or its step id (hello/shout-1a2b3c4d5e6f). Experiment flags
-(e.g. `--greeting Hi`) go after `--` and are honoured by every command that loads an experiment.
+directory's project). A step is named the same way everywhere: its name (hello/shout) or its
+step id (hello/shout-1a2b3c4d5e6f). Experiment flags (e.g. `--greeting Hi`) go after `--` and are
+honoured by every command that loads an experiment. `stepgraph COMMAND --help` for its options.
 
     run      EXPERIMENT [FLAGS...]                 run an experiment (as `python EXPERIMENT FLAGS`)
     status   [EXPERIMENT | STEP] [--json]          every step under the prefix (or of the experiment)
@@ -76,12 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=epilog,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="command", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command", parser_class=_Parser,
+                                help="one of the commands below")
 
     def command(name: str, help_text: str, handler: Callable, *, storage: bool = True,
                 prefix: bool = True) -> argparse.ArgumentParser:
         """One subcommand; every command shares --prefix and --storage-options. Add new ones here."""
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, description=help_text)  # no help=: the epilog's table is the one list
         if prefix:
             p.add_argument("--prefix", help="where outputs live (default: env EXECUTOR_PREFIX, else cache/ in the "
                                             "experiment's project)")

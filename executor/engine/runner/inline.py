@@ -1,4 +1,4 @@
-"""The in-process runner, for unit tests and debugging: each step runs in a forked child process.
+"""The inline runner (`--runner inline`), for unit tests and debugging: each step runs in a child process.
 
 A child can be stopped where a thread cannot: a cancelled step (lease lost, timeout, Ctrl-C,
 SIGTERM) is killed, so it can never keep writing into an output another runner has committed

@@ -131,7 +131,7 @@ class ConsoleView:
         from executor.tools.run_report import write_report  # here: a plan or a no-op re-run writes no report
 
         try:
-            return write_report(result.prefix, result.run_file, fs=self.planned.fs)
+            return write_report(result.prefix, result.run_file, self.planned.storage_options, fs=self.planned.fs)
         except Exception as e:  # noqa: BLE001 - the report is a convenience; the run file holds the facts
             self.reporter.warning(f"could not write the run report: {type(e).__name__}: {e}")
             return None

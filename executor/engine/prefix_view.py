@@ -21,6 +21,8 @@ this module, and this module reads only through the coordination store's protoco
                                   -> StepDetail: status, record, result, logs per attempt,
                                      dependencies and dependents (by step id, never by path)
     view.step_at(rel) / view.detail(row)  -> the same, by output dir (a command given a path) or row
+    view.records(rels)            -> {rel: record.json} of those with a readable one (one read_many)
+    view.logs(rel)                -> (LogRef, ...): an output dir's attempt logs (one listing)
     view.log_tail(step_id, attempt, max_bytes=65536) -> str: the end of one attempt's log
 
 A row's `state` is `State | Absent` (core/record.py): RUNNING, SUCCESS, FAILED as stored, or
@@ -297,6 +299,13 @@ class PrefixView:
                 rows[i] = StepRow(row.rel, row.step_id, row.name, row.path, row.state, row.generation, row.status,
                                   row.problem, timings.get("finished_at") or row.finished_at, timings.get("seconds"))
         return rows
+
+    def records(self, rels: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """rel -> its record.json, for those that have a readable one (one read_many)."""
+        rels = list(rels)
+        read = self.store.read_many([record_key(rel) for rel in rels])
+        found = {rel: self._record(rel, versioned)[0] for rel, versioned in zip(rels, read)}
+        return {rel: record for rel, record in found.items() if record is not None}
 
     def _record(self, rel: str, versioned: Versioned | None) -> tuple[dict[str, Any] | None, str | None]:
         if versioned is None:

@@ -414,11 +414,12 @@ def cmd_repair(args: Any) -> int:
 
 
 def cmd_report(args: Any) -> int:
-    from executor.tools.run_report import run_file_path, write_report
+    from executor.tools.run_report import find_run, write_report
 
     prefix = default_prefix(args.prefix)
-    fs = location.open_filesystem(prefix, args.storage_options)
-    print(f"run report: {write_report(prefix, run_file_path(fs, prefix, args.run), fs=fs)}")
+    view = PrefixView.open(prefix, args.storage_options)
+    run = find_run(view, args.run)
+    print(f"run report: {write_report(prefix, run.path, args.storage_options, store=view.store)}")
     return ExitCode.OK
 
 

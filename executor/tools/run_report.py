@@ -17,8 +17,9 @@ from typing import Any
 
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.plan import Action, Plan
-from executor.core.record import EXECUTOR_DIR
-from executor.engine import outputs
+from executor.core.record import EXECUTOR_DIR, Absent
+from executor.engine import location, outputs
+from executor.engine.prefix_view import PrefixView, RunRow
 from executor.tools.draw import COLORS, render_svg
 
 OUTCOME_COLORS = {"succeeded": "#7cc47f", "succeeded elsewhere": "#a5d6a7", "failed": "#e57373",
@@ -42,66 +43,65 @@ class StepView:
     has_status: bool = False
 
 
-def _read_record(fs: Any, path: str) -> dict[str, Any] | None:
+def _read_json(view: PrefixView, key: str | None) -> Any:
+    versioned = view.store.read(key) if key else None
     try:
-        return outputs.read_record(fs, path)
-    except StatusError:
-        return None  # the page shows the step without its record
-
-
-def _read_json(fs: Any, path: str) -> Any:
-    try:
-        return json.loads(fs.cat_file(path))
-    except (FileNotFoundError, ValueError):
+        return json.loads(versioned.data) if versioned else None
+    except ValueError:
         return None
 
 
-def _read_metrics(fs: Any, path: str) -> list[dict[str, Any]]:
-    try:
-        text = fs.cat_file(path).decode()
-    except FileNotFoundError:
-        return []
+def _read_metrics(view: PrefixView, key: str | None) -> list[dict[str, Any]]:
+    versioned = view.store.read(key) if key else None
+    text = versioned.data.decode() if versioned else ""
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def run_file_path(fs: Any, prefix: str, run: str | None) -> str:
-    """The run file for `run` (a run file name, with or without .json, or a run id); the latest if None."""
-    runs = outputs.join(prefix, "runs")
+def find_run(view: PrefixView, run: str | None) -> RunRow:
+    """The run `run` names (a run file name, with or without .json, or a run id); the latest if None."""
+    runs = view.path_of("runs")
+    rows = view.runs()
+    if not rows:
+        raise ExecutorError(f"no run files under {runs}: run an experiment with --prefix {view.prefix} first")
     try:
-        names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(runs, detail=False) if p.endswith(".json"))
-    except FileNotFoundError:
-        names = []
-    if not names:
-        raise ExecutorError(f"no run files under {runs}: run an experiment with --prefix {prefix} first")
-    if run is None:  # names end in <UTC timestamp>-<hex>.json: the latest sorts last within an experiment
-        return outputs.join(runs, max(names, key=lambda n: n.rsplit("-", 2)[-2:]))
-    wanted = run.rsplit("/", 1)[-1].removesuffix(".json").removesuffix(".html")
-    matches = [n for n in names if n.removesuffix(".json") == wanted or n.removesuffix(".json").endswith(f"-{wanted}")]
-    if len(matches) != 1:
-        raise ExecutorError(f"run {run!r}: {'no' if not matches else len(matches)} run file(s) match under {runs}; "
-                            f"known: {', '.join(n.removesuffix('.json') for n in names[-5:])}")
-    return outputs.join(runs, matches[0])
+        found = view.run(run)
+    except ValueError as e:
+        raise ExecutorError(f"{e} under {runs}") from None
+    if found is None:
+        raise ExecutorError(f"run {run!r}: no run file matches under {runs}; "
+                            f"known: {', '.join(r.name for r in rows[:5])}")
+    return found
 
 
-def collect(fs: Any, run_file: dict[str, Any]) -> list[StepView]:
+def collect(view: PrefixView, run_file: dict[str, Any]) -> list[StepView]:
+    """Each step of the run as stored now: its status's presence, record, logs, metrics and results,
+    read through the read model (one read_many for the statuses, one for the records)."""
     outcome = run_file.get("outcome") or {}
     timeline = run_file.get("timeline") or {}
+    entries = run_file.get("steps", [])
+    rels = [_rel(run_file, entry["output_path"]) for entry in entries]
+    present = [r for r in rels if r is not None]
+    rows = dict(zip(present, view.steps(present)))
+    records = view.records(present)
     views = []
-    for entry in run_file.get("steps", []):
-        out = entry["output_path"]
-        view = StepView(entry["name"], entry["step_id"], out, entry.get("decision") or "?", entry.get("reason") or "",
-                        outcome.get(entry["step_id"]) or entry.get("status") or "not run",
-                        record=_read_record(fs, f"{out}/{EXECUTOR_DIR}/record.json"),
-                        events=timeline.get(entry["step_id"], {}))
-        try:
-            view.logs = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{out}/{EXECUTOR_DIR}/logs", detail=False))
-        except FileNotFoundError:
-            pass
-        view.has_status = fs.exists(f"{out}/{EXECUTOR_DIR}/status.json")
-        view.metrics = _read_metrics(fs, f"{out}/metrics.jsonl")
-        view.results = _read_json(fs, f"{out}/results.json")
-        views.append(view)
+    for entry, rel in zip(entries, rels):
+        row = rows.get(rel)
+        view_ = StepView(entry["name"], entry["step_id"], entry["output_path"], entry.get("decision") or "?",
+                         entry.get("reason") or "", outcome.get(entry["step_id"]) or entry.get("status") or "not run",
+                         record=records.get(rel), events=timeline.get(entry["step_id"], {}))
+        if rel is not None:
+            view_.logs = [log.key.rsplit("/", 1)[-1] for log in view.logs(rel)]
+            view_.has_status = row is not None and row.state is not Absent.NO_STATUS
+            view_.metrics = _read_metrics(view, f"{rel}/metrics.jsonl")
+            view_.results = _read_json(view, f"{rel}/results.json")
+        views.append(view_)
     return views
+
+
+def _rel(run_file: dict[str, Any], output_path: str) -> str | None:
+    """A step's output dir relative to the run's prefix (None if it lies elsewhere)."""
+    prefix = str(run_file.get("prefix") or "").rstrip("/")
+    return output_path[len(prefix) + 1:] if prefix and output_path.startswith(prefix + "/") else None
 
 
 def graph_plan(run_file: dict[str, Any], views: list[Any]) -> Plan:
@@ -229,14 +229,20 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
             "</body></html>\n")
 
 
-def write_report(prefix: str, run_path: str, storage_options: dict | None = None, fs: Any = None) -> str:
-    """Build the report of the run file at `run_path` and write it beside it; returns its path."""
-    fs = fs or outputs.filesystem(prefix, storage_options)
-    run_file = outputs.read_run_file(fs, run_path)  # StatusError (exit 2) if unreadable or newer
-    if run_file is None:
+def write_report(prefix: str, run_path: str, storage_options: Any = None, fs: Any = None, store: Any = None) -> str:
+    """Build the report of the run file at `run_path` and write it beside it; returns its path.
+    Reads through the read model (`store`: the prefix's store, opened here if None)."""
+    view = PrefixView(store or location.open_store(prefix, storage_options), prefix)
+    key = run_path[len(prefix.rstrip("/")) + 1:] if run_path.startswith(prefix.rstrip("/") + "/") else run_path
+    found = view.runs(keys=[key])
+    if not found:
         raise ExecutorError(f"{run_path}: no such run file")
-    page = render_report(run_file, collect(fs, run_file))
+    if found[0].problem:
+        raise StatusError(found[0].problem)  # unreadable or newer: exit 2
+    run_file = dict(found[0].document or {})
+    page = render_report(run_file, collect(view, run_file))
     target = run_path.removesuffix(".json") + ".html"
+    fs = fs or outputs.filesystem(prefix, storage_options)
     with fs.open(target, "wb") as f:
         f.write(page.encode())
     return target

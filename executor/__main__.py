@@ -32,13 +32,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from typing import Callable, Sequence
 
 from executor.core import exit_codes
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode
 from executor.engine import location
-from executor.tools import commands, doctor
+from executor.tools import command_help, commands, doctor
 from executor.tools.serve import cmd_serve
 
 PROG = "stepgraph"
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, handler: Callable, *, storage: bool = True,
                 prefix: bool = True) -> argparse.ArgumentParser:
         """One subcommand; every command shares --prefix and --storage-options. Add new ones here."""
-        p = sub.add_parser(name, description=help_text)  # no help=: the epilog's table is the one list
+        p = sub.add_parser(name, description=textwrap.fill(help_text, 88), epilog=command_help.epilog(name),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # no help=: the epilog's table
+                                                                                  # is the one list of commands
         if prefix:
             p.add_argument("--prefix", help="where outputs live (default: env EXECUTOR_PREFIX, else cache/ in the "
                                             "experiment's project)")

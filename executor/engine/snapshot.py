@@ -7,7 +7,7 @@ another; a local store reads relative to one open root). Reads only.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from executor.core.errors import StatusError
 from executor.core.graph import StepNode, gc_paused
@@ -21,11 +21,6 @@ def observe(versioned: Versioned | None, where: str, owners: dict | None = None)
     if versioned is None:
         return NOT_OBSERVED
     return Observed(parse_status(versioned.data, where, owners), versioned.generation)
-
-
-def read_many(store: CoordinationStore, keys: list[str]) -> Iterator[Versioned | None]:
-    """store.read of each key, in order (the store's own read_many: see CoordinationStore)."""
-    return store.read_many(keys)
 
 
 def read_snapshot(store: CoordinationStore, nodes: Iterable[StepNode]) -> dict[str, Observed]:

@@ -6,11 +6,14 @@ Public surface (tested in tests/executor/test_public_api.py):
     prefix_path                                       a fixed input under the prefix, not a step's output
     register_encoding                                 how values of a library type become part of an id
     execution_only, secret, Resources                 fields outside identity; what a step needs
+    hashed_unless_default                             a hashed field added later: out of the id while at its default
     executor_main                                     the CLI entry point of an experiment file
     plan, run, materialize, Options                   the Python API executor_main is built on
     load_result                                       what a succeeded step returned (dataclasses rebuilt)
     PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
+    current_node                                      the node a step's code runs on (Ray node id, else the host name)
+    Progress                                          progress lines (count, rate, ETA) for long work inside a step
     open_file, url_to_fs                              open a path or gs:// / s3:// URL with the step's storage options
     Location, Storage, current_storage                a URL with its options; a run's options keyed by location
 
@@ -41,8 +44,10 @@ _HOME = {
     **dict.fromkeys(("Location", "Storage"), "executor.core.locations"),
     **dict.fromkeys(("current_storage", "open_file", "url_to_fs"), "executor.engine.location"),
     "map_shards": "executor.engine.parallel",
-    **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "output_path_of", "prefix_path", "secret",
-                     "this_output_path"), "executor.core.step"),
+    "current_node": "executor.engine.runner.here",
+    "Progress": "executor.engine.progress",
+    **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "hashed_unless_default", "output_path_of",
+                     "prefix_path", "secret", "this_output_path"), "executor.core.step"),
     **dict.fromkeys(("StoreError", "TransientStoreError"), "executor.engine.store"),
 }
 
@@ -53,10 +58,12 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from executor.core.encodings import register_encoding
     from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
     from executor.core.locations import Location, Storage
-    from executor.core.step import (ExecutorStep, Resources, execution_only, output_path_of, prefix_path,
-                                    secret, this_output_path)
+    from executor.core.step import (ExecutorStep, Resources, execution_only, hashed_unless_default,
+                                    output_path_of, prefix_path, secret, this_output_path)
     from executor.engine.location import current_storage, open_file, url_to_fs
     from executor.engine.parallel import map_shards
+    from executor.engine.progress import Progress
+    from executor.engine.runner.here import current_node
     from executor.engine.store import StoreError, TransientStoreError
 
 
@@ -79,6 +86,7 @@ __all__ = [
     "GraphError",
     "Location",
     "Options",
+    "Progress",
     "PlanResult",
     "Resources",
     "RunResult",
@@ -88,9 +96,11 @@ __all__ = [
     "Storage",
     "StoreError",
     "TransientStoreError",
+    "current_node",
     "current_storage",
     "execution_only",
     "executor_main",
+    "hashed_unless_default",
     "load_result",
     "map_shards",
     "materialize",

@@ -29,11 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from executor import Location, open_file, url_to_fs
+from executor import Location, Progress, execution_only, map_shards, open_file, secret, url_to_fs
 
-from executor.engine.parallel import map_shards
-from executor.engine.progress import Progress
-from executor.core.step import execution_only, secret
 from steps.documents import read_json, remove_stale_temporaries, write_json_atomically
 from steps.http_resume import RESUMABLE_SUFFIX, Partial, TruncatedBody, body_start, hash_file, open_http
 

@@ -29,7 +29,6 @@ from executor import url_to_fs
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from executor.engine import outputs
 from steps.documents import write_file_atomically
 
 LEDGER_SCHEMA = 1
@@ -41,7 +40,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def join(root: str | Path, *parts: str) -> str:
     """`root/part/...` for a local path or a URL."""
-    return outputs.join(str(root), *parts)
+    return "/".join([str(root).rstrip("/"), *(part.strip("/") for part in parts if part)])
 
 
 def save_array_atomically(path: str | Path, array: np.ndarray) -> None:

@@ -21,13 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from executor import url_to_fs
+from executor import Progress, execution_only, map_shards, url_to_fs
 import numpy as np
 import xxhash
 
-from executor.engine.parallel import map_shards
-from executor.engine.progress import Progress
-from executor.core.step import execution_only
 from steps import token_cache
 from steps.bpe import DEFAULT_EOS, BatchEncoder, eos_id_of, load_tokenizer_json, train_byte_level_bpe
 from steps.documents import (BadInputError, OnBadLine, ReadStats, count_records, list_document_files,

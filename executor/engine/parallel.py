@@ -1,8 +1,8 @@
 """Shard-level parallelism for step functions, through the runner the step itself runs on.
 
-A step calls `map_shards(fn, items)`; inside a Ray task this becomes many small Ray tasks on the
-same cluster, elsewhere (in-process runner, unit tests) it runs the calls in order in-process.
-Steps never import Ray themselves.
+A step calls `map_shards(fn, items)`; the runner it runs on fans the calls out (runner/here.py:
+inside a Ray task, many small Ray tasks on the same cluster; elsewhere, in order in-process).
+Neither steps nor this module know Ray.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Sequence, TypeVar
 
 from executor.engine.progress import Progress
+from executor.engine.runner.here import fan_out
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,16 +29,7 @@ def map_shards(
     Results come back in the order of `items`. `fn` must be importable (module level) so that it
     can travel to workers. An exception in any call is raised here, after in-flight calls end.
     """
-    from executor.engine.runner import ray_runner
-
     progress = Progress(desc or getattr(fn, "__name__", "shards"), total=len(items), unit="shards")
-    if ray_runner.ray_is_active():
-        results = ray_runner.map_tasks(fn, list(items), num_cpus=num_cpus,
-                                       max_in_flight=max_in_flight, on_done=progress.update)
-    else:
-        results = []
-        for item in items:
-            results.append(fn(item))
-            progress.update()
+    results = fan_out(fn, items, num_cpus=num_cpus, max_in_flight=max_in_flight, on_done=progress.update)
     progress.close()
     return results

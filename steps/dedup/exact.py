@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from executor.core.step import execution_only
+from executor import execution_only
 from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
                                written_counts)
 from steps.dedup.shuffle import (choose_partitions, nodes_per_stage, numpy_column, read_partition, remove_tree,

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
-from executor.core.step import execution_only
+from executor import execution_only
 from steps.dedup.minhash import batch_signatures, jaccard, make_permutations, shingle_batch, unique_per_text
 from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
                                written_counts)

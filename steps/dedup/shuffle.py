@@ -21,8 +21,6 @@ pyarrow.compute: 0.3-0.7 s in every worker process, a third of a small step's ti
 from __future__ import annotations
 
 import io
-import socket
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -31,9 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from executor import url_to_fs
-from executor.engine.parallel import map_shards
-from executor.engine.runner.ray_env import ray_is_active
+from executor import current_node, map_shards, url_to_fs
 from steps.documents import read_json, write_file_atomically, write_json_atomically
 
 
@@ -158,16 +154,9 @@ def _run_resumable(task: _Resumable) -> dict:
     committed = read_json(task.marker)
     if committed is not None:
         return {**committed, "resumed": True}
-    result = {"resumed": False, **task.fn(task.job), "node": _node()}
+    result = {"resumed": False, **task.fn(task.job), "node": current_node()}
     write_json_atomically(task.marker, result)
     return result
-
-
-def _node() -> str:
-    """The Ray node running this task (its id), or the host outside Ray."""
-    if ray_is_active():
-        return sys.modules["ray"].get_runtime_context().get_node_id()
-    return socket.gethostname()
 
 
 def nodes_per_stage(stages: dict[str, list[dict]]) -> dict[str, int]:

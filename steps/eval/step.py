@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from executor import url_to_fs
 import numpy as np
 
-from executor.core.step import execution_only
+from executor import execution_only
 from steps.eval import baselines
 from steps.eval.lm import load_trained_model, make_scorer, score_in_batches, total_nats
 from steps.eval.multiple_choice import load_task, score_task

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from executor.core.step import execution_only, hashed_unless_default
+from executor import execution_only, hashed_unless_default
 from steps.tracking import check_trackers
 
 ROUTER_AFFINITIES = ("sigmoid", "softmax")

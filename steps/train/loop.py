@@ -24,11 +24,10 @@ import contextvars
 from concurrent.futures import Future, ThreadPoolExecutor
 
 
-from executor import url_to_fs
+from executor import Progress, url_to_fs
 import jax
 import numpy as np
 
-from executor.engine.progress import Progress
 from steps.token_cache import TokenSplit
 from steps.tracking import Trackers
 from steps.train import batch_documents, checkpoint, sharded_checkpoint

@@ -2,6 +2,7 @@
 
 The core imports neither the engine nor the tools; the engine never imports the tools or the
 command line; and no two executor modules import each other, even only for type checking.
+Steps and experiments use only the public surface, `from executor import ...` (executor.__all__).
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "executor"
+import executor
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "executor"
 
 
 def module_name(path: Path) -> str:
@@ -70,3 +74,27 @@ def test_no_import_cycles_between_modules():
         if module not in state:
             visit(module, [module])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def private_imports(path: Path) -> list[str]:
+    """The executor modules below the package root that a file imports (`from executor import X`
+    imports names of the public surface, not modules)."""
+    public = {f"executor.{name}" for name in executor.__all__}
+    return sorted(name for name in imported_modules(path) if name != "executor" and name not in public)
+
+
+def test_steps_and_experiments_use_only_the_public_surface():
+    files = sorted([*(REPO / "steps").rglob("*.py"), *(REPO / "experiments").rglob("*.py")])
+    assert len(files) > 20
+    bad = [f"{path.relative_to(REPO)} imports {', '.join(names)}" for path in files
+           if (names := private_imports(path))]
+    assert not bad, "steps import `from executor import ...` only (add what they need to executor.__all__):\n" + \
+        "\n".join(bad)
+
+
+def test_the_public_surface_check_sees_every_import_form(tmp_path):
+    step = tmp_path / "step.py"
+    step.write_text("import executor\nfrom executor import map_shards\nimport executor.engine.outputs\n"
+                    "def f():\n    from executor.core.step import secret\n    from executor.engine import location\n")
+    assert private_imports(step) == ["executor.core.step", "executor.core.step.secret", "executor.engine",
+                                     "executor.engine.location", "executor.engine.outputs"]

@@ -16,6 +16,8 @@ PUBLIC = {
     "open_file",  # a step's files on a disk or a bucket, with the run's storage options (issue 16)
     # a location is a value (issue 29): the step's storage options keyed by location, as a value
     "url_to_fs", "Location", "Storage", "current_storage",
+    # what steps need, so that they import only this surface (tests/executor/test_layering.py)
+    "Progress", "current_node", "hashed_unless_default",
 }
 
 

@@ -38,10 +38,10 @@ def s3(s3_emulator):
     """
     from s3fs import S3FileSystem
 
-    from executor.engine.runner import ray_runner
+    from executor.engine.runner import ray_env
 
     with pytest.MonkeyPatch.context() as env:
-        env.setattr(ray_runner, "ray_is_active", lambda: False)
+        env.setattr(ray_env, "ray_is_active", lambda: False)
         env.setenv("AWS_ACCESS_KEY_ID", S3_FAKE_CREDENTIALS["key"])
         env.setenv("AWS_SECRET_ACCESS_KEY", S3_FAKE_CREDENTIALS["secret"])
         env.setenv("AWS_ENDPOINT_URL", s3_emulator.endpoint_url)

@@ -14,9 +14,9 @@ honoured by every command that loads an experiment. `stepgraph COMMAND --help` f
     graph    EXPERIMENT FILE                       draw the plan (.html, .svg, .png)
     plan     EXPERIMENT                            the plan file content (ids + identities) as JSON
     check    PATHS...                              CI: ids vs the committed plan files (exit 3 on change)
-    adopt    EXPERIMENT STEP --from OLD --reason TEXT [--dry-run] [--with-dependents] [--force]
+    adopt    EXPERIMENT STEP --from OLD_STEP_ID --reason TEXT [--dry-run] [--with-dependents] [--force]
     verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
-    gc       EXPERIMENT... [--pin ID] [--delete --grace-hours H]   outputs no experiment reaches
+    gc       EXPERIMENT... [--pin STEP_ID] [--delete --grace-hours H]   outputs no experiment reaches
     repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
     report   [RUN]                                 rebuild a run's HTML report (runs/<run>.html) from storage
     serve    [--host H] [--port N|0] [--token-file F]   a live, read-only web view of the prefix (token in its URL)

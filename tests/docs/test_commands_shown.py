@@ -23,10 +23,17 @@ def _command_lines() -> list[tuple[str, str]]:
     for block in all_blocks():
         if block.language not in ("bash", "sh", "shell"):
             continue
+        pending = ""
         for line in block.text.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
+            pending += line + "\n"
+            try:
+                words = shlex.split(pending, comments=True)
+            except ValueError:  # a quoted value that goes on over the next line (a JSON object)
+                continue
+            pending = ""
             if words:
                 found.append((block.where, words))
+        assert not pending, f"{block.where}: an unclosed quote in a shown command"
     return found
 
 

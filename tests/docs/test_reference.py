@@ -14,7 +14,6 @@ CLI = REPO / "docs" / "cli.md"
 # Variables the product reads or sets that are not for users, and why.
 INTERNAL_VARIABLES = {
     "EXECUTOR_FAULTY_STORE": "test-only: injects storage faults",
-    "EXECUTOR_COLOCATE_HOSTS": "test-only: packs a multi-host step's hosts onto one machine",
     "STEPGRAPH_COORDINATOR_ADDRESS": "set by the executor for the processes of a multi-host step",
     "STEPGRAPH_NUM_PROCESSES": "set by the executor for the processes of a multi-host step",
     "STEPGRAPH_PROCESS_ID": "set by the executor for the processes of a multi-host step",
@@ -52,6 +51,14 @@ def test_the_drift_warning_is_quoted_as_it_is_printed():
     fixed = drift.message().split("now). ", 1)[1]  # the advice, after the varying hashes
     page = " ".join((REPO / "docs" / "editing-code.md").read_text().split())
     assert " ".join(fixed.split()) in page
+
+
+def test_the_python_api_page_names_every_public_name():
+    import executor
+
+    page = (REPO / "docs" / "python-api.md").read_text()
+    missing = [name for name in executor.__all__ if not re.search(rf"(?<![\w.]){name}(?!\w)", page)]
+    assert not missing, f"executor.__all__ names missing from docs/python-api.md: {missing}"
 
 
 def test_the_site_builds_strictly_offline(tmp_path):

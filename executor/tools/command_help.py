@@ -33,7 +33,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 _USAGE = (ExitCode.USAGE, "usage error, or no stepgraph outputs under the prefix")
-EXITS: dict[str, tuple[tuple[ExitCode, str], ...]] = {
+CODES: dict[str, tuple[tuple[ExitCode, str], ...]] = {
     "run": ((ExitCode.OK, "all done"), (ExitCode.FAILED, "a step failed or the runner broke"),
             (ExitCode.USAGE, "usage or config error (nothing ran)"), (ExitCode.CHANGED, "--check: ids changed"),
             (ExitCode.INTERRUPTED, "Ctrl-C"), (ExitCode.TERMINATED, "SIGTERM")),
@@ -49,7 +49,7 @@ EXITS: dict[str, tuple[tuple[ExitCode, str], ...]] = {
 
 
 def exits(name: str) -> tuple[tuple[ExitCode, str], ...]:
-    return EXITS.get(name, ((ExitCode.OK, "done"), _USAGE))
+    return CODES.get(name, ((ExitCode.OK, "done"), _USAGE))
 
 
 def epilog(name: str) -> str:

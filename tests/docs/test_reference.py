@@ -67,3 +67,23 @@ def test_the_site_builds_strictly_offline(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     html = (tmp_path / "index.html").read_text()
     assert "fonts.googleapis.com" not in html and "googletagmanager" not in html
+
+
+def _code_text() -> str:
+    return "\n".join(p.read_text() for p in REPO.joinpath("executor").rglob("*.py"))
+
+
+def test_messages_quoted_in_troubleshooting_are_what_the_code_says():
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    quoted = re.findall(r'^## "(.+)"$', page, flags=re.M) + re.findall(r'\("(running elsewhere: )', page)
+    assert quoted, "troubleshooting.md quotes no message"
+    code = _code_text()
+    for message in quoted:
+        for fragment in filter(None, (f.strip(" ;") for f in message.split("…"))):
+            assert fragment in code, f"docs/troubleshooting.md quotes {fragment!r}, which no module says"
+
+
+def test_relative_links_of_the_readme_resolve():
+    readme = (REPO / "README.md").read_text()
+    for target in re.findall(r"\]\(((?!https?:|#)[^)#\s]+)", readme):
+        assert (REPO / target).exists(), f"README.md links to {target}, which does not exist"

@@ -73,7 +73,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    epilog = __doc__.split("\n\n", 1)[1] + "\nExit codes:\n" + exit_codes.help_text()
+    epilog = __doc__.split("\n\n", 1)[1] + "\nexit codes:\n" + exit_codes.help_text()
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=epilog,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}")

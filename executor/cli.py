@@ -105,7 +105,17 @@ def _help(user_config: Any) -> None:
     if user_rows:
         print("\nexperiment flags:")
         _print_rows(user_rows, width)
-    print(f"\nExit codes:\n{exit_codes.help_text()}")
+    print("\nexamples:")
+    column = max(len(example) for example, _ in _EXAMPLES) + 2
+    for example, what in _EXAMPLES:
+        print(f"  {example:<{column}}{what}")
+    print(f"\nexit codes:\n{exit_codes.help_text()}")
+
+
+_EXAMPLES = (("python EXPERIMENT --dry-run", "the plan: an action and a reason per step; writes nothing"),
+             ("python EXPERIMENT --only STEP", "STEP and what it needs"),
+             ("python EXPERIMENT --force-run STEP", "re-run STEP although it succeeded"),
+             ("python EXPERIMENT --prefix gs://bucket/runs", "outputs in a bucket"))
 
 
 def _flag_words(flag: str, kind: str) -> str:

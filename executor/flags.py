@@ -67,7 +67,7 @@ def top_level_fields(config_class: type | None) -> set[str]:
 
 
 def spelled(name: str) -> str:
-    """How a flag is written on the command line (and in the README): --dry-run, --model.d-model."""
+    """How a flag is written on the command line (and in the docs): --dry-run, --model.d-model."""
     return "--" + name.replace("_", "-")
 
 

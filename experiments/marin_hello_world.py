@@ -1,7 +1,7 @@
 """Marin's tutorial `experiments/tutorials/hello_world.py`, rewritten for stepgraph.
 
 Two steps: write the numbers 0..n-1, then compute their sum, min and max. What changed from the
-Marin file, line by line (the README's "Coming from Marin" has the full table):
+Marin file, line by line (docs/marin.md, "Coming from Marin", has the full table):
 
 - imports come from `executor` instead of `marin.execution.executor`; the names are the same
   (`ExecutorStep`, `executor_main`, `output_path_of`, `this_output_path`);

@@ -138,14 +138,13 @@ def test_notebook_session_plans_runs_and_materializes(tmp_path):
     assert record["provenance"]["function"] == "__main__:exclaim"  # no file to name: the module it ran in
 
 
-def test_the_readme_python_api_example_runs(tmp_path):
-    """The code block under "## The Python API" in README.md, run as written (prefix moved to tmp)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## The Python API"):]
-    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
-    assert 'prefix="/tmp/p"' in code
+def test_the_docs_python_api_example_runs(tmp_path):
+    """The first code block of docs/python-api.md, run as written (prefix moved to tmp)."""
+    page = (REPO / "docs" / "python-api.md").read_text()
+    code = page[page.index("```python\n") + len("```python\n"):page.index("```\n", page.index("```python"))]
+    assert 'prefix="cache"' in code
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", code.replace('"/tmp/p"', repr(str(tmp_path)))
+    done = subprocess.run([sys.executable, "-c", code.replace('"cache"', repr(str(tmp_path)))
                            + "\nprint('LOADED', executor.load_result(summary, options))"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

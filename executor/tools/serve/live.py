@@ -22,6 +22,7 @@ from executor.tools.serve.watch import Change, Subscription, Watcher
 KEEPALIVE_S = 15.0
 LOG_EVENT_BYTES = 64 * 1024
 KEEPALIVE = b": keep-alive\n\n"
+CATCH_UP_LIMIT = pages.PAGE_SIZE  # changes a page may have missed before it is told to reload
 
 
 def _event(name: str, data: Any) -> bytes:
@@ -63,6 +64,8 @@ async def _changes(request: web.Request, subscription: Subscription, since: int,
                    tick_s: float | None = None) -> AsyncIterator[Change | None]:
     """What changed since the page was rendered, then each refresh's change (None: a quiet tick)."""
     first = request.app[WATCHER].changed_since(since)
+    if len(first.steps) > CATCH_UP_LIMIT:  # a page that old is cheaper to load again
+        raise _Reload()
     if first:
         yield first
     while True:
@@ -82,6 +85,8 @@ async def follow_overview(request: web.Request, subscription: Subscription, sinc
             yield KEEPALIVE
             continue
         rels = set(change.steps)
+        if len(rels) > CATCH_UP_LIMIT:  # a big run started or ended: the page's rows are cheaper to load again
+            raise _Reload()
         if change.runs:  # a run file that appeared names the experiment of the steps it wrote
             run_ids = {watcher.runs[key].run_id for key in change.runs if key in watcher.runs}
             rels |= {r.rel for r in watcher.step_rows() if r.run_id in run_ids}

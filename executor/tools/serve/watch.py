@@ -49,6 +49,7 @@ class Watcher:
         self.last_error: str | None = None  # the last failed refresh's error, shown on pages until one succeeds
         self.subscriptions: set[Subscription] = set()
         self._lock = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
 
     # -- reading --------------------------------------------------------------------------------
     async def refresh(self) -> Change:
@@ -67,13 +68,25 @@ class Watcher:
         return change
 
     async def ensure_fresh(self) -> None:
-        """Refresh unless the last one is younger than the interval (pages call this; a failure
-        leaves the last picture in place and its error in `last_error`, which pages show)."""
-        if time.monotonic() - self.refreshed_at >= self.interval_s:
-            try:
-                await self.refresh()
-            except Exception:  # noqa: BLE001 - recorded in last_error by refresh()
-                pass
+        """A page's read: never waits for storage once there is a picture. When the picture is
+        older than the interval a refresh starts in the background, and the page (rendered from
+        the picture it has) learns what that refresh changed through its live stream, which
+        catches up from the refresh the page was rendered at. A failure leaves the picture in
+        place and its error in `last_error`, which pages show."""
+        if time.monotonic() - self.refreshed_at < self.interval_s or self._lock.locked():
+            return
+        if self.refreshes == 0:  # nothing to show yet: wait for it
+            await self._refresh_quietly()
+            return
+        task = asyncio.create_task(self._refresh_quietly())
+        self._background.add(task)  # held until done (the loop keeps only weak references)
+        task.add_done_callback(self._background.discard)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except Exception:  # noqa: BLE001 - recorded in last_error by refresh()
+            pass
 
     def _refresh_blocking(self) -> Change:
         """One listing of statuses and one of runs/; reads of only what changed or appeared."""

@@ -44,9 +44,9 @@ def ray_local():
     """
     import ray
 
-    from executor.engine.runner.ray_runner import _start_embedded
+    from executor.engine.runner.ray_env import start_embedded
 
-    _start_embedded(num_cpus=2, object_store_memory=80 * 1024 * 1024, resources=None)
+    start_embedded(num_cpus=2, object_store_memory=80 * 1024 * 1024, resources=None)
     yield ray
     ray.shutdown()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from executor.core.canonical import CanonicalEncoder, DigestOf, surrogate_error
 from executor.core.step import ExecutorStep
@@ -23,10 +22,6 @@ def identity_text(step: ExecutorStep, encoder: CanonicalEncoder) -> str:
     code_version = "null" if step.code_version is None else _string(step.code_version)
     config = encoder.config_text(step.config, step.name)
     return f'{{"code_version":{code_version},"config":{config},"name":{_string(step.name)},"schema":{IDENTITY_SCHEMA}}}'
-
-
-def identity_document(step: ExecutorStep, digest_of: DigestOf) -> dict[str, Any]:
-    return json.loads(identity_text(step, CanonicalEncoder(digest_of)))
 
 
 def identity_and_digest(step: ExecutorStep, digest_of: DigestOf | CanonicalEncoder) -> tuple[bytes, str]:

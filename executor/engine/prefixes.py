@@ -10,8 +10,6 @@ from typing import Any, Mapping
 from executor.core.locations import Storage, storage_from
 from executor.engine import location, outputs
 
-DEFAULT_PREFIX = "cache"
-
 
 def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_file: str | None = None) -> str:
     """The given prefix, else EXECUTOR_PREFIX, else cache/ in the project holding `experiment_file`

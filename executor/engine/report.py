@@ -83,14 +83,6 @@ def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
     out.write("\n]}\n")
 
 
-def plan_json(plan: Plan, prefix: str) -> str:
-    import io
-
-    buffer = io.StringIO()
-    write_plan_json(plan, prefix, buffer)
-    return buffer.getvalue()
-
-
 def _short(value: object, limit: int = 80) -> str:
     """A result value as echoed on the console: whole in the record, shortened here."""
     text = str(value)

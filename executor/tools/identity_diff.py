@@ -157,11 +157,6 @@ def _render(value: Any) -> str:
     return repr(value)
 
 
-def size_of_diff(changes: list[Change]) -> int:
-    """How far apart two versions are, for choosing the nearest earlier version."""
-    return len(changes)
-
-
 def cascade_summary(steps_readdressed: int, roots: list[tuple[str, list[str]]]) -> str:
     """'37 steps re-addressed by 1 change in tokenize: config.vocab_size' (roots: name, paths)."""
     changes = sum(max(1, len(paths)) for _, paths in roots)

@@ -103,10 +103,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from executor.engine.runner.ray_runner import _start_embedded
+    from executor.engine.runner.ray_env import start_embedded
 
     t0 = time.perf_counter()
-    _start_embedded(args.num_cpus, 200 * 1024 * 1024, None)
+    start_embedded(args.num_cpus, 200 * 1024 * 1024, None)
     import ray
 
     ray.get([ray.remote(trivial).remote(Trivial(0, tempfile.mkdtemp())) for _ in range(4 * args.num_cpus)])  # warm workers

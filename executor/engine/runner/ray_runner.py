@@ -9,8 +9,8 @@ the step's own code comes back as a failed outcome (the run loop retries it only
 
 The ray_* modules of this package are the only ones that import ray: ray_env (loopback settings,
 the embedded cluster), ray_tasks (what runs in workers), ray_handle (one step's tries), ray_map
-(shard fan-out) and this one. `map_tasks`, `ray_is_active`, `prepare_loopback_environment` and
-`_start_embedded` stay importable from here for executor.engine.parallel, tests and scripts.
+(shard fan-out) and this one. `map_tasks`, `ray_is_active` and `prepare_loopback_environment`
+stay importable from here for tests and scripts.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from executor.engine.runner.ray_tasks import execute_host, execute_remotely
 from executor.core.step import Resources
 
 __all__ = ["RayHandle", "RayRunner", "map_tasks", "prepare_loopback_environment", "ray_is_active"]
-_start_embedded = start_embedded  # the name tests/conftest.py and scripts/bench import
 
 
 class RayRunner:

@@ -12,6 +12,7 @@ run installs any, belong on the main thread only (signal.signal raises elsewhere
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -31,6 +32,8 @@ from executor.core.record import Owner
 from executor.core.step import ExecutorStep, Resources
 from executor.engine import outputs
 from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
+from executor.core.locations import Storage, storage_from
+from executor.core.urls import protocol_of
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
 from executor.engine.snapshot import read_snapshot
 
@@ -49,7 +52,9 @@ class Options:
     lease_ttl: float = 60.0
     heartbeat_interval: float = 15.0
     cross_region_budget_gb: float = 10.0  # refuse a run reading more than this from buckets in other locations
-    storage_options: Optional[dict] = None  # fsspec options; None: env EXECUTOR_STORAGE_OPTIONS
+    # fsspec options: one object (for the prefix's protocol), one per location ({"s3://corpus": {...},
+    # "gs://": {...}}, longest match wins) or a Storage; None: env EXECUTOR_STORAGE_OPTIONS
+    storage_options: Optional[Any] = None
 
 
 class StepFailed(Exception):
@@ -111,7 +116,7 @@ class PlanResult(_Steps):
     """What a run would do; reads statuses, writes nothing."""
 
     plan: Plan = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
-    storage_options: dict = field(default_factory=dict, repr=False, compare=False)
+    storage_options: Storage = field(default_factory=Storage, repr=False, compare=False)  # keyed by location
     store: Any = field(default=None, repr=False, compare=False)
     fs: Any = field(default=None, repr=False, compare=False)
 
@@ -200,14 +205,15 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     return decided.result(graph)
 
 
-def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, dict, Any, Any]:
-    """The prefix, its storage options, coordination store and filesystem (once per call)."""
+def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, Storage, Any, Any]:
+    """The prefix, the call's storage options (a Storage value keyed by location), coordination
+    store and filesystem (once per call)."""
     environ = os.environ if environ is None else environ
     prefix = resolve_prefix(options.prefix, environ, main_file_path())
-    storage_options = (dict(options.storage_options) if options.storage_options is not None
-                       else storage_options_from_env(prefix, environ))
-    store, fs = open_prefix(prefix, environ, storage_options)
-    return prefix, storage_options, store, fs
+    storage = (storage_from(options.storage_options, prefix, source="Options(storage_options=...)")
+               if options.storage_options is not None else storage_options_from_env(prefix, environ))
+    store, fs = open_prefix(prefix, storage)
+    return prefix, storage, store, fs
 
 
 class Decided(NamedTuple):
@@ -215,7 +221,7 @@ class Decided(NamedTuple):
     result without its per-step reports, which a dry run and a run with nothing to do never read."""
 
     prefix: str
-    storage_options: dict
+    storage_options: Storage
     store: Any
     fs: Any
     plan: Plan
@@ -322,7 +328,7 @@ def _new_runner(options: Options, events: Events, environ: Mapping[str, str], pr
         from executor.engine.runner.inline import InlineRunner
 
         # each step in a child process that stops itself if this one goes silent for half the TTL
-        return InlineRunner(isolate=not prefix.startswith("memory://"), silence_limit_s=options.lease_ttl / 2)
+        return InlineRunner(isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2)
     from executor.engine.runner.ray_runner import RayRunner
 
     address = options.ray_address or environ.get("RAY_ADDRESS")
@@ -371,9 +377,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
-    if prefix.startswith("memory://") and options.runner != "inline":
+    if protocol_of(prefix) == "memory" and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
-    note_cross_region_reads(planned.plan, prefix, events, options.cross_region_budget_gb)
+    note_cross_region_reads(planned.plan, prefix, planned.storage_options, events, options.cross_region_budget_gb)
     runner = _RunnerSlot(options, events, environ, prefix, guard)
     try:
         _check_runner(runner, planned, options)
@@ -384,13 +390,12 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
     except BaseException:
         runner.shutdown()
         raise
-    ctx = _run_context(planned, options, events, guard, runner, call)
-    run_file = _begin_run_file(planned, ctx, events, guard, call)
-    try:
+    with contextlib.ExitStack() as cleanup:  # whatever fails from here, the runner is shut down
+        cleanup.callback(runner.shutdown)
+        ctx = _run_context(planned, options, events, guard, runner, call)
+        cleanup.callback(ctx.keeper.stop)  # Execution.run stops it too; this covers a failure before it started
+        run_file = _begin_run_file(planned, ctx, events, guard, call)
         summary = Execution(graph, planned.plan, ctx).run()
-    finally:
-        ctx.keeper.stop()  # Execution.run stops it too; this covers a failure before it started
-        runner.shutdown()
     return _run_result(graph, planned, summary, ctx.owner.run_id, run_file.path)
 
 
@@ -409,7 +414,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
     keeper = LeaseKeeper(planned.store, settings)
     guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
-    return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs,
+    return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs, storage=planned.storage_options,
                       owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s), runner_factory=runner,
                       events=events, invocation=info, main_file=call.main_file,
                       max_concurrent=options.max_concurrent)
@@ -458,14 +463,14 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     options = _options(options, overrides)
     graph = build_graph([step])
     node = graph.nodes[graph.digest_of(step)]
-    prefix, _, store, _ = _open(options, environ)
+    prefix, storage, store, _ = _open(options, environ)
     status = read_snapshot(store, [node])[node.digest].status
     if status is None or status.state != State.SUCCESS or status.digest != node.digest:
         found = "no status" if status is None else f"status {status.state.value}"
         raise ExecutorError(f"step {step.name!r} has not succeeded at {outputs.join(prefix, node.output_rel)} "
                             f"({found}); run it first, e.g. executor.materialize(step)")
     output_rel = status.alias_of["output_rel"] if status.alias_of else node.output_rel
-    with location.open_file(outputs.join(prefix, record_key(output_rel)), "rb") as f:
+    with location.open_file(outputs.join(prefix, record_key(output_rel)), "rb", storage=storage) as f:
         record = json.loads(f.read())
     data = record.get("result")
     cls = as_type or _returned_dataclass(step)

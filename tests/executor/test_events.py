@@ -125,6 +125,21 @@ def test_a_retried_step_emits_its_retry_between_start_and_end(tmp_path):
     assert "ValueError: first try fails" in seen[3].error and seen[4].result == {"n": 2}
 
 
+def test_a_run_file_that_cannot_be_written_stops_the_run_and_its_runner(tmp_path, monkeypatch):
+    """Before any step starts: the run raises, its runner is shut down (a Ray it started would
+    otherwise stay up), and subscribers hear RunFinished without a result."""
+    from executor.engine.runner.inline import InlineRunner
+
+    shut: list[bool] = []
+    monkeypatch.setattr(InlineRunner, "shutdown", lambda self: shut.append(True))
+    (tmp_path / "runs").write_text("a file where the run files' directory goes")
+    seen: list[Any] = []
+    with pytest.raises(Exception):
+        executor.run(dag(), prefix=str(tmp_path), runner="inline", subscribers=[seen.append])
+    assert shut and [type(e) for e in seen] == [PlanMade, RunFinished] and seen[-1].result is None
+    assert not list(tmp_path.glob("events/*/.executor/status.json"))  # nothing ran
+
+
 def test_plan_emits_the_plan_it_returns(tmp_path):
     seen: list[Any] = []
     planned = executor.plan(dag(), prefix=str(tmp_path), subscribers=[seen.append])

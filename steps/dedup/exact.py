@@ -1,7 +1,7 @@
 """Exact deduplication of documents (and optionally of repeated lines) with xxh3-128, as a shuffle.
 
 1. hash (one task per input shard): the xxh3-128 of every document's text, written as
-   (hash, shard, index, id) records into Parquet files partitioned by hash under
+   (hash, shard, index, id) records into Arrow files partitioned by hash under
    `<output>/.work/exact/hash/<partition>/`.
 2. reduce (one task per partition): rows sorted by (hash, shard, index); all but the first of each
    hash are removed, the first occurrence in the global order (input files sorted by path, then

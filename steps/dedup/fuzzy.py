@@ -1,6 +1,6 @@
 """Fuzzy (near-duplicate) deduplication: MinHash + LSH, verification by exact Jaccard, as shuffles.
 
-Stages (each a set of resumable tasks exchanging Parquet files under `<output>/.work/fuzzy/`; the
+Stages (each a set of resumable tasks exchanging Arrow files under `<output>/.work/fuzzy/`; the
 driver holds one small dict per shard, per partition and per round, never per document):
 1. minhash (per shard): MinHash over word n-gram shingles (minhash.py); one 64-bit key per
    (band, band rows) of each document, written partitioned by key.

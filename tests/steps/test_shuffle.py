@@ -1,4 +1,4 @@
-"""steps/dedup/shuffle.py: the column conversions give back what they were given, through a Parquet
+"""steps/dedup/shuffle.py: the column conversions give back what they were given, through an Arrow
 file, for slices and many-chunk columns, on any Unicode text; a work tree on an object store is
 removed one directory at a time, never listed whole."""
 
@@ -81,7 +81,7 @@ def _remove_tree_lists_one_directory_at_a_time(root, where, monkeypatch):
     from executor.engine import location
 
     fs, base = location.url_to_fs(root)
-    files = {f"{base}/{stage}/{p:05d}/{k:06d}.parquet": b"x" for stage in ("hash", "reduce") for p in range(6)
+    files = {f"{base}/{stage}/{p:05d}/{k:06d}.arrow": b"x" for stage in ("hash", "reduce") for p in range(6)
              for k in range(5)}
     files.update({f"{base}/hash/done/{k:06d}.json": b"{}" for k in range(5)})
     fs.pipe(files)

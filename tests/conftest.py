@@ -20,6 +20,10 @@ os.environ.update(
     RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",
     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
 )
+# One console width for every test and the processes it starts: rich tables and argparse help wrap
+# at the terminal's width (COLUMNS), and no assertion may depend on the terminal the suite runs in
+# (issue 35). A test about width sets its own (tools/test_one_command.py, tools/test_overview.py).
+os.environ["COLUMNS"] = "200"
 
 
 

@@ -19,10 +19,11 @@ import fsspec
 from executor.engine import location
 from executor.engine import outputs
 from executor.engine.progress import Progress, human_bytes
-from executor.core.errors import StatusError
-from executor.core.record import EXECUTOR_DIR, State, parse_status
+from executor.core.record import EXECUTOR_DIR, Absent, State, record_key, status_key
+from executor.engine.prefix_view import PrefixView, StepDetail
 
 CHUNK = 1 << 20
+STATUS_FILE, RECORD_FILE = status_key("").lstrip("/"), record_key("").lstrip("/")  # as a step's problems name them
 
 
 @dataclass(frozen=True)
@@ -130,17 +131,31 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
     return result
 
 
-def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0,
+class Views:
+    """Read models of the folders that hold the steps being verified, one per folder: a step's
+    status and record are read through them (engine/prefix_view.py), never by path."""
+
+    def __init__(self, storage_options: Any = None):
+        self.storage_options, self._views = storage_options, {}
+
+    def detail_of(self, step_path: str) -> StepDetail:
+        parent, _, name = step_path.rstrip("/").rpartition("/")
+        if parent not in self._views:
+            self._views[parent] = PrefixView.open(parent or "/", self.storage_options)
+        return self._views[parent].step_at(name, rows=(), runs=())
+
+
+def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, views: Views, _hops: int = 0,
                on_bytes: OnBytes = _ignore) -> StepVerification:
     """Verify one step directory, given its status and record."""
     step_path = step_path.rstrip("/")
-    status_bytes = outputs.read_bytes(fs, f"{step_path}/{EXECUTOR_DIR}/status.json")
-    if status_bytes is None:
+    detail = views.detail_of(step_path)
+    row, status = detail.row, detail.status
+    if row.state is Absent.NO_STATUS:
         return StepVerification(step_path, note="no status.json: not a completed step; skipped")
-    try:
-        status = parse_status(status_bytes, f"{step_path}/{EXECUTOR_DIR}/status.json")
-    except StatusError as e:
-        return StepVerification(step_path, problems=[Problem("unverifiable", f"{EXECUTOR_DIR}/status.json", str(e))])
+    if status is None:
+        return StepVerification(step_path, problems=[Problem("unverifiable", STATUS_FILE,
+                                                             f"{row.status_path}: {row.problem}")])
     if status.state != State.SUCCESS:
         return StepVerification(step_path, status.step_id, note=f"status is {status.state.value}; nothing to verify")
     if status.alias_of and _hops == 0:
@@ -148,29 +163,27 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, _hops: int = 0,
         if base is None:
             return StepVerification(step_path, status.step_id, note="adopted; verify the output it points at: "
                                     f"{status.alias_of.get('output_rel')}")
-        target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", _hops=1, on_bytes=on_bytes)
+        target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", views, _hops=1, on_bytes=on_bytes)
         target.note = f"adopted by {status.step_id}; verified the output it points at"
         return target
-    try:
-        record = outputs.read_record(fs, f"{step_path}/{EXECUTOR_DIR}/record.json")
-    except StatusError as e:  # reported for this step; verification goes on with the others
+    if detail.record_problem:  # reported for this step; verification goes on with the others
         return StepVerification(step_path, status.step_id,
-                                problems=[Problem("unverifiable", f"{EXECUTOR_DIR}/record.json", str(e))])
+                                problems=[Problem("unverifiable", RECORD_FILE, detail.record_problem)])
+    record = detail.record
     if record is None:
         return StepVerification(step_path, status.step_id,
-                                problems=[Problem("missing", f"{EXECUTOR_DIR}/record.json",
-                                                  "SUCCESS without a record")])
+                                problems=[Problem("missing", RECORD_FILE, "SUCCESS without a record")])
     if record.get("digest") != status.digest:
         return StepVerification(step_path, status.step_id, problems=[Problem(
-            "changed", f"{EXECUTOR_DIR}/record.json", f"record digest {str(record.get('digest'))[:12]}… does not "
-                                                        f"match the status digest {status.digest[:12]}…")])
-    return verify_step(fs, step_path, record, on_bytes)
+            "changed", RECORD_FILE, f"record digest {str(record.get('digest'))[:12]}… does not "
+                                    f"match the status digest {status.digest[:12]}…")])
+    return verify_step(fs, step_path, dict(record), on_bytes)
 
 
 def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
     """Step output directories under `path` (directories holding .executor/), runs/ excluded."""
     root = _bare(fs, path)
-    if fs.exists(f"{path.rstrip('/')}/{EXECUTOR_DIR}/status.json"):
+    if fs.exists(f"{path.rstrip('/')}/{STATUS_FILE}"):
         return [path.rstrip("/")]
     steps = set()
     marker = f"/{EXECUTOR_DIR}/"
@@ -199,7 +212,8 @@ def verify_path(path: str, storage_options: dict | None = None) -> list[StepVeri
         progress.update(0)
 
     results = []
+    views = Views(storage_options)
     for step in steps:
-        results.append(verify_one(fs, step, on_bytes=on_bytes))
+        results.append(verify_one(fs, step, views, on_bytes=on_bytes))
         progress.update()
     return results

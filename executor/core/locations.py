@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from executor.core.errors import ExecutorError
-from executor.core.urls import canonical, is_local, protocol_of, split_url
+from executor.core.urls import canonical, has_scheme, is_local, protocol_of, split_url
 
 SOURCE = "storage options"  # how errors name the value when its origin is not known
 _EXAMPLE = '{"s3://corpus": {"endpoint_url": "http://127.0.0.1:9000"}, "gs://": {"token": "anon"}}'
@@ -98,7 +98,7 @@ class Storage:
 
     def location(self, url: str) -> Location:
         """`url` (aliases resolved) with the options that apply to it."""
-        return Location(canonical(url) if "://" in url else url, self.options_for(url))
+        return Location(canonical(url), self.options_for(url))
 
     def __bool__(self) -> bool:
         return bool(self._by_key)
@@ -139,7 +139,7 @@ def storage_from(value: Storage | Mapping[str, Any] | None, prefix: str | None =
 def is_keyed(value: Mapping[str, Any], source: str = SOURCE) -> bool:
     """Whether an options object is keyed by location (every key a URL) rather than one set of
     options (every key an option name); a mix of both is an error naming the odd key."""
-    urls = [k for k in value if isinstance(k, str) and "://" in k]
+    urls = [k for k in value if isinstance(k, str) and has_scheme(k)]
     if not urls:
         for key in value:
             if not (isinstance(key, str) and key.isidentifier()):
@@ -157,7 +157,7 @@ def is_keyed(value: Mapping[str, Any], source: str = SOURCE) -> bool:
 
 
 def _check_entry(key: Any, options: Any, source: str) -> None:
-    if not isinstance(key, str) or "://" not in key:
+    if not isinstance(key, str) or not has_scheme(key):
         raise ExecutorError(f"{source}: key {key!r} is not a location; keys look like s3://bucket, "
                             f"s3://bucket/path or gs:// (every bucket of that scheme), e.g. {_EXAMPLE}")
     protocol, rest = split_url(key)

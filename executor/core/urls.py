@@ -22,6 +22,11 @@ def split_url(url: str) -> tuple[str, str]:
     return ALIASES.get(scheme, scheme), rest
 
 
+def has_scheme(text: str) -> bool:
+    """Whether `text` is written as a URL (`scheme://...`) rather than a plain path."""
+    return "://" in text
+
+
 def protocol_of(url: str) -> str:
     """`s3` for `s3://b/k` and `s3a://b/k`, `gs` for `gs://` and `gcs://`, `file` for a plain path
     or `file://`, `memory` for `memory://`; any other scheme as written (lower-cased)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR, status_key
+from executor.core.urls import has_scheme
 from executor.engine import location, outputs
 
 
@@ -28,7 +29,7 @@ def looks_like_path(ref: str) -> bool:
 def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str:
     """The output path of the step `ref` names (see the module docstring)."""
     ref = strip_status_suffix(ref)
-    if "://" in ref:  # a URL (aliases resolved) or a file:// path
+    if has_scheme(ref):  # a URL (aliases resolved) or a file:// path
         return outputs.normalize_prefix(ref)
     if looks_like_path(ref):
         return outputs.normalize_prefix(ref)

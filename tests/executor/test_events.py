@@ -291,3 +291,30 @@ def test_no_module_but_the_vocabulary_maps_actions_or_states_to_outcomes():
 def test_events_are_frozen_values(event):
     with pytest.raises(AttributeError):
         event.text = "y"  # type: ignore[misc]
+
+
+def test_the_run_file_says_a_forced_exit_unless_it_is_final(tmp_path):
+    """A second signal ends the process early: the run file written so far gains the exit code and
+    `forced_exit`; a run file already final is left as it is (engine/run_file.py)."""
+    import json
+
+    from executor.engine.events import Events
+    from executor.engine.run_file import RunFile
+
+    planned = executor.plan(dag(), prefix=str(tmp_path))
+    run_file = RunFile.begin(planned, "20260101T000000Z-abcdef", "exp", "why", None, {"host": "h"}, Events())
+    first = json.loads(Path(run_file.path).read_text())
+    assert run_file.path == f"{tmp_path}/runs/exp-20260101T000000Z-abcdef.json"
+    assert [s["status"] for s in first["steps"]] == [None] * 4 and "exit_code" not in first
+    assert [p["action"] for p in first["plan"]] == ["run"] * 4
+    run_file.forced(130)
+    forced = json.loads(Path(run_file.path).read_text())
+    assert forced["exit_code"] == 130 and forced["forced_exit"] is True and "finished_at" in forced
+
+    result = executor.run(dag(), prefix=str(tmp_path / "done"), runner="inline")
+    final = RunFile.begin(executor.plan(dag(), prefix=str(tmp_path / "done")), "r", "exp", None, None, {}, Events())
+    final.finish(result)
+    written = Path(final.path).read_text()
+    final.forced(143)
+    assert Path(final.path).read_text() == written and json.loads(written)["exit_code"] == 1
+    assert json.loads(written)["outcome"] == {s.step_id: s.status.value for s in result.steps}

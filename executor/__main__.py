@@ -33,7 +33,7 @@ import argparse
 import os
 import sys
 import textwrap
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from executor.core import exit_codes
 from executor.core.errors import ExecutorError
@@ -55,7 +55,19 @@ def version() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a did-you-mean for mistyped options (argparse only does it for commands)."""
+    """argparse with a did-you-mean for mistyped options (argparse only does it for commands).
+
+    It remembers its own option strings and its commands (build_parser records them), because
+    argparse keeps both in private attributes only; the completion script reads them too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.options: list[str] = []  # before argparse's __init__, which adds -h/--help
+        self.commands: dict[str, _Parser] = {}
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        self.options.extend(n for n in names if isinstance(n, str) and n[:1] in self.prefix_chars)
+        return super().add_argument(*names, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         import difflib
@@ -63,16 +75,14 @@ class _Parser(argparse.ArgumentParser):
 
         match = re.search(r"unrecognized arguments: (\S+)", message)
         if match:
-            parsers = [self, *(p for a in self._actions if isinstance(a, argparse._SubParsersAction)
-                               for p in a.choices.values())]
-            options = sorted({s for parser in parsers for a in parser._actions for s in a.option_strings})
+            options = sorted({o for parser in (self, *self.commands.values()) for o in parser.options})
             close = difflib.get_close_matches(match.group(1).split("=")[0], options, n=1)
             if close:
                 message += f"; did you mean {close[0]}?"
         super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     epilog = __doc__.split("\n\n", 1)[1] + "\nexit codes:\n" + exit_codes.help_text()
     parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=epilog,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--storage-options", default=None, metavar="JSON",
                            help="fsspec storage options for an object-store prefix, as JSON")
         p.set_defaults(handler=handler)
+        parser.commands[name] = p
         return p
 
     p = command("run", "run an experiment: the same as `python EXPERIMENT FLAGS...`", commands.cmd_run,

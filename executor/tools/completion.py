@@ -6,7 +6,7 @@ bashcompinit). Completes the commands, each command's options, and file names.
 
 from __future__ import annotations
 
-import argparse
+from typing import Any
 
 BASH = '''_stepgraph() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" opts
@@ -27,13 +27,13 @@ complete -o filenames -F _stepgraph stepgraph
 '''
 
 
-def commands_and_options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: sorted(s for a in p._actions for s in a.option_strings if s.startswith("--"))
-            for name, p in sub.choices.items()}
+def commands_and_options(parser: Any) -> dict[str, list[str]]:
+    """Each command's long options, from the parser's own record of them (executor/__main__.py's
+    _Parser: argparse keeps its actions and subparsers in private attributes only)."""
+    return {name: sorted(o for o in p.options if o.startswith("--")) for name, p in parser.commands.items()}
 
 
-def script(shell: str, parser: argparse.ArgumentParser) -> str:
+def script(shell: str, parser: Any) -> str:
     table = commands_and_options(parser)
     cases = "\n".join(f'    {name}) opts="{" ".join(options)}";;' for name, options in table.items())
     bash = BASH % {"commands": " ".join(table), "cases": cases}

@@ -1,0 +1,208 @@
+"""What a mutation run found: the targets, each mutant's outcome, the equivalents, the report.
+
+Kept apart from scripts/mutation.py (which copies the tree and drives cosmic-ray) so the rules that
+decide a score — a timeout is not a kill, a crash is an error, an equivalent needs a reason — are
+plain functions that tests/test_mutation_outcomes.py holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+# Operators whose mutants are mostly noise here (bit operations, exotic arithmetic swaps).
+EXCLUDED_OPERATORS = [
+    r"core/ReplaceBinaryOperator_.*_(Pow|RShift|LShift|BitOr|BitAnd|BitXor|FloorDiv|Mod)$",
+    r"core/ReplaceBinaryOperator_(Pow|RShift|LShift|BitOr|BitAnd|BitXor|FloorDiv|Mod)_.*",
+    r"core/ReplaceUnaryOperator_.*Invert.*",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    modules: tuple[str, ...]
+    tests: tuple[str, ...]
+    timeout_s: float = 120.0
+
+
+TARGETS = [
+    Target("identity", ("executor/core/canonical.py", "executor/core/identity.py"),
+           ("tests/executor/test_canonical.py", "tests/executor/test_identity.py",
+            "tests/executor/test_canonical_reference.py", "tests/executor/test_encodings.py")),
+    Target("graph", ("executor/core/graph.py",), ("tests/executor/test_graph.py", "tests/executor/test_step_names.py")),
+    Target("plan", ("executor/core/plan.py",),
+           ("tests/executor/test_plan.py", "tests/promises/test_snapshot_and_override.py"), 240.0),
+    Target("lease", ("executor/engine/lease.py",), ("tests/executor/test_lease.py",)),
+    Target("execute", ("executor/engine/execute.py",),
+           ("tests/executor/test_run_inline.py", "tests/promises/test_snapshot_and_override.py",
+            "tests/leases/test_record_fencing.py", "tests/executor/test_staleness.py",
+            "tests/executor/test_waits_and_preparation.py"), 300.0),
+    Target("record", ("executor/core/record.py",),
+           ("tests/executor/test_run_inline.py", "tests/executor/test_lease.py", "tests/executor/test_staleness.py",
+            "tests/executor/test_results.py"), 240.0),
+    Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py",)),
+    Target("stores", ("executor/engine/store/local.py", "executor/engine/store/gcs.py", "executor/engine/store/s3.py"),
+           ("tests/store/test_contract.py", "tests/store/test_errors.py"), 240.0),
+    Target("location", ("executor/engine/location.py",), ("tests/buckets/test_location.py",), 240.0),
+    Target("regions", ("executor/engine/regions.py",), ("tests/executor/test_regions.py",)),
+    Target("signals", ("executor/engine/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),
+    Target("verify-gc", ("executor/tools/verify.py", "executor/tools/gc.py"),
+           ("tests/tools/test_verify.py", "tests/tools/test_gc.py"), 240.0),
+    Target("dedup", ("steps/dedup",), ("tests/steps/test_dedup_exact.py", "tests/steps/test_dedup_fuzzy.py",
+                                        "tests/steps/test_dedup_bad_input.py"), 240.0),
+    Target("tokenize", ("steps/tokenize.py", "steps/bpe.py"), ("tests/steps/test_tokenize.py",), 240.0),
+    Target("train-state", ("steps/train/state.py",),
+           ("tests/promises/test_router_bias.py", "tests/steps/test_train_optim.py")),
+    Target("checkpoints", ("steps/train/checkpoint.py", "steps/train/sharded_checkpoint.py"),
+           ("tests/steps/test_sharded_checkpoint.py", "tests/steps/test_checkpoint_object_store.py"), 300.0),
+    Target("eval", ("steps/eval",), ("tests/steps/test_eval.py",), 240.0),
+]
+
+
+class Outcome(str, Enum):
+    KILLED = "killed"
+    SURVIVED = "survived"
+    EQUIVALENT = "equivalent"
+    TIMED_OUT = "timed out"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The target's tests on unmutated code."""
+    passed: bool
+    seconds: float
+    tail: str = ""
+
+    def trusted(self, timeout_s: float) -> bool:
+        """Scores count only when the unmutated tests pass well within the timeout."""
+        return self.passed and self.seconds <= timeout_s / 2
+
+    def why_refused(self, timeout_s: float) -> str:
+        if not self.passed:
+            return f"baseline failed after {self.seconds:.0f} s: {self.tail.strip().splitlines()[-1:] or ['']}"
+        return f"baseline took {self.seconds:.0f} s, over half the {timeout_s:.0f} s timeout"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    line: int
+    function: str | None
+    operator: str
+    mutated_line: str     # the line the mutant adds (from its diff): what equivalents are matched by
+    diff: str
+    outcome: Outcome
+
+
+@dataclass
+class TargetScore:
+    target: Target
+    baseline: Baseline
+    mutants: list[Mutant] = field(default_factory=list)
+
+    def counts(self) -> Counter:
+        return Counter(m.outcome for m in self.mutants)
+
+
+def classify(worker_outcome: str, test_outcome: str | None, output: str | None) -> Outcome:
+    """One mutant's outcome from cosmic-ray's result (its values, as strings)."""
+    if worker_outcome == "skipped":
+        return Outcome.SKIPPED
+    if worker_outcome != "normal" or test_outcome not in ("killed", "survived"):
+        return Outcome.ERROR          # the worker crashed, or the tests could not run (incompetent)
+    if test_outcome == "survived":
+        return Outcome.SURVIVED
+    # cosmic-ray reports a test run past its timeout as KILLED with this exact output
+    return Outcome.TIMED_OUT if (output or "").strip() == "timeout" else Outcome.KILLED
+
+
+def added_line(diff: str | None) -> str:
+    """The first line a mutant's unified diff adds, stripped ("" if none)."""
+    for line in (diff or "").splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            return line[1:].strip()
+    return ""
+
+
+def load_equivalents(path: Path) -> list[dict]:
+    """Listed equivalents: module, function, operator, mutated_line and a reason a reviewer can check."""
+    entries = json.loads(path.read_text()) if path.exists() else []
+    for e in entries:
+        missing = {"module", "function", "operator", "mutated_line", "reason"} - set(e)
+        if missing or not e.get("reason", "").strip():
+            raise ValueError(f"{path}: equivalent {e} lacks {sorted(missing) or ['a reason']}")
+    return entries
+
+
+def is_listed_equivalent(m: Mutant, equivalents: list[dict]) -> bool:
+    return any(e["module"] == m.module and e["function"] == m.function and e["operator"] == m.operator
+               and e["mutated_line"] == m.mutated_line for e in equivalents)
+
+
+def score_session(target: Target, baseline: Baseline, session: Path, equivalents: list[dict]) -> TargetScore:
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    score = TargetScore(target=target, baseline=baseline)
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            outcome = classify(str(result.worker_outcome.value),
+                               result.test_outcome.value if result.test_outcome else None, result.output)
+            spec = item.mutations[0]
+            mutant = Mutant(module=str(spec.module_path), line=spec.start_pos[0], function=spec.definition_name,
+                            operator=spec.operator_name, mutated_line=added_line(result.diff),
+                            diff=result.diff or "", outcome=outcome)
+            if outcome is Outcome.SURVIVED and is_listed_equivalent(mutant, equivalents):
+                mutant = Mutant(**{**mutant.__dict__, "outcome": Outcome.EQUIVALENT})
+            score.mutants.append(mutant)
+    return score
+
+
+def render_report(scores: list[TargetScore], sampled: int | None) -> str:
+    kind = f"a seeded sample of {sampled} mutants per target" if sampled else "every mutant (a full run)"
+    lines = [f"# Mutation report ({kind})", "",
+             "| target | baseline | mutants | killed | survived | equivalent | timed out | errors | score |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in scores:
+        if not s.baseline.trusted(s.target.timeout_s):
+            lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} | | | | | | | |")
+            continue
+        c = s.counts()
+        scored = c[Outcome.KILLED] + c[Outcome.SURVIVED]
+        pct = f"{100 * c[Outcome.KILLED] / scored:.1f}%" if scored else "-"
+        lines.append(f"| {s.target.name} | {s.baseline.seconds:.0f} s of {s.target.timeout_s:.0f} | "
+                     f"{sum(c.values()) - c[Outcome.SKIPPED]} | {c[Outcome.KILLED]} | {c[Outcome.SURVIVED]} | "
+                     f"{c[Outcome.EQUIVALENT]} | {c[Outcome.TIMED_OUT]} | {c[Outcome.ERROR]} | {pct} |")
+    lines += ["", "Score = killed / (killed + survived): equivalents, timeouts and errors are not kills.", ""]
+    for s in scores:
+        for m in s.mutants:
+            if m.outcome in (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR):
+                lines += [f"## {m.outcome.value}: {m.module}:{m.line} {m.function} {m.operator}", "",
+                          "```diff", m.diff.strip(), "```", ""]
+    return "\n".join(lines)
+
+
+def list_mutants(module_path: Path, function: str | None = None, operator: str | None = None) -> list[Mutant]:
+    """The mutants cosmic-ray would make of one module (not run), or of one function and operator: the
+    keys an equivalent is listed by. Each mutant re-parses the module, so filter where you can."""
+    from cosmic_ray.commands.init import _all_work_items  # what `cosmic-ray init` enumerates
+    from cosmic_ray.mutating import _make_diff, mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    source = module_path.read_text()
+    found = []
+    for item in _all_work_items([module_path], {}):
+        spec = item.mutations[0]
+        if function not in (None, spec.definition_name) or operator not in (None, spec.operator_name):
+            continue
+        mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
+        diff = "\n".join(_make_diff(source, mutated or source, module_path))
+        found.append(Mutant(module=str(module_path), line=spec.start_pos[0], function=spec.definition_name,
+                            operator=spec.operator_name, mutated_line=added_line(diff), diff=diff,
+                            outcome=Outcome.SKIPPED))
+    return found

@@ -1,0 +1,101 @@
+"""scripts/mutation.py's scoring rules: a timeout is not a kill, a crash is an error, a target whose
+unmutated tests fail or run past half the timeout gets no score, and an equivalent needs a reason."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from mutation_outcomes import (TARGETS, Baseline, Outcome, Target, classify, list_mutants,  # noqa: E402
+                               load_equivalents, render_report, score_session)
+
+EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
+
+
+def test_cosmic_ray_results_are_classified_with_timeouts_and_crashes_apart():
+    assert classify("normal", "killed", "1 failed") is Outcome.KILLED
+    assert classify("normal", "killed", "timeout") is Outcome.TIMED_OUT
+    assert classify("normal", "survived", "5 passed") is Outcome.SURVIVED
+    assert classify("normal", "incompetent", "") is Outcome.ERROR
+    assert classify("exception", None, "Traceback") is Outcome.ERROR
+    assert classify("abnormal", "killed", "") is Outcome.ERROR
+    assert classify("skipped", None, "not sampled") is Outcome.SKIPPED
+
+
+def _session(tmp_path: Path, module: Path, results: dict[int, tuple[str, str | None, str]]) -> Path:
+    """A real cosmic-ray work database: the module's mutants, some of them given results."""
+    from cosmic_ray.commands.init import init
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    session = tmp_path / "session.sqlite"
+    with use_db(str(session)) as db:
+        init([module], db, {})
+        items = sorted(db.pending_work_items, key=lambda i: (i.mutations[0].operator_name, i.mutations[0].occurrence))
+        for index, (worker, test, output) in results.items():
+            db.set_result(items[index].job_id, WorkResult(
+                worker_outcome=WorkerOutcome(worker), test_outcome=TestOutcome(test) if test else None,
+                output=output, diff=f"--- a\n+++ b\n@@ -1 +1 @@\n-old\n+mutated line {index}"))
+    return session
+
+
+def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_path):
+    module = tmp_path / "mod.py"
+    module.write_text("def f(a, b):\n    return a + b if a < b else a - b\n")
+    session = _session(tmp_path, module, {0: ("normal", "killed", "1 failed"), 1: ("normal", "killed", "timeout"),
+                                          2: ("normal", "survived", "ok"), 3: ("abnormal", None, ""),
+                                          4: ("normal", "survived", "ok")})
+    target = Target("toy", (str(module),), ("tests/none.py",), 100.0)
+    equivalent = {"module": str(module), "function": "f", "operator": "x", "mutated_line": "mutated line 4",
+                  "reason": "r"}
+    from cosmic_ray.work_db import WorkDB, use_db
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        fourth = sorted(db.completed_work_items, key=lambda ir: ir[1].diff)[4][0].mutations[0]
+    equivalent["operator"] = fourth.operator_name
+    score = score_session(target, Baseline(True, 10.0), session, [equivalent])
+    counts = score.counts()
+    assert (counts[Outcome.KILLED], counts[Outcome.TIMED_OUT], counts[Outcome.SURVIVED], counts[Outcome.ERROR],
+            counts[Outcome.EQUIVALENT]) == (1, 1, 1, 1, 1)
+    report = render_report([score], sampled=None)
+    assert "| toy | 10 s of 100 | 5 | 1 | 1 | 1 | 1 | 1 | 50.0% |" in report   # killed / (killed + survived)
+    assert "## survived" in report and "## timed out" in report and "## error" in report
+
+
+@pytest.mark.parametrize("baseline, why", [(Baseline(False, 3.0, "1 failed"), "baseline failed"),
+                                           (Baseline(True, 61.0), "over half the 120 s timeout")])
+def test_a_target_whose_baseline_is_untrustworthy_gets_no_score(baseline, why):
+    target = Target("slow", ("m.py",), ("t.py",), 120.0)
+    assert not baseline.trusted(target.timeout_s)
+    from mutation_outcomes import TargetScore
+    line = next(l for l in render_report([TargetScore(target, baseline)], sampled=8).splitlines() if "| slow |" in l)
+    assert "refused" in line and why in line and "%" not in line
+
+
+def test_an_equivalent_without_a_reason_is_refused(tmp_path):
+    path = tmp_path / "eq.json"
+    path.write_text(json.dumps([{"module": "m.py", "function": "f", "operator": "o", "mutated_line": "x",
+                                 "reason": " "}]))
+    with pytest.raises(ValueError, match="a reason"):
+        load_equivalents(path)
+
+
+def test_every_listed_equivalent_is_a_mutant_the_current_code_still_has():
+    """An equivalent that no longer matches a mutant (the code moved on) must be re-examined, not kept."""
+    entries = load_equivalents(EQUIVALENTS)
+    assert entries, "the committed list is read"
+    for e in entries:
+        mutants = list_mutants(REPO / e["module"], e["function"], e["operator"])
+        assert any(m.function == e["function"] and m.operator == e["operator"] and m.mutated_line == e["mutated_line"]
+                   for m in mutants), f"stale equivalent: {e}"
+
+
+def test_every_target_names_modules_and_tests_that_exist():
+    for t in TARGETS:
+        for path in (*t.modules, *t.tests):
+            assert (REPO / path).exists(), f"target {t.name}: {path} does not exist"

@@ -147,7 +147,5 @@ def test_token_file_port_zero_and_the_warning_beyond_loopback(hello, tmp_path):
 
 
 def test_the_default_port_is_clear_of_rays_dashboard():
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    serve = sub.choices["serve"]
-    defaults = {a.dest: a.default for a in serve._actions}
-    assert defaults["port"] == 8270 and defaults["port"] != 8265 and defaults["host"] == "127.0.0.1"
+    args = build_parser().parse_args(["serve"])
+    assert args.port == 8270 and args.port != 8265 and args.host == "127.0.0.1" and args.interval == 2.0

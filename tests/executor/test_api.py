@@ -234,6 +234,32 @@ print(json.dumps(out))
     assert seen["connected_after_first"] is True and seen["connected_after_second"] is False
 
 
+def test_the_library_ray_is_started_once_and_shut_down_by_its_last_user_only(monkeypatch):
+    """LibraryRay's count, without a cluster (the test above runs it on a real one): overlapping
+    users share one start, the last to leave shuts Ray down, and a Ray the caller started is
+    neither counted nor shut down."""
+    import ray
+
+    from executor.engine.runner.ray_runner import LibraryRay
+
+    up, starts, shutdowns = [False], [], []
+    monkeypatch.setattr(ray, "is_initialized", lambda: up[0])
+    monkeypatch.setattr(ray, "shutdown", lambda: (shutdowns.append(True), up.__setitem__(0, False)))
+
+    def start() -> None:
+        starts.append(True)
+        up[0] = True
+
+    library = LibraryRay()
+    assert library.enter(start) and library.enter(start) and len(starts) == 1
+    library.leave()
+    assert up[0] and not shutdowns  # the other user still has it
+    library.leave()
+    assert shutdowns == [True] and not up[0]
+    up[0] = True  # the caller's own Ray
+    assert library.enter(start) is False and len(starts) == 1 and library.users == 0
+
+
 def test_the_command_line_plans_without_the_collector_and_runs_steps_with_it(tmp_path):
     """executor_main owns its process: it plans with the cyclic garbage collector paused, and before
     steps run it freezes what planning built and turns the collector back on; as the process exits

@@ -34,7 +34,7 @@ Times are writers' wall clocks (informational: nothing here decides anything).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from executor.core.errors import StatusError
@@ -295,9 +295,8 @@ class PrefixView:
             record = self._record(rows[i].rel, versioned)[0]
             timings = (record or {}).get("timings") or {}
             if timings:
-                row = rows[i]
-                rows[i] = StepRow(row.rel, row.step_id, row.name, row.path, row.state, row.generation, row.status,
-                                  row.problem, timings.get("finished_at") or row.finished_at, timings.get("seconds"))
+                rows[i] = replace(rows[i], finished_at=timings.get("finished_at") or rows[i].finished_at,
+                                  seconds=timings.get("seconds"))
         return rows
 
     def records(self, rels: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -29,6 +29,14 @@ def test_status_shows_state_and_record(ran_toy):
     assert code == 0
 
 
+def test_status_of_a_corrupt_step_names_its_file_and_the_repair(ran_toy):
+    train = next(Path(ran_toy.prefix, "toy").glob("train-*"))
+    (train / ".executor" / "status.json").write_text("{garbage")
+    code, out = run_main("status", str(train))
+    assert code == 2 and f"{train}/.executor/status.json: corrupt status file" in out, out
+    assert f"repair --delete-status {train}" in out and "Traceback" not in out
+
+
 def test_ps_lists_running_leases(ran_toy):
     _running(ran_toy.prefix, "toy/busy-111111111111")
     code, out = run_main("ps", "--prefix", ran_toy.prefix)

@@ -1,5 +1,7 @@
-"""The GPU readiness command runs on CPU without Ray or draccus importable (as on the GPU image)
-and reports tokens/s and MFU by its stated formula."""
+"""The GPU readiness command (scripts/gpu_check.sh --smoke) runs on CPU with neither Ray nor draccus
+importable in any of its processes (as on the GPU image), and writes every figure to one JSON file:
+devices, MFU in both compute dtypes by its stated formula, compiled memory, step time with and
+without a save in flight, and tiny_moe's training."""
 
 from __future__ import annotations
 
@@ -7,37 +9,54 @@ import json
 import math
 import os
 import subprocess
-import sys
 import textwrap
 
 from steps.train.config import ModelConfig
 from tests.steps.test_train import REPO
 
-BLOCK_AND_RUN = textwrap.dedent("""
-    import runpy, sys
+NO_RAY_OR_DRACCUS = textwrap.dedent("""
+    import sys
     class Block:   # the GPU image has neither package: importing one must not be needed
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in ("ray", "draccus"):
                 raise ImportError(f"{name} is not installed on the GPU image")
     sys.meta_path.insert(0, Block())
-    sys.argv = ["bench_gpu_mfu.py"] + sys.argv[1:]
-    runpy.run_path("scripts/bench/bench_gpu_mfu.py", run_name="__main__")
-    assert "ray" not in sys.modules and "draccus" not in sys.modules
 """)
+TINY = ModelConfig(vocab_size=512, seq_len=64, d_model=64, n_heads=4, n_layers=2, n_dense=1, d_ff=128,
+                   n_experts=4, top_k=2, d_expert=32, n_shared=1)
 
 
-def test_gpu_command_runs_on_cpu_without_ray_or_draccus(tmp_path):
-    out = tmp_path / "mfu.json"
-    env = {**os.environ, "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"}
-    proc = subprocess.run([sys.executable, "-c", BLOCK_AND_RUN, "--preset", "tiny", "--steps", "2",
-                           "--peak-tflops", "0.5", "--json", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "tokens/s" in proc.stdout and "MFU" in proc.stdout
+def test_gpu_check_smoke_runs_every_part_on_cpu_without_ray_or_draccus(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(NO_RAY_OR_DRACCUS)   # in every process of the command
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"}
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--smoke", "--json", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     report = json.loads(out.read_text())
-    cfg = ModelConfig(vocab_size=512, seq_len=64, d_model=64, n_heads=4, n_layers=2, n_dense=1, d_ff=128,
-                      n_experts=4, top_k=2, d_expert=32, n_shared=1)
-    assert report["flops_per_token"] == cfg.flops_per_token()
-    assert report["tokens_per_s"] == report["batch_size"] * 64 / report["step_s_median"]
-    assert math.isclose(report["mfu"], report["flops_per_token"] * report["tokens_per_s"] / 0.5e12)
-    assert math.isfinite(report["final_loss"])
+    for part in ("tiny_moe", "devices", "mfu_float32", "mfu_bfloat16", "save_overlap"):
+        assert report[part]["ok"], report[part]
+        assert f"[gpu_check] {part}: " in proc.stdout
+    assert report["devices"]["backend"] == "cpu" and report["devices"]["devices"]
+
+    for dtype in ("float32", "bfloat16"):
+        mfu = report[f"mfu_{dtype}"]
+        assert mfu["dtype"] == dtype and mfu["attention"] == "xla" and mfu["peak_tflops"] == 0.5
+        assert mfu["flops_per_token"] == TINY.flops_per_token()
+        assert mfu["flop_formula"] == "6 x active params per token + 6 x n_layers x seq_len x d_model"
+        assert mfu["tokens_per_s"] == mfu["batch_size"] * 64 / mfu["step_s_median"]
+        assert math.isclose(mfu["mfu"], mfu["flops_per_token"] * mfu["tokens_per_s"] / 0.5e12)
+        memory = mfu["memory"]
+        assert memory["peak_mib"] == memory["argument_mib"] + memory["output_mib"] - memory["alias_mib"] + memory["temp_mib"]
+        assert memory["argument_mib"] > 0 and memory["temp_mib"] > 0
+        assert math.isfinite(mfu["final_loss"])
+
+    overlap = report["save_overlap"]
+    assert overlap["steps_during_save"] >= 1 and overlap["state_mb"] > 0
+    assert overlap["step_s_median_without_save"] > 0 and overlap["background_save_pause_s"] >= 0
+    trained = report["tiny_moe"]
+    assert trained["steps"] == 4 and math.isfinite(trained["final_loss"]) and trained["tokens_per_s_median"] > 0
+    assert "train/tiny_moe-" in trained["output_path"]

@@ -163,6 +163,41 @@ def s3_emulator() -> Iterator[Emulator]:
         yield emulator
 
 
+@contextmanager
+def running_s3_server_process(*buckets: str, start_timeout_s: float = 30.0) -> Iterator[Emulator]:
+    """moto's S3 server in a process of its own (so its buckets are its own: moto's in-process
+    servers share one state), on a free loopback port, with `buckets` created and credentials
+    made up for it alone: a request sent there with another endpoint's options finds no bucket."""
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="moto-") as scratch:
+        log_path = Path(scratch) / "server.log"
+        for attempt in range(3):  # a free port can be taken between probing and binding it
+            port = free_port()
+            url = f"http://{LOOPBACK}:{port}"
+            with open(log_path, "wb") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-c", "import sys; from tests.emulators import serialize_moto_conditional_writes; "
+                     "serialize_moto_conditional_writes(); from moto.server import main; main(sys.argv[1:])",
+                     "-H", LOOPBACK, "-p", str(port)],
+                    cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log)
+            try:
+                _wait_for_http(f"{url}/moto-api/", process, start_timeout_s, log_path)
+                break
+            except RuntimeError:
+                _stop(process)
+                if attempt == 2:
+                    raise
+        try:
+            for bucket in buckets:
+                _create_s3_bucket(url, bucket)
+            keys = {"key": f"AKIA{uuid.uuid4().hex[:16].upper()}", "secret": f"sk-{uuid.uuid4().hex}"}
+            yield Emulator("s3", url, buckets[0], {"endpoint_url": url, **keys,
+                                                   "client_kwargs": {"region_name": S3_REGION}})
+        finally:
+            _stop(process)
+
+
 def _create_s3_bucket(url: str, bucket: str) -> None:
     """Create `bucket`; moto servers in one process share their state, so it may exist already."""
     import botocore.exceptions

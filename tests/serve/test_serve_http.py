@@ -149,3 +149,17 @@ def test_token_file_port_zero_and_the_warning_beyond_loopback(hello, tmp_path):
 def test_the_default_port_is_clear_of_rays_dashboard():
     args = build_parser().parse_args(["serve"])
     assert args.port == 8270 and args.port != 8265 and args.host == "127.0.0.1" and args.interval == 2.0
+
+
+def test_sigterm_with_a_page_open_stops_the_server_at_once(hello):
+    import threading
+    import time
+
+    running = server.start(str(hello))
+    stream = threading.Thread(target=server.events, args=(running, "view=overview&since=0", 30), daemon=True)
+    stream.start()
+    time.sleep(1.0)  # the stream is open
+    began = time.monotonic()
+    running.process.terminate()
+    assert running.process.wait(timeout=20) == 0
+    assert time.monotonic() - began < 5  # not aiohttp's 60 s wait for open streams

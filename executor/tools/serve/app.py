@@ -8,6 +8,8 @@ drawn by executor/tools/draw.py and run_report.py, which escape their own texts.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Callable
@@ -58,14 +60,15 @@ def make_app(watcher: Watcher, token: str, port_of: Callable[[], int]) -> web.Ap
     app.router.add_static("/static/", HERE / "static", follow_symlinks=False)
 
     async def start_polling(app: web.Application):
-        import asyncio
-        import contextlib
-
         task = asyncio.create_task(watcher.poll_forever())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+    async def end_streams(app: web.Application) -> None:
+        watcher.close()
+
+    app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(start_polling)
     return app

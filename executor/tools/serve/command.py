@@ -65,7 +65,7 @@ async def _serve(watcher: Any, token: str, host: str, port: int, say: Callable[[
     if not watcher.steps and not watcher.runs:
         say(f"no step outputs or run files under {watcher.source.prefix} yet: the pages fill in as runs write")
     bound: dict[str, int] = {}
-    runner = web.AppRunner(make_app(watcher, token, lambda: bound["port"]), access_log=None)
+    runner = web.AppRunner(make_app(watcher, token, lambda: bound["port"]), access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -39,7 +39,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     try:
         await response.prepare(request)
         await response.write(b"retry: 2000\n\n")
-        async for chunk in _reloading(follow(request, subscription, pages._int(request.query.get("since"), 0))):
+        async for chunk in _reloading(follow(request, subscription, pages.int_param(request.query.get("since"), 0))):
             await response.write(chunk)
     except (ConnectionResetError, asyncio.CancelledError):
         pass  # the page went away
@@ -68,13 +68,15 @@ async def _changes(request: web.Request, subscription: Subscription, since: int,
         raise _Reload()
     if first:
         yield first
-    while True:
+    while not subscription.closed:
         if subscription.overflowed:
             raise _Reload()
         try:
-            yield await asyncio.wait_for(subscription.queue.get(), timeout=tick_s or KEEPALIVE_S)
+            change = await asyncio.wait_for(subscription.queue.get(), timeout=tick_s or KEEPALIVE_S)
         except asyncio.TimeoutError:
-            yield None
+            change = None
+        if not subscription.closed:
+            yield change
 
 
 async def follow_overview(request: web.Request, subscription: Subscription, since: int) -> AsyncIterator[bytes]:
@@ -139,7 +141,7 @@ async def follow_step(request: web.Request, subscription: Subscription, since: i
     row = watcher.step(step_id)
     if row is None:
         return
-    attempt, offset, log_ref = row.attempt, pages._int(request.query.get("offset"), 0), None
+    attempt, offset, log_ref = row.attempt, pages.int_param(request.query.get("offset"), 0), None
     async for change in _changes(request, subscription, since, tick_s=watcher.interval_s):
         row = watcher.step(step_id)
         if row is None:  # deleted (gc, repair): the page's picture is final

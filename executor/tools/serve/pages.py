@@ -110,7 +110,7 @@ async def overview(request: web.Request) -> web.Response:
     rows = [r for r in watcher.step_rows() if chosen.admits(r)]
     keyed = sorted(((watcher.experiment(r), r.step_id, r) for r in rows), key=lambda k: (k[0], k[1]))
     pages = max(1, -(-len(keyed) // PAGE_SIZE))
-    page = min(max(1, _int(request.query.get("page"), 1)), pages)
+    page = min(max(1, int_param(request.query.get("page"), 1)), pages)
     groups: dict[str, list[StepRow]] = {}
     for experiment, _, row in keyed[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]:
         groups.setdefault(experiment, []).append(row)
@@ -118,7 +118,7 @@ async def overview(request: web.Request) -> web.Response:
                    filter=chosen, states=STATES, matched=len(rows), page=page, pages=pages)
 
 
-def _int(text: str | None, default: int) -> int:
+def int_param(text: str | None, default: int) -> int:
     try:
         return int(text) if text is not None else default
     except ValueError:
@@ -258,7 +258,7 @@ async def log(request: web.Request) -> web.StreamResponse:
     watcher = request.app[WATCHER]
     await watcher.ensure_fresh()
     row = _listed_step(watcher, request.query.get("step", ""))
-    attempt = _int(request.query.get("attempt"), -1)
+    attempt = int_param(request.query.get("attempt"), -1)
     logs = await asyncio.to_thread(watcher.source.logs, row.rel)
     log_ref = next((ref for ref in logs if ref.attempt == attempt), None)
     if log_ref is None:

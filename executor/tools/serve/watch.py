@@ -10,6 +10,7 @@ served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ class Change:
 class Subscription:
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
     overflowed: bool = False
+    closed: bool = False
 
 
 class Watcher:
@@ -155,6 +157,14 @@ class Watcher:
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self.subscriptions.discard(subscription)
+
+    def close(self) -> None:
+        """The server is stopping: every open stream ends (its page reconnects to the next server)."""
+        for subscription in list(self.subscriptions):
+            subscription.closed = True
+            with contextlib.suppress(asyncio.QueueFull):
+                subscription.queue.put_nowait(Change())
+        self.subscriptions.clear()
 
     def _publish(self, change: Change) -> None:
         for subscription in list(self.subscriptions):

@@ -1,7 +1,8 @@
 """`stepgraph serve` in a real browser (Debian's chromium through Playwright), on a prefix where
 experiments/hello.py ran and a step failed with markup in its error: the overview lists every step and shows the markup as text; a second run started while
 the page is open appears without a reload within 5 s; clicking a step shows its result and logs;
-a run's DAG links to its steps; a running attempt's log and heartbeat follow live."""
+a run's DAG links to its steps; a running attempt's log and heartbeat follow live, and its loss
+and bits-per-byte curves are drawn."""
 
 from __future__ import annotations
 
@@ -135,11 +136,17 @@ def test_a_running_attempts_log_and_heartbeat_follow_live(page, served, hello):
     log = Path(hello, step_id, ".executor", "logs", "attempt-1.log")
     log.parent.mkdir(parents=True)
     log.write_text("step 1 loss 4.0\n")
+    Path(hello, step_id, "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 4.0 / s}) + "\n"
+                                                             for s in range(1, 6)))
+    Path(hello, step_id, "results.json").write_text(json.dumps({"train_step": 5, "model": {"bits_per_byte": 2.5}}))
     page.wait_for_selector(f'tr.step[data-id="{step_id}"]', timeout=LIVE_LIMIT_S * 1000)
     row = page.locator(f'tr.step[data-id="{step_id}"]')
     assert "ana@gpu-7 pid 4242" in row.inner_text() and "s ago" in row.inner_text()
     row.locator("a.step-link").click()
     page.wait_for_url(f"**/step/{step_id}")
+    curves = {c.get_attribute("data-kind"): json.loads(c.get_attribute("data-points"))
+              for c in page.locator("svg.curve").all()}  # drawn as the run report draws them
+    assert curves == {"loss": [[s, 4.0 / s] for s in range(1, 6)], "bpb": [[5, 2.5]]}
     pre = page.locator('section.log[data-live] pre.log-text')
     assert pre.inner_text() == "step 1 loss 4.0\n"
     page.evaluate("window.__same_page = 'yes'")

@@ -123,6 +123,7 @@ def test_a_second_run_started_while_the_page_is_open_appears_without_a_reload(pa
     assert time.monotonic() - ended <= LIVE_LIMIT_S
     assert page.evaluate("window.__same_page") == "yes"  # no reload
     assert page.locator('#counts .count[data-state="SUCCESS"] .n').inner_text() == "8"
+    assert page.locator("#matched").inner_text() == "9"
 
 
 def test_a_running_attempts_log_and_heartbeat_follow_live(page, served, hello):

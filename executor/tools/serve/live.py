@@ -104,7 +104,8 @@ async def follow_overview(request: web.Request, subscription: Subscription, sinc
                                   "group_html": pages.group_html(request, experiment)})
         for step_id in sorted(change.removed):
             yield _event("remove", {"id": step_id})
-        yield _event("counts", pages.counts(watcher))
+        yield _event("counts", {"states": pages.counts(watcher),
+                                "matched": sum(1 for row in watcher.step_rows() if chosen.admits(row))})
 
 
 async def follow_runs(request: web.Request, subscription: Subscription, since: int) -> AsyncIterator[bytes]:

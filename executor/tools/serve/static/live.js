@@ -79,11 +79,13 @@
     const old = document.getElementById("step-" + d.id);
     if (old) old.remove();
   });
-  on("counts", function (counts) {
-    Object.keys(counts).forEach(function (state) {
+  on("counts", function (d) {
+    Object.keys(d.states).forEach(function (state) {
       const el = document.querySelector('#counts .count[data-state="' + state + '"] .n');
-      if (el) el.textContent = String(counts[state]);
+      if (el) el.textContent = String(d.states[state]);
     });
+    const matched = document.getElementById("matched");
+    if (matched) matched.textContent = String(d.matched);
   });
   on("run", function (d) {
     const row = fragment(d.html).firstElementChild;

@@ -5,6 +5,7 @@ without a save in flight, and tiny_moe's training."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -60,3 +61,17 @@ def test_gpu_check_smoke_runs_every_part_on_cpu_without_ray_or_draccus(tmp_path)
     trained = report["tiny_moe"]
     assert trained["steps"] == 4 and math.isfinite(trained["final_loss"]) and trained["tokens_per_s_median"] > 0
     assert "train/tiny_moe-" in trained["output_path"]
+
+
+def test_a_refused_cudnn_attention_is_measured_with_xla_and_its_error_kept(monkeypatch):
+    """On a GPU, bf16 takes cuDNN's kernel; if it refuses, the one GPU call still gets an MFU figure."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    monkeypatch.syspath_prepend(str(REPO / "scripts" / "bench"))
+    import bench_gpu_mfu
+    import gpu_check
+
+    cfg, batch_sizes = bench_gpu_mfu.PRESETS["tiny"]
+    monkeypatch.setitem(bench_gpu_mfu.PRESETS, "tiny", (dataclasses.replace(cfg, attention="cudnn"), batch_sizes))
+    report = gpu_check.mfu("bfloat16", smoke=True)   # no cuDNN on a CPU: refused
+    assert report["attention"] == "xla" and report["cudnn_error"]
+    assert report["tokens_per_s"] > 0 and "attention xla" in report["line"]

@@ -114,3 +114,36 @@ class RayHead:
         self.pgid = None
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_nodes(count: int, cpus: int = 1, tries: int = 5):
+    """A real multi-node Ray cluster on this machine (ray.cluster_utils.Cluster: a head and
+    count-1 more nodes, `cpus` logical CPUs each), this process connected as its driver. Nodes are separate
+    raylets, so Ray's placement treats them as separate machines: a multi-host step's hosts land
+    on distinct nodes (STRICT_SPREAD), as on a real cluster. Under heavy load a node may time out
+    while starting: the whole start is retried."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    def node_args(k: int) -> dict:
+        # the agents' default ports (52365, ...) may be taken by another Ray cluster on the machine
+        agent, metrics, runtime_env = free_ports(3)
+        return {"num_cpus": cpus, "resources": {f"node{k}": 1}, "object_store_memory": 80 << 20,
+                "dashboard_agent_listen_port": agent, "metrics_export_port": metrics,
+                "runtime_env_agent_port": runtime_env}
+
+    for attempt in range(1, tries + 1):
+        cluster = None
+        try:
+            cluster = Cluster(initialize_head=True, head_node_args={**node_args(0), "include_dashboard": False})
+            for k in range(1, count):
+                cluster.add_node(**node_args(k))
+            ray.init(address=cluster.address, log_to_driver=False)
+            cluster.wait_for_nodes()
+            return cluster
+        except Exception:  # noqa: BLE001 - Ray raises a bare Exception when a node times out
+            ray.shutdown()
+            if cluster is not None:
+                cluster.shutdown()
+            if attempt == tries:
+                raise

@@ -62,9 +62,11 @@ def all_reduce(config: AllReduce) -> dict:
     import numpy as np
     from jax.experimental import multihost_utils
 
+    from executor import current_node
     from executor.engine import multihost
     me, n = jax.process_index(), jax.process_count()
-    Path(config.output_path, f"host-{me}.json").write_text(json.dumps({"pid": os.getpid(), "me": me}))
+    Path(config.output_path, f"host-{me}.json").write_text(json.dumps({"pid": os.getpid(), "me": me,
+                                                                        "node": current_node()}))
     gathered = multihost_utils.process_allgather(jnp.array([me + 1.0]))
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("p",))
     spec = jax.sharding.PartitionSpec("p")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from rich.console import Console
 
 from executor.engine.runner.capture import captured_output, log_path
-from executor.engine.runner.cluster import NodeShape, check_steps, infeasible, placement_strategy
+from executor.engine.runner.cluster import MULTIHOST_PLACEMENT, NodeShape, check_steps, infeasible
 from executor.core.step import Resources
 
 GiB = 2**30
@@ -36,14 +36,11 @@ def test_multi_host_requests():
     two = Resources(cpus=4, gpus=4, hosts=2)
     assert infeasible("train", two, [HEAD, GPU, GPU2]) is None
     why = infeasible("train", Resources(cpus=4, gpus=4, hosts=3), [HEAD, GPU, GPU2])
-    assert why and "3 hosts" in why and "only 2 node(s)" in why and "EXECUTOR_COLOCATE_HOSTS" in why
-    # one machine with two host slots: refused unless colocating is asked for (tests)
-    slots = NodeShape("n0", "127.0.0.1", {"CPU": 4, "host_slot": 2})
-    pair = Resources(hosts=2, custom={"host_slot": 1})
-    assert infeasible("pair", pair, [slots]) is not None
-    assert infeasible("pair", pair, [slots], colocate_hosts=True) is None
-    assert infeasible("pair", Resources(hosts=3, custom={"host_slot": 1}), [slots], colocate_hosts=True)
-    assert placement_strategy(False) == "STRICT_SPREAD" and placement_strategy(True) == "PACK"
+    assert why and "3 hosts" in why and "only 2 node(s)" in why
+    # one host per node, always: a node with room for two hosts still runs one of them
+    roomy = NodeShape("n0", "127.0.0.1", {"CPU": 8, "GPU": 8})
+    assert "only 1 node(s)" in infeasible("pair", Resources(cpus=4, gpus=4, hosts=2), [roomy])
+    assert MULTIHOST_PLACEMENT == "STRICT_SPREAD"
 
 
 def test_local_prefix_refused_on_multi_node_cluster():

@@ -1,5 +1,6 @@
 """The MoE train step on two simulated hosts: `Resources(hosts=2)` runs it as two Ray worker
-processes with 4 fake CPU devices each, joined by jax.distributed into one 2 (data, across the
+processes, one on each node of a real two-node cluster (tests/runner/conftest.py `two_nodes`,
+placed as users' runs are), with 4 fake CPU devices each, joined by jax.distributed into one 2 (data, across the
 hosts) x 4 (expert, inside a host) mesh: experts split over the expert axis with all-to-all
 dispatch, parameters and optimizer state sharded FSDP-style over the devices.
 
@@ -25,7 +26,7 @@ from executor.core.step import Resources
 from steps.eval.lm import load_trained_model
 from steps.train import TrainConfig
 from tests.runner import trainfns
-from tests.runner.test_ray_cluster import driver, execute, record_of, step_dir  # noqa: F401  (fixture)
+from tests.runner.test_ray_cluster import execute, record_of, step_dir
 from tests.steps.test_train import TINY_MODEL, cache, compile_cache, run_python, tiny_config  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ def config(cache: str, output_path, **overrides) -> TrainConfig:
 
 def two_host_step(name: str, cache: str, compile_cache: dict, retries: int, **kill) -> ExecutorStep:
     return ExecutorStep(name, trainfns.host_train, trainfns.HostTrain(config(cache, this_output_path()), **kill),
-                        resources=Resources(cpus=1, hosts=2, custom={"host_slot": 1}, max_infra_retries=retries,
+                        resources=Resources(cpus=2, hosts=2, max_infra_retries=retries,  # a whole node per host
                                             env={"XLA_FLAGS": XLA_FLAGS, **compile_cache}))
 
 
@@ -61,9 +62,8 @@ def losses(out: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_hosts_train_like_one_and_recover_from_a_killed_host(driver, tmp_path, monkeypatch, cache,  # noqa: F811
+def test_two_hosts_train_like_one_and_recover_from_a_killed_host(two_nodes, tmp_path, cache,  # noqa: F811
                                                                      compile_cache):  # noqa: F811
-    monkeypatch.setenv("EXECUTOR_COLOCATE_HOSTS", "1")   # one machine: both hosts on the head node
     straight = two_host_step("straight", cache, compile_cache, retries=0)
     killed = two_host_step("killed", cache, compile_cache, retries=1, kill_host=1, kill_after=8)
     assert execute([straight, killed], tmp_path) == 0

@@ -7,13 +7,13 @@ cluster has — never a task that waits forever for resources that do not exist.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from executor.core.step import Resources
 
 HIDDEN = ("object_store_memory", "node:", "accelerator_type:", "bundle_group")
+MULTIHOST_PLACEMENT = "STRICT_SPREAD"  # each host of a multi-host step on its own node, in tests too
 
 
 @dataclass(frozen=True)
@@ -34,15 +34,8 @@ def demand(r: Resources) -> dict[str, float]:
     return {k: v for k, v in need.items() if v}
 
 
-def fits(need: Mapping[str, float], node: NodeShape, copies: int = 1) -> bool:
-    return all(node.resources.get(k, 0.0) + 1e-9 >= v * copies for k, v in need.items())
-
-
-def copies_on(need: Mapping[str, float], node: NodeShape) -> int:
-    """How many bundles of this shape one node can hold at once."""
-    if not need:
-        return 1 << 30
-    return min(int(math.floor(node.resources.get(k, 0.0) / v + 1e-9)) for k, v in need.items())
+def fits(need: Mapping[str, float], node: NodeShape) -> bool:
+    return all(node.resources.get(k, 0.0) + 1e-9 >= v for k, v in need.items())
 
 
 def _fmt(resources: Mapping[str, float]) -> str:
@@ -62,7 +55,7 @@ def describe_cluster(nodes: Sequence[NodeShape], limit: int = 6) -> str:
     return f"the cluster has {len(nodes)} node(s): " + "; ".join(lines) + more
 
 
-def infeasible(name: str, r: Resources, nodes: Sequence[NodeShape], colocate_hosts: bool = False) -> str | None:
+def infeasible(name: str, r: Resources, nodes: Sequence[NodeShape]) -> str | None:
     """Why this step can never be scheduled on these nodes, or None when it can."""
     need = demand(r)
     hosts = max(1, int(r.hosts))
@@ -74,22 +67,12 @@ def infeasible(name: str, r: Resources, nodes: Sequence[NodeShape], colocate_hos
     spread = sum(fits(need, n) for n in nodes)
     if spread >= hosts:
         return None
-    if colocate_hosts and sum(copies_on(need, n) for n in nodes) >= hosts:
-        return None
-    hint = ("" if colocate_hosts else " (to pack several hosts onto one machine in tests, set "
-            "EXECUTOR_COLOCATE_HOSTS=1)")
     return (f"step {name!r} asks for {hosts} hosts of {_fmt(need)} each (one per node), but only {spread} "
-            f"node(s) have that shape; {describe_cluster(nodes)}{hint}.")
-
-
-def placement_strategy(colocate_hosts: bool) -> str:
-    """STRICT_SPREAD puts each host on its own node; tests on one machine colocate them."""
-    return "PACK" if colocate_hosts else "STRICT_SPREAD"
+            f"node(s) have that shape; {describe_cluster(nodes)}.")
 
 
 def check_steps(steps: Iterable[tuple[str, Resources]], nodes: Sequence[NodeShape], *,
-                prefix_is_local: bool, shared_filesystem: bool = False,
-                colocate_hosts: bool = False) -> list[str]:
+                prefix_is_local: bool, shared_filesystem: bool = False) -> list[str]:
     """Every reason the given steps cannot run on this cluster (empty when all can)."""
     problems: list[str] = []
     if prefix_is_local and len(nodes) > 1 and not shared_filesystem:
@@ -98,7 +81,7 @@ def check_steps(steps: Iterable[tuple[str, Resources]], nodes: Sequence[NodeShap
             f"would write to their own disks. Use --prefix gs://... or s3://..., or, if the path is a "
             f"filesystem shared by every node (NFS), set EXECUTOR_SHARED_FILESYSTEM=1.")
     for name, r in steps:
-        reason = infeasible(name, r, nodes, colocate_hosts)
+        reason = infeasible(name, r, nodes)
         if reason:
             problems.append(reason)
     return problems

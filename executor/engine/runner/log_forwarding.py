@@ -22,6 +22,9 @@ _changed = threading.Condition()
 
 
 def _current_printer():
+    # Ray has no public hook on the driver's printing of worker output (log_to_driver only turns it
+    # on or off): the handler it registers on its stdstream dispatcher is replaced, and install()
+    # falls back to Ray's own printer (noting it) when these private names move.
     try:
         from ray._private import worker as ray_worker
     except ImportError:

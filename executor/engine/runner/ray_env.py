@@ -116,6 +116,17 @@ def local_code_paths() -> list[str]:
     return sorted(paths)
 
 
+def no_uv_runtime_env() -> None:
+    """Ray ships a `uv run` driver's project to workers unless RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
+    (LOOPBACK_ENV). Ray reads that variable once, into a private constant, at `import ray`; when
+    ray was imported before the variable was set, only the constant can still say so (no public
+    API does)."""
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    from ray._private import ray_constants
+
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+
+
 def start_embedded(num_cpus: int | None, object_store_memory: int | None,
                    resources: dict[str, float] | None, tries: int = 2) -> None:
     """ray.init of a NEW local cluster on 127.0.0.1 (never one `ray start` left running on this machine,
@@ -123,13 +134,17 @@ def start_embedded(num_cpus: int | None, object_store_memory: int | None,
 
     Ray's dashboard agent listens on 52365 by default and ray.init offers no way to change it,
     so a second cluster on the same machine (another experiment, a test run) fails to start.
-    The port is passed through RayParams for the duration of the call. Under heavy load Ray's
-    node can time out while its agents start (a raylet waits ~30 s for them); that is retried.
+    No public API sets it for a cluster ray.init starts: `ray start --dashboard-agent-listen-port`
+    makes a cluster that outlives this process, and ray.cluster_utils.Cluster publishes its address
+    machine-wide (a bare ray.init elsewhere would join it). So the port is passed through Ray's
+    private RayParams for the duration of the call only, and only where RayParams still takes it.
+    Under heavy load Ray's node can time out while its agents start (a raylet waits ~30 s for
+    them); that is retried.
     """
     import ray
-    from ray._private import parameter, ray_constants
+    from ray._private import parameter
 
-    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # read at `import ray`, which may have come first
+    no_uv_runtime_env()
     agent_port, dashboard_port, metrics_port = free_ports(3)
     original = parameter.RayParams.__init__
     patch = "dashboard_agent_listen_port" in inspect.signature(original).parameters

@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol, Sequence
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner import log_forwarding
 from executor.engine.runner.capture import log_path
+from executor.engine.runner.cluster import MULTIHOST_PLACEMENT
 from executor.engine.runner.ray_tasks import cause_of, classify, coordinator_address
 from executor.core.step import Resources
 
@@ -30,9 +31,6 @@ class Launcher(Protocol):
     remote_step: Any
     remote_host: Any
     notify: Callable[[str], None]
-
-    @property
-    def multihost_strategy(self) -> str: ...
 
     def bundle(self, r: Resources) -> dict[str, float]: ...
 
@@ -94,7 +92,7 @@ class RayHandle:
 
             bundle = self.runner.bundle(self.call.resources)
             self._pg = placement_group([dict(bundle) for _ in range(self.hosts)],
-                                       strategy=self.runner.multihost_strategy)
+                                       strategy=MULTIHOST_PLACEMENT)
             self._refs = [self._pg.ready()]
             self._phase = "placement"
 

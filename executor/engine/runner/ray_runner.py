@@ -15,7 +15,6 @@ stay importable from here for tests and scripts.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -24,8 +23,8 @@ from typing import Any, Callable, Iterable, Sequence
 from executor.core.errors import ExecutorError
 from executor.engine.runner import cluster, log_forwarding
 from executor.engine.runner.base import StepCall
-from executor.engine.runner.ray_env import (alive_nodes, check_reachable, local_code_paths, prepare_loopback_environment, ray_is_active,
-                                     start_embedded)
+from executor.engine.runner.ray_env import (alive_nodes, check_reachable, local_code_paths, no_uv_runtime_env,
+                                            prepare_loopback_environment, ray_is_active, start_embedded)
 from executor.engine.runner.ray_handle import RayHandle
 from executor.engine.runner.ray_map import map_tasks
 from executor.engine.runner.ray_tasks import execute_host, execute_remotely
@@ -44,19 +43,17 @@ class RayRunner:
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
                  object_store_memory: int | None = 1 << 30, *, ship_code: bool = True,
-                 shared_filesystem: bool = False, colocate_hosts: bool = False,
+                 shared_filesystem: bool = False,
                  retry_backoff_s: float = 2.0, capture_logs: bool = True,
                  resources: dict[str, float] | None = None,
                  notify: Callable[[str], None] | None = None):
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # under `uv run`, Ray would ship the project and demand it be the working dir
         if not address:
             prepare_loopback_environment()  # before `import ray`: it reads some settings at import
+        no_uv_runtime_env()  # under `uv run`, Ray would ship the project and demand it be the working dir
         import ray
-        from ray._private import ray_constants
 
-        ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # in case ray was imported earlier
         self.address = address
-        self.shared_filesystem, self.colocate_hosts = shared_filesystem, colocate_hosts
+        self.shared_filesystem = shared_filesystem
         self.retry_backoff_s, self.capture_logs = retry_backoff_s, capture_logs
         self.notify = notify or (lambda message: print(message, file=sys.stderr))
         self.shipped: list[str] = []
@@ -95,11 +92,7 @@ class RayRunner:
     def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
         """Every reason these steps could never run on this cluster (empty when all can)."""
         return cluster.check_steps(list(steps), self.nodes(), prefix_is_local=prefix_is_local,
-                                   shared_filesystem=self.shared_filesystem, colocate_hosts=self.colocate_hosts)
-
-    @property
-    def multihost_strategy(self) -> str:
-        return cluster.placement_strategy(self.colocate_hosts)
+                                   shared_filesystem=self.shared_filesystem)
 
     @staticmethod
     def bundle(r: Resources) -> dict[str, float]:

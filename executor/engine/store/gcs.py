@@ -3,7 +3,7 @@
 Reads take bytes and generation from one `alt=media` response (header `x-goog-generation`); writes
 are multipart uploads with `ifGenerationMatch` (0 = create only if absent), so GCS itself decides
 every race. Each call is exactly one HTTP request on this store's own aiohttp session, with the
-endpoint and credentials of a gcsfs filesystem (its public `base` and `credentials`) but without
+endpoint and credentials of a gcsfs filesystem (its `base` URL and credentials object) but without
 gcsfs's retry loop: a conditional upload retried blindly after a lost response comes back 412 and
 hides that our write landed. Retrying, and resolving that ambiguity, is RetryingStore's job.
 
@@ -140,7 +140,7 @@ class GCSStore:
 
     def _request(self, method: str, url: str, what: str, name: str, *, params: dict | None = None,
                  headers: dict | None = None, data: bytes | None = None) -> tuple[int, Mapping[str, str], bytes]:
-        try:
+        try:  # fsspec's documented bridge into an async filesystem's own event loop (fs.loop)
             return sync(self.fs.loop, self._send, method, url, params or {}, headers, data)
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, TimeoutError) as e:
             raise TransientStoreError(f"GCS {what} {self._where(name)}: {type(e).__name__}: {e} "
@@ -158,7 +158,11 @@ class GCSStore:
             project = self.fs.requester_pays if isinstance(self.fs.requester_pays, str) else self.fs.project
             params = {**params, "userProject": project}
         headers = {"User-Agent": "stepgraph", **(headers or {})}
-        self.fs.credentials.apply(headers)  # the bearer token, refreshed when due; nothing for "anon"
+        # gcsfs has no public call that sends a request with ifGenerationMatch on a multipart upload,
+        # nor one that hands out its auth header: its credentials object (what `token=` configured)
+        # applies the bearer token, refreshed when due (nothing for "anon"). google-auth's public
+        # Credentials.apply would need `token=` read a second time, possibly differently from gcsfs.
+        self.fs.credentials.apply(headers)
         async with self._session.request(method, url, params=params, headers=headers, data=data,
                                          timeout=self._timeout) as response:
             return response.status, response.headers, await response.read()

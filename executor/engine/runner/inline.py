@@ -1,5 +1,13 @@
 """The inline runner (`--runner inline`), for unit tests and debugging: each step runs in a child process.
 
+The child is spawned (a fresh interpreter, multiprocessing's "spawn" context), never forked: this
+process may run threads (ours, JAX's, a storage client's), and a fork copies their locks in
+whatever state they were in. The step travels to the child pickled, its function by reference:
+a function of the experiment file run as __main__ is found because the child imports that file
+first (as `__mp_main__`, which is why experiment files call executor_main under
+`if __name__ == "__main__":`); a lambda or a function nested in another cannot travel and fails
+the step with a message saying so.
+
 A child can be stopped where a thread cannot: a cancelled step (lease lost, timeout, Ctrl-C,
 SIGTERM) is killed, so it can never keep writing into an output another runner has committed
 since. The child also watches its runner: the runner pings it every few hundred milliseconds,
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import multiprocessing
 import os
 import pickle
 import select
@@ -25,6 +34,7 @@ import sys
 import threading
 import time
 import traceback
+from multiprocessing.connection import Connection
 from typing import Iterable, Sequence
 
 from executor.core.step import Resources
@@ -85,10 +95,10 @@ def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]
             os._exit(_CHILD_SILENCED)
 
 
-def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None) -> None:
+def _child_main(call: StepCall, result: Connection, ping: Connection, silence_limit_s: float | None) -> None:
     status = 0
     try:
-        signal.set_wakeup_fd(-1)  # the runner's signal watcher is not ours
+        ping_fd = ping.fileno()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
         last = [time.monotonic()]
@@ -107,8 +117,7 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
         except Exception:  # noqa: BLE001 - an unpicklable return value is stored as its repr
             data = pickle.dumps(StepOutcome(ok=outcome.ok, result=repr(outcome.result)[:2000],
                                             error=outcome.error, traceback=outcome.traceback))
-        with os.fdopen(result_fd, "wb") as out:
-            out.write(data)
+        result.send_bytes(data)
     except BaseException:  # noqa: BLE001 - never let the child return into the runner's code
         status = 1
     finally:
@@ -120,28 +129,31 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
 
 # -- the runner side ---------------------------------------------------------------------------
 class ChildHandle:
-    """One step in a forked child; a thread collects its result and exit status."""
+    """One step in a spawned child; a thread collects its result and exit status."""
 
-    def __init__(self, call: StepCall, pid: int, result_fd: int, ping_fd: int, runner: "InlineRunner"):
-        self.call, self.pid, self._ping_fd, self._runner = call, pid, ping_fd, runner
+    def __init__(self, call: StepCall, process: multiprocessing.process.BaseProcess, result: Connection,
+                 ping: Connection, runner: "InlineRunner"):
+        self.call, self.process, self.pid, self._runner = call, process, process.pid, runner
+        self._ping, self._ping_fd = ping, ping.fileno()
         self.future: cf.Future = cf.Future()
         self._cancelled = False
         self._reaped = threading.Lock()  # held while the pid may still be signalled
-        threading.Thread(target=self._collect, args=(result_fd,), daemon=True,
+        threading.Thread(target=self._collect, args=(result,), daemon=True,
                          name=f"collect-{call.step_id}").start()
 
-    def _collect(self, result_fd: int) -> None:
-        chunks = []
-        with os.fdopen(result_fd, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                chunks.append(chunk)
+    def _collect(self, result: Connection) -> None:
+        try:
+            data = result.recv_bytes()
+        except (EOFError, OSError):  # the child ended without a result
+            data = b""
+        result.close()
+        self.process.join()
         with self._reaped:
-            _, status = os.waitpid(self.pid, 0)
             self.pid = 0
         self._runner._forget(self)
-        self.future.set_result(self._outcome(b"".join(chunks), status))
+        self.future.set_result(self._outcome(data, self.process.exitcode))
 
-    def _outcome(self, data: bytes, status: int) -> StepOutcome:
+    def _outcome(self, data: bytes, exitcode: int | None) -> StepOutcome:
         if self._cancelled:
             return StepOutcome(ok=False, error="cancelled", infrastructure=True)
         if data:
@@ -149,15 +161,15 @@ class ChildHandle:
                 return pickle.loads(data)
             except Exception as e:  # noqa: BLE001
                 return StepOutcome(ok=False, error=f"could not read the step's result: {e}", infrastructure=True)
-        if os.WIFSIGNALED(status):
-            why = f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
-        elif os.WEXITSTATUS(status) == _CHILD_SILENCED:
+        if exitcode is not None and exitcode < 0:  # multiprocessing's way of saying "killed by signal N"
+            why = f"was killed by {signal.Signals(-exitcode).name}"
+        elif exitcode == _CHILD_SILENCED:
             why = (f"stopped itself: it heard nothing from its runner for {self._runner.silence_limit_s:g}s "
                    f"(the runner was paused or stuck), so its lease may be taken over")
-        elif os.WEXITSTATUS(status) == _CHILD_ORPHANED:
+        elif exitcode == _CHILD_ORPHANED:
             why = "stopped itself: its runner is gone"
         else:
-            why = f"exited with status {os.WEXITSTATUS(status)} before returning"
+            why = f"exited with status {exitcode} before returning"
         return StepOutcome(ok=False, error=f"the step's process {why}", infrastructure=True)
 
     def ping(self) -> None:
@@ -166,7 +178,7 @@ class ChildHandle:
 
     def close_ping(self) -> None:
         with contextlib.suppress(OSError):
-            os.close(self._ping_fd)
+            self._ping.close()
 
     def done(self) -> bool:
         return self.future.done()
@@ -202,6 +214,24 @@ class ThreadHandle:
         pass  # a thread cannot be stopped; the executor ignores its result
 
 
+class FailedHandle:
+    """A step that could not be started in a child process: failed at once, with the reason."""
+
+    def __init__(self, call: StepCall, error: str):
+        self.call = call
+        self.future: cf.Future = cf.Future()
+        self.future.set_result(StepOutcome(ok=False, error=error))
+
+    def done(self) -> bool:
+        return True
+
+    def outcome(self) -> StepOutcome:
+        return self.future.result()
+
+    def cancel(self) -> None:
+        pass
+
+
 class InlineRunner:
     def __init__(self, max_workers: int = 4, *, isolate: bool = True, silence_limit_s: float | None = None,
                  ping_s: float = 0.25):
@@ -219,26 +249,31 @@ class InlineRunner:
                 f"(--runner ray), or set hosts=1 to debug it in-process."
                 for name, r in steps if int(r.hosts) > 1]
 
-    def submit(self, call: StepCall) -> ChildHandle | ThreadHandle:
+    def submit(self, call: StepCall) -> ChildHandle | ThreadHandle | FailedHandle:
         if not self.isolate:
             return ThreadHandle(call)
-        result_r, result_w = os.pipe()
-        ping_r, ping_w = os.pipe()
-        os.set_blocking(ping_w, False)
+        spawn = multiprocessing.get_context("spawn")
+        result_r, result_w = spawn.Pipe(duplex=False)
+        ping_r, ping_w = spawn.Pipe(duplex=False)
+        os.set_blocking(ping_w.fileno(), False)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        process = spawn.Process(target=_child_main, args=(call, result_w, ping_r, self.silence_limit_s),
+                                name=f"step {call.step_id}")
+        try:
+            process.start()  # pickles the call: its function by reference
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            for end in (result_r, result_w, ping_r, ping_w):
+                end.close()
+            return FailedHandle(call, f"{call.step_id}: the step's function or config cannot be sent to the step's "
+                                      f"process ({type(e).__name__}: {e}); define the function at module level "
+                                      f"(not a lambda or a nested function)")
+        finally:  # the child's ends belong to the child now
+            result_w.close()
+            ping_r.close()
+        handle = ChildHandle(call, process, result_r, ping_w, self)
         with self._lock:
-            inherited = [c._ping_fd for c in self._children]
-            pid = os.fork()
-            if pid == 0:
-                for fd in (result_r, ping_w, *inherited):  # other steps' pipes must not outlive the runner
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                _child_main(call, result_w, ping_r, self.silence_limit_s)
-            os.close(result_w)
-            os.close(ping_r)
-            handle = ChildHandle(call, pid, result_r, ping_w, self)
             self._children.append(handle)
         self._start_pinger()
         return handle

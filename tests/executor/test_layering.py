@@ -2,7 +2,8 @@
 
 The core imports neither the engine nor the tools; the engine never imports the tools or the
 command line; and no two executor modules import each other, even only for type checking.
-Steps and experiments use only the public surface, `from executor import ...` (executor.__all__).
+Steps and experiments use only the public surface, `from executor import ...` (executor.__all__),
+and Ray is imported behind the runner seam (executor/engine/runner/) only.
 """
 
 from __future__ import annotations
@@ -98,3 +99,23 @@ def test_the_public_surface_check_sees_every_import_form(tmp_path):
                     "def f():\n    from executor.core.step import secret\n    from executor.engine import location\n")
     assert private_imports(step) == ["executor.core.step", "executor.core.step.secret", "executor.engine",
                                      "executor.engine.location", "executor.engine.outputs"]
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every top-level package a file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_ray_is_imported_only_behind_the_runner_seam():
+    seam = PACKAGE / "engine" / "runner"
+    files = [p for p in sorted([*PACKAGE.rglob("*.py"), *(REPO / "steps").rglob("*.py"),
+                                *(REPO / "experiments").rglob("*.py")]) if seam not in p.parents]
+    assert any(seam in p.parents for p in PACKAGE.rglob("*.py") if "ray" in imports_of(p))  # the check sees Ray
+    outside = [str(p.relative_to(REPO)) for p in files if "ray" in imports_of(p)]
+    assert not outside, f"only executor/engine/runner/ imports ray: {outside}"

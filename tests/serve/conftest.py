@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 try:  # the same module object the other suites use, so the session shares one emulator
-    from emulators import s3_emulator  # noqa: F401  (session fixture, started on first use)
+    from emulators import gcs_emulator, s3_emulator  # noqa: F401  (session fixtures, started on first use)
 except ImportError:
-    from tests.emulators import s3_emulator  # noqa: F401
+    from tests.emulators import gcs_emulator, s3_emulator  # noqa: F401
 
 from tests.serve import server
 

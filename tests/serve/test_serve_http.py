@@ -1,6 +1,6 @@
 """`stepgraph serve` over plain HTTP: the token rules, traversal attempts, the security headers,
-a browsing session that leaves the prefix's bytes as they were, storage options never shown (on
-an S3 emulator), --token-file, --port 0 and the warning beyond loopback."""
+a browsing session that leaves the prefix's bytes as they were, storage options used and never
+shown (S3 and GCS emulators), --token-file, --port 0, the warning beyond loopback, a prompt stop."""
 
 from __future__ import annotations
 
@@ -102,10 +102,16 @@ def test_browsing_every_page_writes_nothing_under_the_prefix(served, hello):
     assert server.prefix_bytes(hello) == before
 
 
-def test_storage_options_are_used_and_never_shown(s3_emulator, tmp_path):
-    prefix = s3_emulator.fresh_prefix("serve")
-    secret = "s3cr3t-" + uuid.uuid4().hex  # moto takes any credentials; this one appears nowhere else
-    options = json.dumps({**s3_emulator.storage_options, "secret": secret})
+@pytest.mark.parametrize("backend", ["s3", "gcs"])
+def test_storage_options_are_used_and_never_shown(backend, request, tmp_path):
+    emulator = request.getfixturevalue(f"{backend}_emulator")
+    prefix = emulator.fresh_prefix("serve")
+    if backend == "s3":
+        secret = "s3cr3t-" + uuid.uuid4().hex  # moto takes any credentials; this one appears nowhere else
+        options = json.dumps({**emulator.storage_options, "secret": secret})
+    else:  # the emulator takes no credentials: its endpoint is the option that must not show
+        secret = emulator.endpoint_url
+        options = json.dumps(emulator.storage_options)
     env = server.environment(EXECUTOR_STORAGE_OPTIONS=options)
     done = server.run_experiment(server.EXPERIMENTS / "hello.py", prefix, "--runner", "inline", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -116,8 +122,8 @@ def test_storage_options_are_used_and_never_shown(s3_emulator, tmp_path):
         pages = [running.get(path)[2] for path in ["/runs"] + re.findall(r'href="(/step/[^"]+)"', body.decode())]
         assert len(pages) == 6 and all(b"hello" in page for page in pages)
         for page in [body, *pages]:
-            assert secret.encode() not in page and s3_emulator.endpoint_url.encode() not in page
-        assert not any(secret in line or s3_emulator.endpoint_url in line for line in running.lines)
+            assert secret.encode() not in page and emulator.endpoint_url.encode() not in page
+        assert not any(secret in line or emulator.endpoint_url in line for line in running.lines)
     finally:
         running.stop()
 

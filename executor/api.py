@@ -76,7 +76,7 @@ class StepReport:
     step_id: str
     digest: str
     output_path: str
-    decision: str  # an Action's value: run | skip | wait | blocked | stop
+    decision: Action  # run | skip | wait | blocked | stop (a str: equal to its word)
     reason: str
     status: Optional[Outcome] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
     error: Optional[str] = None
@@ -84,7 +84,7 @@ class StepReport:
 
     @property
     def succeeded(self) -> bool:
-        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP.value)
+        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP)
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     status, error, ran_here."""
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action.value,
+              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action,
               "reason": decision.reason, "status": None, "error": None, "ran_here": False}
     if after:
         fields.update(after)
@@ -324,12 +324,18 @@ def _run_decided(graph: Graph, decided: Decided, options: Options, events: Event
 
 
 def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str) -> Any:
-    from executor.engine.runner.factory import new_runner
+    if options.runner == "inline":
+        from executor.engine.runner.inline import InlineRunner
 
-    # an inline step's child stops itself if this process goes silent for half the TTL
-    return new_runner(options.runner, address=options.ray_address, environ=environ,
-                      isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2,
-                      info=events.info, warning=events.warning)
+        # each step in a child process that stops itself if this one goes silent for half the TTL
+        return InlineRunner(isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2)
+    from executor.engine.runner.ray_runner import RayRunner
+
+    address = options.ray_address or environ.get("RAY_ADDRESS")
+    events.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")
+    return RayRunner(address=address, ship_code=environ.get("EXECUTOR_SHIP_CODE", "1") != "0",
+                     shared_filesystem=environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
+                     colocate_hosts=environ.get("EXECUTOR_COLOCATE_HOSTS") == "1", notify=events.warning)
 
 
 class _RunnerSlot:

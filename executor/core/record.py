@@ -22,15 +22,16 @@ RUN_SCHEMA = 1
 EXECUTOR_DIR = ".executor"
 
 
-class State(str, enum.Enum):
-    """What status.json stores (the other vocabularies, and the mapping: core/outcome.py)."""
+class State(enum.StrEnum):
+    """What status.json stores (the other vocabularies, and the mapping: core/outcome.py); str() is
+    the stored word."""
 
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
 
 
-class Absent(str, enum.Enum):
+class Absent(enum.StrEnum):
     """What a status read found when there is no State to show: read models' rows hold
     `State | Absent`, so that "no status" and "corrupt" are values, not strings made up per command."""
 

@@ -324,18 +324,12 @@ def _run_decided(graph: Graph, decided: Decided, options: Options, events: Event
 
 
 def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str) -> Any:
-    if options.runner == "inline":
-        from executor.engine.runner.inline import InlineRunner
+    from executor.engine.runner.factory import new_runner
 
-        # each step in a child process that stops itself if this one goes silent for half the TTL
-        return InlineRunner(isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2)
-    from executor.engine.runner.ray_runner import RayRunner
-
-    address = options.ray_address or environ.get("RAY_ADDRESS")
-    events.info("starting Ray…" if not address else f"joining Ray cluster at {address}…")
-    return RayRunner(address=address, ship_code=environ.get("EXECUTOR_SHIP_CODE", "1") != "0",
-                     shared_filesystem=environ.get("EXECUTOR_SHARED_FILESYSTEM") == "1",
-                     colocate_hosts=environ.get("EXECUTOR_COLOCATE_HOSTS") == "1", notify=events.warning)
+    # an inline step's child stops itself if this process goes silent for half the TTL
+    return new_runner(options.runner, address=options.ray_address, environ=environ,
+                      isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2,
+                      info=events.info, warning=events.warning)
 
 
 class _RunnerSlot:

@@ -55,6 +55,10 @@ class Options:
     # fsspec options: one object (for the prefix's protocol), one per location ({"s3://corpus": {...},
     # "gs://": {...}}, longest match wins) or a Storage; None: env EXECUTOR_STORAGE_OPTIONS
     storage_options: Optional[Any] = None
+    # prefixes whose outputs (same digest, SUCCESS) are copied and checked instead of run; empty:
+    # env EXECUTOR_CACHE_FROM (comma-separated)
+    cache_from: tuple[str, ...] = ()
+    transfer_budget_gb: float = 10.0  # at most this many GB copied from cache-from prefixes per run
 
 
 class StepFailed(Exception):
@@ -76,7 +80,7 @@ class StepReport:
     step_id: str
     digest: str
     output_path: str
-    decision: Action  # run | skip | wait | blocked | stop (a str: equal to its word)
+    decision: str  # an Action's value: run | skip | wait | blocked | stop
     reason: str
     status: Optional[Outcome] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
     error: Optional[str] = None
@@ -84,7 +88,7 @@ class StepReport:
 
     @property
     def succeeded(self) -> bool:
-        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP)
+        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP.value)
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     status, error, ran_here."""
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action,
+              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action.value,
               "reason": decision.reason, "status": None, "error": None, "ran_here": False}
     if after:
         fields.update(after)
@@ -239,7 +243,22 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
         snapshot = read_snapshot(store, graph.nodes.values())
         decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
                                                           now=time.time()))
+    cache_from = _cache_from(options, environ, prefix)
+    if cache_from:  # no source, no read: a run without --cache-from plans as before
+        from executor.engine.cache_from import plan_copies
+
+        decided = plan_copies(graph, decided, cache_from, storage_options, only=options.only,
+                              force_run=options.force_run, budget_gb=options.transfer_budget_gb)
     return Decided(prefix, storage_options, store, fs, decided)
+
+
+def _cache_from(options: Options, environ: Mapping[str, str] | None, prefix: str) -> tuple[str, ...]:
+    environ = os.environ if environ is None else environ
+    if not options.cache_from and not environ.get("EXECUTOR_CACHE_FROM"):
+        return ()
+    from executor.engine.cache_from import cache_from_list
+
+    return cache_from_list(options.cache_from, environ, prefix)
 
 
 def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:

@@ -48,6 +48,11 @@ class ExecutorOptions:
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
     cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
                                                 "from buckets in another location than the prefix's")
+    cache_from: Optional[str] = _flag(None, "a prefix whose outputs of the same steps are copied (every file "
+                                            "checked against its manifest) instead of run; repeat the flag "
+                                            "or separate prefixes with commas (default: env EXECUTOR_CACHE_FROM)")
+    transfer_budget_gb: float = _flag(10.0, "copy at most this many GB from --cache-from prefixes in one run; "
+                                            "a step whose copy would exceed it runs here")
     check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
@@ -71,11 +76,20 @@ def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions,
     for arg in rest[::2]:  # an unknown flag is named with its nearest spelling among all flags
         if not arg.startswith("--") or arg[2:] not in known:
             raise flags.unknown_flag(arg, known)
-    options = check_options(flags.parse(ExecutorOptions, mine))
+    options = check_options(flags.parse(ExecutorOptions, _join_repeated(mine, "--cache_from")))
     user = None
     if user_class is not None:
         user = flags.parse(user_class, rest, None if isinstance(user_config, type) else user_config)
     return options, user
+
+
+def _join_repeated(args: list[str], flag: str) -> list[str]:
+    """A flag given several times (`--cache-from A --cache-from B`) as one comma-separated value."""
+    values = [args[i + 1] for i in range(0, len(args) - 1, 2) if args[i] == flag]
+    if len(values) < 2:
+        return args
+    rest = [a for i in range(0, len(args) - 1, 2) if args[i] != flag for a in args[i:i + 2]]
+    return [*rest, flag, ",".join(values)]
 
 
 def check_options(options: ExecutorOptions) -> ExecutorOptions:
@@ -206,7 +220,9 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
     else from the environment; never copied by name, since the API takes a dict)."""
     names = {f.name for f in dataclasses.fields(api.Options)} & {f.name for f in dataclasses.fields(flags_)}
     storage = location.storage_options_from(storage_flag, {}) if storage_flag is not None else None
-    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options"}}, storage_options=storage)
+    cache_from = tuple(p for p in (flags_.cache_from or "").split(",") if p.strip())  # repeated: joined by parse_flags
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from"}},
+                       storage_options=storage, cache_from=cache_from)
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,

@@ -2,7 +2,7 @@
 
 - `State` (core/record.py): what status.json stores: RUNNING, SUCCESS, FAILED. A read that finds
   no status, or one that does not parse, is `Absent` (NO STATUS, CORRUPT), never a made-up State.
-- `Action` (core/plan.py): what the plan decides: run, skip, wait, blocked, stop.
+- `Action` (core/plan.py): what the plan decides: run, copy, skip, wait, blocked, stop.
 - `Outcome` (here): where a step stands in a run and how it ended: succeeded, failed, blocked, or
   pending (a run that stopped before reaching it); running (ours) and watching (another runner's
   lease) while the run goes on. These strings are stored in run files and returned as
@@ -40,7 +40,7 @@ class Outcome(enum.StrEnum):  # str() and f-strings give the value: "succeeded"
 _ENDED = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.BLOCKED})
 
 _BEFORE_RUNNING = {Action.RUN: Outcome.PENDING, Action.WAIT: Outcome.PENDING, Action.SKIP: Outcome.SUCCEEDED,
-                   Action.BLOCKED: Outcome.BLOCKED, Action.STOP: Outcome.FAILED}
+                   Action.BLOCKED: Outcome.BLOCKED, Action.STOP: Outcome.FAILED, Action.COPY: Outcome.PENDING}
 
 
 def outcome_of_action(action: Action) -> Outcome:
@@ -63,6 +63,7 @@ class Ending(enum.StrEnum):
     RAN = "ran"  # succeeded, run by this process
     SKIPPED = "skipped"  # succeeded earlier; the plan skipped it
     ELSEWHERE = "done elsewhere"  # succeeded, run by another runner while this run waited
+    COPIED = "copied"  # succeeded: its output was copied from a --cache-from prefix and checked
     FAILED = "failed"
     BLOCKED = "blocked"
     INTERRUPTED = "interrupted"  # the run stopped before the step ended
@@ -70,7 +71,9 @@ class Ending(enum.StrEnum):
 
 def ending(outcome: Outcome, action: Action, ran_here: bool) -> Ending:
     if outcome == Outcome.SUCCEEDED:
-        return Ending.RAN if ran_here else Ending.SKIPPED if action == Action.SKIP else Ending.ELSEWHERE
+        if ran_here:
+            return Ending.RAN
+        return {Action.SKIP: Ending.SKIPPED, Action.COPY: Ending.COPIED}.get(action, Ending.ELSEWHERE)
     if outcome == Outcome.FAILED:
         return Ending.FAILED
     return Ending.BLOCKED if outcome == Outcome.BLOCKED else Ending.INTERRUPTED

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from executor.core.errors import GraphError
 from executor.core.graph import Graph, StepNode, gc_paused
 from executor.core.record import State, Status
 
 
-class Action(enum.StrEnum):  # str() is the word --dry-run shows: "run"
+class Action(str, enum.Enum):
     RUN = "run"
     SKIP = "skip"
     WAIT = "wait"
     BLOCKED = "blocked"
     STOP = "stop"  # previous attempt failed and --force-failed is off
+    COPY = "copy"  # a cache-from prefix holds this step's output (same digest, SUCCESS): copied, checked
 
 
 @dataclass(frozen=True, slots=True)  # slots: one per step of a plan; no dict each (less memory to fault in)
@@ -50,18 +51,22 @@ class Decision:
     recheck: tuple[str, ...] = ()  # SKIP for now; dependencies (digests) that re-run in this plan:
     #                                if the output one of them commits differs from what this step
     #                                consumed, the step re-runs once they finish (staleness by content)
+    sources: tuple = ()  # COPY: where from, best first (executor.engine.cache_from.CopySource)
 
 
 @dataclass(frozen=True)
 class Plan:
     decisions: dict[str, Decision]  # by digest, topological order; only selected steps
+    # Steps not needed while their dependents are copied (--cache-from); a copy that falls back to
+    # running wakes the ones it needs.
+    standby: dict[str, Decision] = field(default_factory=dict)
 
     def by_action(self, action: Action) -> list[Decision]:
         return [d for d in self.decisions.values() if d.action == action]
 
     @property
     def needs_runner(self) -> bool:
-        return any(d.action in (Action.RUN, Action.WAIT) for d in self.decisions.values())
+        return any(d.action in (Action.RUN, Action.WAIT, Action.COPY) for d in self.decisions.values())
 
 
 def match_steps(graph: Graph, pattern: str, flag: str) -> list[str]:

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from executor.engine import outputs
+from executor.engine.cache_copy import CacheCopies
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.graph import Graph, StepNode
 from executor.core.locations import Storage
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
-from executor.core.plan import Action, Plan
+from executor.core.plan import Action, Decision, Plan
 from executor.engine.provenance import function_fingerprint, function_reference
 from executor.core.outcome import Outcome, outcome_of_action
 from executor.core.record import Owner, State, Status, StepRecord, output_digest, record_key, status_key
@@ -54,6 +55,8 @@ class Tracked:
     content: str | None = None  # content_sha256 of its committed output, when known
     consumed: dict[str, str] = field(default_factory=dict)  # dependency digest -> content it was started on
     recheck: tuple[str, ...] = ()  # planned SKIP, unless these re-running dependencies change their output
+    sources: tuple = ()  # planned COPY: the cache-from sources not yet tried (executor.engine.cache_copy)
+    waiting_deps: bool = False  # holds its lease after a failed copy, until its dependencies are done
 
 
 @dataclass(frozen=True)
@@ -128,22 +131,28 @@ class Execution:
         self.runner: Runner | None = None
         self.tracked: dict[str, Tracked] = {}
         for digest, decision in plan.decisions.items():
-            observed = decision.observed
-            state = outcome_of_action(decision.action)
-            t = Tracked(decision.node, state, observed.generation)
-            t.retry_failed = (decision.action == Action.RUN and observed.status is not None
-                              and observed.status.state == State.FAILED)
-            t.force_run = (decision.action == Action.RUN and observed.status is not None
-                           and observed.status.state == State.SUCCESS)
-            if state == Outcome.SUCCEEDED:
-                t.output_path = self._output_path_from(decision.node, observed.status)
-                t.content = observed.status.content_sha256 if observed.status else None
-                if decision.recheck:  # decided once the re-running dependencies committed
-                    t.state, t.recheck = Outcome.PENDING, decision.recheck
-            if state == Outcome.FAILED:
-                t.error = decision.reason
-            self.tracked[digest] = t
+            self.tracked[digest] = self._track(decision)
         self.dependents = graph.dependents()
+        self.copies = CacheCopies(self)
+
+    def _track(self, decision: Decision) -> Tracked:
+        """How a planned step starts out in this run."""
+        observed = decision.observed
+        state = outcome_of_action(decision.action)
+        t = Tracked(decision.node, state, observed.generation)
+        t.retry_failed = (decision.action in (Action.RUN, Action.COPY) and observed.status is not None
+                          and observed.status.state == State.FAILED)
+        t.force_run = (decision.action == Action.RUN and observed.status is not None
+                       and observed.status.state == State.SUCCESS)
+        if state == Outcome.SUCCEEDED:
+            t.output_path = self._output_path_from(decision.node, observed.status)
+            t.content = observed.status.content_sha256 if observed.status else None
+            if decision.recheck:  # decided once the re-running dependencies committed
+                t.state, t.recheck = Outcome.PENDING, decision.recheck
+        if state == Outcome.FAILED:
+            t.error = decision.reason
+        t.sources = decision.sources if decision.action == Action.COPY else ()
+        return t
 
     # -- paths -----------------------------------------------------------------------------
     def _own_path(self, node: StepNode) -> str:
@@ -210,18 +219,23 @@ class Execution:
         return any(not t.state.ended for t in self.tracked.values())
 
     def _deps_state(self, t: Tracked) -> str:
-        """'ready', 'wait' or 'blocked' from the blocking dependencies' states."""
+        """'ready', 'wait' or 'blocked' from the blocking dependencies' states (a copy reads none)."""
+        if t.sources:
+            return "ready"
         states = [self.tracked[d].state if d in self.tracked else Outcome.SUCCEEDED for d in t.node.deps]
         if any(s.unsuccessful for s in states):
             return "blocked"
         return "ready" if all(s == Outcome.SUCCEEDED for s in states) else "wait"
 
     def _running_count(self) -> int:
-        return sum(t.state == Outcome.RUNNING for t in self.tracked.values())
+        return sum(t.state == Outcome.RUNNING and not t.waiting_deps for t in self.tracked.values())
 
     def _start_ready(self) -> None:
         running = self._running_count()  # counted once per pass: O(n), not O(n^2) (issue 4 benchmark)
-        for t in self.tracked.values():
+        for t in list(self.tracked.values()):  # a failed copy may wake steps it needs: a copy of the list
+            if t.waiting_deps:
+                self.copies.resume(t)
+                continue
             if t.state not in (Outcome.PENDING, Outcome.WATCHING):
                 continue
             deps = self._deps_state(t)
@@ -328,8 +342,17 @@ class Execution:
 
     def _submit(self, t: Tracked, lease: Lease, takeover: bool) -> None:
         node = t.node
-        t.lease, t.state, t.started, t.ran_here = lease, Outcome.RUNNING, self.ctx.clock(), True
+        t.lease, t.state, t.started = lease, Outcome.RUNNING, self.ctx.clock()
         t.output_path = self._own_path(node)
+        if t.sources:
+            self.copies.submit(t, takeover)
+            return
+        self._submit_step(t, takeover)
+
+    def _submit_step(self, t: Tracked, takeover: bool) -> None:
+        """Run the step's function under the lease `t` holds."""
+        node, lease = t.node, t.lease
+        t.ran_here = True
         resources = node.step.resources or Resources()
         t.user_retries_left = resources.retry_user_errors
         t.consumed = {d: self.tracked[d].content for d in node.deps
@@ -369,16 +392,21 @@ class Execution:
             if t.state != Outcome.RUNNING or t.lease is None:
                 continue
             if not self.ctx.keeper.is_valid(t.lease):
-                t.handle.cancel()
+                if t.handle is not None:
+                    t.handle.cancel()
+                t.waiting_deps = False
                 self.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost"))
                 t.state, t.lease, t.handle = Outcome.PENDING, None, None
                 continue
             timeout = (t.node.step.resources or Resources()).timeout_s
-            if timeout and self.ctx.clock() - t.started > timeout:
+            if timeout and t.handle is not None and self.ctx.clock() - t.started > timeout:
                 t.handle.cancel()
                 self._fail(t, StepOutcome(ok=False, error=f"timed out after {timeout:g}s (resources.timeout_s)"))
 
     def _finish(self, t: Tracked, outcome: StepOutcome) -> None:
+        if t.sources:
+            self.copies.finish(t, outcome)
+            return
         t.attempts.extend(outcome.attempts)
         if not outcome.ok and not self.ctx.keeper.confirm(t.lease):
             # Ended because its lease was lost (an inline step stops itself when its runner was

@@ -33,7 +33,7 @@ def escape(text: str) -> str:
 _RICH_SYNTAX = re.compile(r"[\[\]]|:\S*:")
 
 ACTION_STYLE = {Action.RUN: "bold yellow", Action.SKIP: "green", Action.WAIT: "cyan",
-                Action.BLOCKED: "red", Action.STOP: "bold red"}
+                Action.BLOCKED: "red", Action.STOP: "bold red", Action.COPY: "bold blue"}
 
 
 class Reporter(Protocol):
@@ -67,6 +67,8 @@ def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
                       {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,
                        "heartbeat_written_at": status.written_at}),
         })
+        if d.sources:  # a copy: where from (best first) and how many bytes
+            rows[-1]["copy_from"] = [{"prefix": s.prefix, "run_id": s.run_id, "bytes": s.bytes} for s in d.sources]
     return rows
 
 

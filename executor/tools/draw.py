@@ -17,7 +17,7 @@ from executor.core.errors import ExecutorError
 from executor.core.plan import Action, Decision, Plan
 
 COLORS = {Action.RUN: "#f5c542", Action.SKIP: "#7cc47f", Action.WAIT: "#5bc0de",
-          Action.BLOCKED: "#e57373", Action.STOP: "#b71c1c"}
+          Action.BLOCKED: "#e57373", Action.STOP: "#b71c1c", Action.COPY: "#7fa7e5"}
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 220, 46, 40, 60, 20
 
 

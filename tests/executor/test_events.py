@@ -262,7 +262,7 @@ def test_a_ray_run_takes_its_cluster_address_from_environ(tmp_path, monkeypatch)
 def test_one_mapping_between_the_vocabularies():
     assert {a: outcome_of_action(a) for a in Action} == {
         Action.RUN: Outcome.PENDING, Action.WAIT: Outcome.PENDING, Action.SKIP: Outcome.SUCCEEDED,
-        Action.BLOCKED: Outcome.BLOCKED, Action.STOP: Outcome.FAILED}
+        Action.BLOCKED: Outcome.BLOCKED, Action.STOP: Outcome.FAILED, Action.COPY: Outcome.PENDING}
     assert {s: outcome_of_state(s) for s in State} == {
         State.SUCCESS: Outcome.SUCCEEDED, State.FAILED: Outcome.FAILED, State.RUNNING: Outcome.WATCHING}
     assert [o for o in Outcome if o.ended] == [Outcome.SUCCEEDED, Outcome.FAILED, Outcome.BLOCKED]
@@ -270,6 +270,8 @@ def test_one_mapping_between_the_vocabularies():
     assert ending(Outcome.SUCCEEDED, Action.RUN, True) == Ending.RAN
     assert ending(Outcome.SUCCEEDED, Action.SKIP, False) == Ending.SKIPPED
     assert ending(Outcome.SUCCEEDED, Action.WAIT, False) == Ending.ELSEWHERE
+    assert ending(Outcome.SUCCEEDED, Action.COPY, False) == Ending.COPIED  # copied from a --cache-from prefix
+    assert ending(Outcome.SUCCEEDED, Action.COPY, True) == Ending.RAN  # its copy fell back to running here
     assert ending(Outcome.BLOCKED, Action.RUN, False) == Ending.BLOCKED
     assert {ending(o, Action.RUN, False) for o in (Outcome.PENDING, Outcome.RUNNING, Outcome.WATCHING)} == {
         Ending.INTERRUPTED}

@@ -1,0 +1,145 @@
+"""Other prefixes as a verified cache (`--cache-from PREFIX`): which steps the plan copies instead of running.
+
+A step's id is a digest of everything that determines its output, so a SUCCESS status with the same
+digest under another prefix names the output this step would make. For each step the plan would
+run (new, or failed before; never a --force-run or stale one), each cache-from prefix is asked, in
+order, for such a status and its record (whose manifest lists every file with size and checksum).
+A step with a source is decided `copy`; the copy itself (executor.engine.copy_output) checks every
+byte against that manifest before anything is committed.
+
+Only what the targets need is copied: walking the plan from the targets down, a step is needed when
+it is a target or a dependent will run it as an input; a step not needed whose dependents are copied
+(or themselves not needed) is set aside in `Plan.standby`, woken only if a copy falls back to
+running. A transfer budget bounds the bytes copied: a copy over it is not made (the step runs, and
+its reason says so with the sizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from executor.core.errors import ExecutorError, StatusError
+from executor.core.graph import Graph, StepNode
+from executor.core.locations import Storage
+from executor.core.plan import Action, Decision, Plan, match_steps
+from executor.core.record import State, Status, record_key
+from executor.engine import outputs
+
+ENV_VAR = "EXECUTOR_CACHE_FROM"
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class CopySource:
+    """A verified candidate: the source prefix's SUCCESS status and record for this step's digest."""
+
+    prefix: str
+    output_path: str  # the step's output under the source prefix
+    run_id: str | None  # the run that made it there
+    status: Status
+    record: Mapping[str, Any]
+
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        return list(self.record.get("manifest") or [])
+
+    @property
+    def bytes(self) -> int:
+        return sum(int(f.get("size") or 0) for f in self.files)
+
+    def describe(self) -> str:
+        return f"{self.prefix} (run {self.run_id or 'unknown'}, {human_bytes(self.bytes)})"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def cache_from_list(given: Sequence[str] | str | None, environ: Mapping[str, str], prefix: str) -> tuple[str, ...]:
+    """The cache-from prefixes (normalized, in order): `given` if any, else EXECUTOR_CACHE_FROM
+    (comma-separated). The run's own prefix is refused: it cannot be its own cache."""
+    if isinstance(given, str):
+        given = given.split(",")
+    raw = list(given or []) or environ.get(ENV_VAR, "").split(",")
+    sources = tuple(dict.fromkeys(outputs.normalize_prefix(p.strip()) for p in raw if p.strip()))
+    if outputs.normalize_prefix(prefix) in sources:
+        raise ExecutorError(f"--cache-from {prefix}: that is the run's own prefix; name another prefix "
+                            f"whose outputs to reuse")
+    return sources
+
+
+def _copyable(decision: Decision, forced: set[str]) -> bool:
+    """A step the plan would run because it has no output here (new, or failed): not forced, not stale."""
+    status = decision.observed.status
+    return (decision.action == Action.RUN and decision.node.digest not in forced
+            and (status is None or status.state == State.FAILED))
+
+
+def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: Storage) -> dict[str, list[CopySource]]:
+    """Per digest, the prefixes (in the given order) holding a SUCCESS status of that digest and a readable record."""
+    from executor.engine.location import open_location
+    from executor.engine.snapshot import read_snapshot
+
+    found: dict[str, list[CopySource]] = {}
+    for source in cache_from:
+        store, fs = open_location(source, storage)
+        snapshot = read_snapshot(store, nodes)
+        for node in nodes:
+            status = snapshot[node.digest].status
+            if status is None or status.state != State.SUCCESS or status.digest != node.digest:
+                continue
+            try:
+                record = outputs.read_record(fs, outputs.join(source, record_key(node.output_rel)))
+            except StatusError:
+                record = None
+            if record is None or record.get("digest") != node.digest:
+                continue  # incomplete: a status without its record (or another digest's) is not a source
+            output_path = outputs.join(source, (status.alias_of or {}).get("output_rel") or node.output_rel)
+            found.setdefault(node.digest, []).append(
+                CopySource(source, output_path, record.get("run_id"), status, record))
+    return found
+
+
+def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: Storage, *,
+                only: str | None = None, force_run: str | None = None, budget_gb: float = 10.0) -> Plan:
+    """`plan` with `copy` for the steps a cache-from prefix holds and the targets need, within the budget."""
+    if not cache_from:
+        return plan
+    forced = set(match_steps(graph, force_run, "--force-run")) if force_run else set()
+    candidates = [d.node for d in plan.decisions.values() if _copyable(d, forced)]
+    sources = find_sources(candidates, cache_from, storage) if candidates else {}
+    targets = set(graph.targets if only is None else match_steps(graph, only, "--only"))
+    users: dict[str, list[str]] = {}  # digest -> the planned steps that read its output
+    for digest, d in plan.decisions.items():
+        for dep in (*d.node.deps, *d.node.weak_deps):
+            users.setdefault(dep, []).append(digest)
+    decided: dict[str, Decision] = {}
+    standby: dict[str, Decision] = {}
+    budget, used = budget_gb * GB, 0
+    for digest in reversed(list(plan.decisions)):  # dependents before what they read
+        d = plan.decisions[digest]
+        if not _copyable(d, forced):
+            decided[digest] = d
+            continue
+        readers = [decided.get(u) or standby[u] for u in users.get(digest, ())]
+        needed = digest in targets or any(r.action in (Action.RUN, Action.WAIT) and r.node.digest not in standby
+                                          for r in readers)
+        choice, found = d, sources.get(digest) or []
+        if found and needed and used + found[0].bytes > budget:
+            choice = replace(d, reason=f"{d.reason}; not copied: {human_bytes(found[0].bytes)} from "
+                                       f"{found[0].prefix} would take the transfer budget past "
+                                       f"{budget_gb:g} GB ({human_bytes(used)} already planned; "
+                                       f"--transfer-budget-gb)")
+        elif found:
+            used += found[0].bytes if needed else 0
+            choice = replace(d, action=Action.COPY, reason=f"copy from {found[0].describe()}", sources=tuple(found))
+        if not needed and readers:  # every reader is complete, copied or itself not needed
+            standby[digest] = replace(choice, reason=f"not needed here ({choice.reason})")
+        else:
+            decided[digest] = choice
+    return Plan({k: decided[k] for k in plan.decisions if k in decided}, standby)

@@ -1,0 +1,171 @@
+"""--cache-from (issue 30): another prefix's outputs of the same steps are copied, checked file by
+file against their manifests, instead of run; on the in-process runner, between local prefixes."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import executor
+from executor.core.plan import Action
+from executor.engine.events import StepStarted
+from executor.engine.report import write_plan_json
+from executor.tools.verify import verify_path
+from tests.cache.graph import MIB, build
+
+
+def run(prefix: Path, **options):
+    return executor.run(build(), prefix=str(prefix), runner="inline", environ={}, **options)
+
+
+def record(prefix: Path, name: str) -> dict:
+    [path] = prefix.glob(f"{name}-*/.executor/record.json")
+    return json.loads(path.read_text())
+
+
+def output_dir(prefix: Path, name: str) -> Path:
+    [path] = prefix.glob(f"{name}-*")
+    return path
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> tuple[Path, str]:
+    """Prefix A, with every step run once (and the run's id)."""
+    prefix = tmp_path_factory.mktemp("a")
+    result = run(prefix)
+    assert result.ok and all(s.ran_here for s in result.steps)
+    return prefix, result.run_id
+
+
+def damaged_copy_of(source: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "a-damaged"
+    shutil.copytree(source, copy)
+    return copy
+
+
+def test_targets_are_copied_checked_and_verified_and_upstream_is_left(source, tmp_path):
+    a, a_run = source
+    b = tmp_path / "b"
+    result = run(b, cache_from=(str(a),))
+    assert result.ok
+    assert {s.name: s.decision for s in result.steps} == {"cache/report": "copy", "cache/notes": "copy"}
+    assert not any(s.ran_here for s in result.steps)  # no step function ran
+    for name in ("cache/report", "cache/notes"):
+        copied = record(b, name)["extra"]["copied_from"]
+        assert (copied["prefix"], copied["run_id"]) == (str(a), a_run)
+        assert record(b, name)["run_id"] == result.run_id
+    assert (output_dir(b, "cache/report") / "report.txt").read_bytes() == \
+        (output_dir(a, "cache/report") / "report.txt").read_bytes()
+    assert (output_dir(b, "cache/notes") / "sub" / "b.txt").read_text() == "sub/b.txt: abc\n"
+    assert not list((b / "cache").glob("raw-*")) and not list((b / "cache").glob("upper-*"))  # not needed
+    checked = verify_path(str(b))
+    assert len(checked) == 2 and all(v.ok for v in checked)
+    again = run(b, cache_from=(str(a),))  # now complete here: skipped, nothing read from A
+    assert {s.decision for s in again.steps} == {"skip"}
+
+
+def test_a_changed_byte_makes_that_step_run_and_the_rest_copy(source, tmp_path):
+    a = damaged_copy_of(source[0], tmp_path)
+    report = output_dir(a, "cache/report") / "report.txt"
+    data = bytearray(report.read_bytes())
+    data[MIB // 2] ^= 0x01  # one byte changed, size unchanged
+    report.write_bytes(bytes(data))
+    b = tmp_path / "b"
+    events: list = []
+    result = run(b, cache_from=(str(a),), subscribers=[events.append])
+    assert result.ok
+    assert {s.name: s.ran_here for s in result.steps} == {"cache/report": True, "cache/notes": False}
+    assert "copied_from" not in record(b, "cache/report").get("extra", {})  # it ran here
+    assert (output_dir(b, "cache/report") / "report.txt").read_bytes() != bytes(data)
+    # report ran, so what it reads was needed: upper copied (checked), raw still not needed
+    assert record(b, "cache/upper")["extra"]["copied_from"]["prefix"] == str(a)
+    assert not list((b / "cache").glob("raw-*"))
+    assert all(v.ok for v in verify_path(str(b)))
+
+
+def test_a_missing_file_makes_that_step_run(source, tmp_path):
+    a = damaged_copy_of(source[0], tmp_path)
+    (output_dir(a, "cache/notes") / "sub" / "b.txt").unlink()
+    b = tmp_path / "b"
+    result = run(b, cache_from=(str(a),))
+    assert result.ok
+    assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
+    assert (output_dir(b, "cache/notes") / "sub" / "b.txt").read_text() == "sub/b.txt: abc\n"
+    assert all(v.ok for v in verify_path(str(b)))
+
+
+def test_the_next_source_is_tried_when_the_first_is_damaged(source, tmp_path):
+    bad = damaged_copy_of(source[0], tmp_path)
+    (output_dir(bad, "cache/notes") / "a.txt").write_text("changed\n")
+    b = tmp_path / "b"
+    result = run(b, cache_from=(str(bad), str(source[0])))
+    assert result.ok and not any(s.ran_here for s in result.steps)
+    assert record(b, "cache/notes")["extra"]["copied_from"]["prefix"] == str(source[0])
+    assert record(b, "cache/report")["extra"]["copied_from"]["prefix"] == str(bad)
+
+
+def test_dry_run_shows_copy_with_source_and_size_and_writes_nothing(source, tmp_path):
+    b = tmp_path / "b"
+    planned = executor.plan(build(), prefix=str(b), cache_from=(str(source[0]),), environ={})
+    assert {s.name: s.decision for s in planned.steps} == {"cache/report": "copy", "cache/notes": "copy"}
+    out = io.StringIO()
+    write_plan_json(planned.plan, planned.prefix, out)
+    rows = {row["name"]: row for row in json.loads(out.getvalue())["steps"]}
+    assert rows["cache/report"]["copy_from"] == [{"prefix": str(source[0]), "run_id": source[1], "bytes": MIB}]
+    assert "copy from" in rows["cache/report"]["reason"] and "1.0 MiB" in rows["cache/report"]["reason"]
+    assert not b.exists()
+
+
+def test_cache_from_comes_from_the_environment_too(source, tmp_path):
+    planned = executor.plan(build(), prefix=str(tmp_path / "b"), environ={"EXECUTOR_CACHE_FROM": f"{source[0]},"})
+    assert {s.decision for s in planned.steps} == {"copy"}
+
+
+def test_force_run_steps_run_not_copied(source, tmp_path):
+    planned = executor.plan(build(), prefix=str(tmp_path / "b"), cache_from=(str(source[0]),),
+                            force_run="cache/notes", environ={})
+    assert {s.name: s.decision for s in planned.steps}["cache/notes"] == "run"
+
+
+def test_a_copy_over_the_transfer_budget_is_not_made_and_the_plan_says_so(source, tmp_path):
+    b = tmp_path / "b"
+    result = run(b, cache_from=(str(source[0]),), transfer_budget_gb=0.0001)  # 0.1 MB vs a 1 MiB report
+    decisions = {s.name: s for s in result.steps}
+    assert decisions["cache/report"].decision == "run" and decisions["cache/report"].ran_here
+    assert "transfer budget" in decisions["cache/report"].reason and "1.0 MiB" in decisions["cache/report"].reason
+    assert decisions["cache/notes"].decision == "copy"  # small: within the budget
+    assert record(b, "cache/upper")["extra"]["copied_from"]  # what report reads is copied (1 KB)
+    assert result.ok
+
+
+def test_the_own_prefix_is_refused_as_a_source(source):
+    with pytest.raises(executor.ExecutorError, match="own prefix"):
+        executor.plan(build(), prefix=str(source[0]), cache_from=(str(source[0]),), environ={})
+
+
+def test_two_runners_racing_for_the_same_copies_make_one_copy_each_and_both_succeed(source, tmp_path):
+    b = tmp_path / "b"
+    started: list = []
+    results: list = []
+    barrier = threading.Barrier(2)
+
+    def one_runner() -> None:
+        barrier.wait()
+        results.append(run(b, cache_from=(str(source[0]),), subscribers=[started.append], lease_ttl=20,
+                           heartbeat_interval=2))
+
+    threads = [threading.Thread(target=one_runner) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(results) == 2 and all(r.ok for r in results)
+    copies = [e.name for e in started if isinstance(e, StepStarted)]
+    assert sorted(copies) == ["cache/notes", "cache/report"]  # each output copied once, by one runner
+    assert all(v.ok for v in verify_path(str(b)))

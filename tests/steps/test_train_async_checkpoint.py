@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from executor.core.locations import Storage
+from executor.engine import location
 from steps.train import checkpoint, loop, train
 from steps.train.data import BatchSource
 from tests.steps.test_train import REPO, cache, compile_cache, load_model_export, run_python, tiny_config  # noqa: F401
@@ -118,3 +120,23 @@ def test_a_kill_during_an_overlapped_save_leaves_the_previous_checkpoint_usable(
     assert "skipping torn checkpoint" in proc.stderr
     for a, b in zip(load_model_export(killed), load_model_export(straight), strict=True):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_a_background_save_writes_with_the_steps_storage_options(cache, tmp_path, monkeypatch):  # noqa: F811
+    """The runner puts the run's storage options in the step's context (location.using); the
+    writer thread must use them too, or a save to a bucket would go out without credentials."""
+    seen = []
+    real_write = loop._write_checkpoint
+
+    def recording_write(config, out, step, *rest):
+        seen.append((threading.current_thread().name, location.current_storage()))
+        real_write(config, out, step, *rest)
+
+    monkeypatch.setattr(loop, "_write_checkpoint", recording_write)
+    out = tmp_path / "run"
+    storage = Storage({"s3://elsewhere": {"anon": True}})   # the object's identity is what is checked
+    with location.using(storage):
+        train(tiny_config(cache, out, num_steps=4, checkpoint_every=2))
+    assert [name.startswith("checkpoint") for name, _ in seen] == [True, True]
+    assert all(options is storage for _, options in seen)
+    assert checkpoint.committed_steps(str(out)) == [2, 4]

@@ -129,22 +129,21 @@ def corpus_elsewhere(base_docs: int, size: int, root: str, storage_options: dict
     return directory, int(count)
 
 
-def use_in_this_process(s3_options: dict) -> None:
-    """Open every s3:// path of this process (a benchmark's driver, standing in for a step) with
-    these options, as a runner does around a step: the block lasts until the process exits."""
+def step_storage(s3_options: dict | None):
+    """A block whose s3:// paths open with these options, as a runner gives a step its storage
+    (this process's driver stands in for the step)."""
     from executor.core.locations import Storage
     from executor.engine import location
 
-    location.using(Storage({"s3://": s3_options})).__enter__()
+    return location.using(Storage({"s3://": s3_options} if s3_options else None))
 
 
 def make_corpus(argv: list[str]) -> None:
     import json
 
     base_docs, size, root, options = int(argv[0]), int(argv[1]), argv[2], json.loads(argv[3])
-    if options:
-        use_in_this_process(options)
-    directory, count = corpus(base_docs, size, root)
+    with step_storage(options):
+        directory, count = corpus(base_docs, size, root)
     print(directory, count)
 
 
@@ -205,13 +204,12 @@ def run_step_here(argv: list[str]) -> None:
     import json
 
     step, input_dir, output, address, options = argv[0], argv[1], argv[2], argv[3], json.loads(argv[4])
-    if options:
-        use_in_this_process(options)
     if address:
         import ray
 
         ray.init(address=address, log_to_driver=False)
-    result = run_step(step, input_dir, output)
+    with step_storage(options):
+        result = run_step(step, input_dir, output)
     print("RESULT " + json.dumps(result, default=str), flush=True)
 
 
@@ -241,7 +239,8 @@ def main() -> None:
 
         emulator = running_s3_emulator()
         s3 = emulator.__enter__()
-        use_in_this_process(s3.storage_options)
+        holding = step_storage(s3.storage_options)  # held while main runs
+        holding.__enter__()
         roots["s3"] = f"s3://{s3.bucket}/scale"
         options["s3"] = s3.storage_options
 

@@ -28,9 +28,10 @@ from steps.train import checkpoint, sharded_checkpoint as sc
 from steps.train.sharding import make_mesh, state_shardings
 
 out, options = sys.argv[1], json.loads(sys.argv[2])
-import contextlib
+import contextlib, contextvars
 from executor.core.locations import Storage
-contextlib.ExitStack().enter_context(location.using(Storage({out: options} if options else None)))  # as a runner does
+step_storage = contextlib.ExitStack()  # held to the end: as a runner does around a step
+step_storage.enter_context(location.using(Storage({out: options} if options else None)))
 fs, root = location.url_to_fs(out)
 state = {"params": {"w": np.arange(64 * 6, dtype=np.float32).reshape(64, 6), "b": np.arange(16, dtype=np.int32)},
          "odd": np.arange(7, dtype=np.float32), "step": np.int32(3)}
@@ -42,7 +43,8 @@ result = {}
 
 # a leftover of another attempt at this step: process 1's shards under another token
 checkpoint.save_sharded(out, 4, host[1], token="old")
-saving = threading.Thread(target=checkpoint.save_sharded, args=(out, 4, host[0], "new"))
+saving = threading.Thread(target=contextvars.copy_context().run,  # the thread opens paths with this storage
+                          args=(checkpoint.save_sharded, out, 4, host[0], "new"))
 saving.start()
 time.sleep(1.5)
 result["committed_with_a_leftover"] = checkpoint.committed_steps(out)

@@ -13,7 +13,6 @@ from tests.docs.markdown import REPO
 CLI = REPO / "docs" / "cli.md"
 # Variables the product reads or sets that are not for users, and why.
 INTERNAL_VARIABLES = {
-    "EXECUTOR_FAULTY_STORE": "test-only: injects storage faults",
     "STEPGRAPH_COORDINATOR_ADDRESS": "set by the executor for the processes of a multi-host step",
     "STEPGRAPH_NUM_PROCESSES": "set by the executor for the processes of a multi-host step",
     "STEPGRAPH_PROCESS_ID": "set by the executor for the processes of a multi-host step",

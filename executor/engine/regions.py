@@ -5,6 +5,11 @@ location than the prefix's bucket is a cross-location read (egress is billed and
 notes each one per step, with its size when a listing can tell, and a run refuses to start when
 the total is over the execution-only budget (`--cross-region-budget-gb`, default 10) unless raised.
 Dependency outputs live under the prefix, so only plain paths can cross.
+
+It never guesses: a bucket whose location cannot be read is not "the same location" but an input
+the plan names, with the error, as one it could not check; a cross-location read whose size cannot
+be listed (an error, or nothing at that path) counts as over any finite budget, and the refusal
+says so and how to allow it (`--cross-region-budget-gb inf`).
 """
 
 from __future__ import annotations
@@ -29,11 +34,24 @@ class CrossRegionRead:
     location: str
     prefix_location: str
     bytes: int | None  # None when the size could not be listed
+    size_problem: str | None = None  # why not
 
     def describe(self) -> str:
-        size = f"{self.bytes / GB:.2f} GB" if self.bytes is not None else "size unknown"
+        size = f"{self.bytes / GB:.2f} GB" if self.bytes is not None else f"size unknown: {self.size_problem}"
         return (f"{self.step} reads {self.url} ({size}) from {self.location}; "
                 f"the prefix is in {self.prefix_location}")
+
+
+@dataclass(frozen=True)
+class Undetermined:
+    """An input whose bucket location, or the prefix's, could not be read: the check could not tell."""
+
+    step: str
+    url: str
+    why: str
+
+    def describe(self) -> str:
+        return f"could not tell whether {self.step} reading {self.url} crosses regions: {self.why}"
 
 
 def _bucket(url: str) -> str:
@@ -42,17 +60,22 @@ def _bucket(url: str) -> str:
 
 def bucket_location(url: str, storage: Storage) -> str | None:
     """The location (GCS) or region (S3) of `url`'s bucket, upper-case; None if it cannot be read."""
+    return locate_bucket(url, storage)[0]
+
+
+def locate_bucket(url: str, storage: Storage) -> tuple[str | None, str | None]:
+    """(the bucket's location upper-case, None) or (None, why it could not be read)."""
     protocol = protocol_of(url)
     try:
         fs, _ = location.url_to_fs(url, storage)
         if protocol == "gs":
-            return str(fs.call("GET", "b/{}", _bucket(url), json_out=True)["location"]).upper()
+            return str(fs.call("GET", "b/{}", _bucket(url), json_out=True)["location"]).upper(), None
         if protocol == "s3":
             answer = fs.call_s3("get_bucket_location", Bucket=_bucket(url))
-            return str(answer.get("LocationConstraint") or "us-east-1").upper()  # None means us-east-1
-    except Exception:  # no permission to read bucket metadata: say nothing rather than guess
-        return None
-    return None
+            return str(answer.get("LocationConstraint") or "us-east-1").upper(), None  # None means us-east-1
+    except Exception as e:  # e.g. no permission to read bucket metadata: said, never taken as "same region"
+        return None, f"the location of bucket {_bucket(url)} could not be read ({type(e).__name__}: {str(e)[:200]})"
+    return None, f"no way to read a bucket location for {protocol}://"
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -69,42 +92,67 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
 
 
-def _size(url: str, storage: Storage) -> int | None:
+def _size(url: str, storage: Storage) -> tuple[int | None, str | None]:
+    """(bytes, None) or (None, why the size is unknown): nothing at the path is unknown, not 0."""
     try:
         fs, path = location.url_to_fs(url, storage)
         paths = fs.expand_path(path, recursive=True) if any(c in path for c in "*?[") else [path]
-        return int(sum(fs.du(p, total=True) for p in paths))
-    except Exception:
-        return None
+        if not paths or not fs.exists(paths[0]):
+            return None, "nothing found at that path"
+        return int(sum(fs.du(p, total=True) for p in paths)), None
+    except Exception as e:
+        return None, f"listing failed ({type(e).__name__}: {str(e)[:200]})"
 
 
 def cross_region_reads(plan: Plan, prefix: str, storage: Storage) -> list[CrossRegionRead]:
-    """Per step that will run, its inputs in buckets of another location than the prefix's (each
-    bucket asked with the options `storage` has for it)."""
-    if not is_object_store(prefix):
-        return []
-    prefix_location = bucket_location(prefix, storage)
-    if prefix_location is None:
-        return []
-    locations: dict[str, str | None] = {_bucket(prefix): prefix_location}
-    found = []
+    """Per step that will run, its inputs in buckets of another location than the prefix's."""
+    return survey(plan, prefix, storage)[0]
+
+
+def _inputs_elsewhere(plan: Plan, prefix: str) -> Iterable[tuple[str, str]]:
+    """(step name, url) for each object-store string, outside the prefix's bucket, of a step that will run."""
     for decision in plan.decisions.values():
         if decision.action not in (Action.RUN, Action.WAIT):
             continue
         for url in dict.fromkeys(_strings(decision.node.step.config)):
-            if not is_object_store(url) or _bucket(url) == _bucket(prefix):
-                continue
-            bucket = _bucket(url)
-            if bucket not in locations:
-                locations[bucket] = bucket_location(url, storage)
-            where = locations[bucket]
-            if where is not None and where != prefix_location:
-                found.append(CrossRegionRead(decision.node.name, url, where, prefix_location, _size(url, storage)))
-    return found
+            if is_object_store(url) and _bucket(url) != _bucket(prefix):
+                yield decision.node.name, url
+
+
+def survey(plan: Plan, prefix: str, storage: Storage) -> tuple[list[CrossRegionRead], list[Undetermined]]:
+    """The cross-location reads (each bucket asked with the options `storage` has for it), and the
+    inputs for which that could not be told (a location unreadable), with why."""
+    if not is_object_store(prefix):
+        return [], []
+    inputs = list(_inputs_elsewhere(plan, prefix))
+    if not inputs:
+        return [], []
+    prefix_location, prefix_problem = locate_bucket(prefix, storage)
+    if prefix_location is None:
+        return [], [Undetermined(step, url, f"{prefix_problem} (the prefix's)") for step, url in inputs]
+    locations: dict[str, tuple[str | None, str | None]] = {}
+    found, unknown = [], []
+    for step, url in inputs:
+        bucket = _bucket(url)
+        if bucket not in locations:
+            locations[bucket] = locate_bucket(url, storage)
+        where, problem = locations[bucket]
+        if where is None:
+            unknown.append(Undetermined(step, url, problem or "unknown"))
+        elif where != prefix_location:
+            size, size_problem = _size(url, storage)
+            found.append(CrossRegionRead(step, url, where, prefix_location, size, size_problem))
+    return found, unknown
 
 
 def check_budget(reads: list[CrossRegionRead], budget_gb: float) -> None:
     """Refuse a run whose known cross-location bytes exceed the budget, naming the steps and the fix."""
+    unknown = [r for r in reads if r.bytes is None]
+    if unknown and budget_gb != float("inf"):  # an unknown size is over any finite budget
+        which = "; ".join(f"{r.step} reads {r.url} from {r.location} ({r.size_problem})" for r in unknown)
+        raise ExecutorError(f"cross-region reads of unknown size: {which}; nothing was started. Copy the inputs "
+                            f"to the prefix's location, or allow reads of unknown size with "
+                            f"--cross-region-budget-gb inf")
     total = sum(r.bytes or 0 for r in reads)
     if total > budget_gb * GB:
         steps = ", ".join(sorted({r.step for r in reads}))
@@ -118,8 +166,10 @@ def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter:
     """Print a note per cross-location read; with a budget, refuse when the total exceeds it."""
     from rich.markup import escape
 
-    reads = cross_region_reads(plan, prefix, storage)
+    reads, unknown = survey(plan, prefix, storage)
     for read in reads:
         reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
+    for input_ in unknown:
+        reporter.warning(f"cross-region check: {escape(input_.describe())}")
     if budget_gb is not None:
         check_budget(reads, budget_gb)

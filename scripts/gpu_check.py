@@ -13,7 +13,8 @@ Parts, in order, each timed and each recorded even when another fails (a GPU min
                  peak (the formula and the peak are in the JSON), compiled memory of each batch tried;
                  bfloat16 uses cuDNN's fused attention, and XLA's if cuDNN refuses (its error is kept)
   save_overlap   scripts/bench/bench_checkpoint_overlap.py: step time with and without a save in flight
-Every figure goes to one JSON file (--json); one line per part is printed. Needs neither Ray nor draccus.
+Every figure goes to one JSON file (--json), rewritten after each part (a run cut short by a time limit
+keeps what it measured); one line per part is printed. Needs neither Ray nor draccus.
 Exit status 0 when every part succeeded, 1 otherwise.
 """
 
@@ -101,13 +102,16 @@ def tiny_moe_in_child(smoke: bool, workdir: str) -> dict:
     return json.loads(out.read_text())
 
 
-def run_part(name: str, fn, results: dict) -> None:
+def run_part(name: str, fn, results: dict, json_path: str) -> None:
+    """Run one part into `results`, then rewrite the JSON: a run cut short keeps the parts it finished."""
     started = time.perf_counter()
     try:
         results[name] = {"ok": True, **fn()}
     except Exception as exc:  # noqa: BLE001  (record it and go on to the next part)
         results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     results[name]["part_s"] = time.perf_counter() - started
+    results["wall_s"] = time.time() - results["started_unix"]
+    Path(json_path).write_text(json.dumps(results, indent=1))
     print(f"[gpu_check] {name}: {_summary(results[name])}", flush=True)
 
 
@@ -123,8 +127,10 @@ def _summary(part: dict) -> str:
                 f"{part['step_s_median_with_save_in_flight'] * 1e3:.1f} ms with one in flight; "
                 f"pause {part['background_save_pause_s'] * 1e3:.0f} ms background, "
                 f"{part['synchronous_save_pause_s'] * 1e3:.0f} ms synchronous ({part['state_mb']:.0f} MB)")
-    return (f"{part['steps']} steps, loss {part['first_loss']:.3f} -> {part['final_loss']:.3f}, "
-            f"{part['tokens_per_s_median']:,.0f} tokens/s")
+    if "tokens_per_s_median" in part:
+        return (f"{part['steps']} steps, loss {part['first_loss']:.3f} -> {part['final_loss']:.3f}, "
+                f"{part['tokens_per_s_median']:,.0f} tokens/s")
+    return ", ".join(f"{key} {value}" for key, value in part.items() if key != "ok")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,13 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"smoke": args.smoke, "started_unix": time.time()}
     with tempfile.TemporaryDirectory() as tmp:
         # first, while this process has not touched the device: the child gets all of its memory
-        run_part("tiny_moe", lambda: tiny_moe_in_child(args.smoke, args.workdir or tmp), results)
-        run_part("devices", devices, results)
+        run_part("tiny_moe", lambda: tiny_moe_in_child(args.smoke, args.workdir or tmp), results, args.json)
+        run_part("devices", devices, results, args.json)
         for dtype in ("float32", "bfloat16"):
-            run_part(f"mfu_{dtype}", lambda dtype=dtype: mfu(dtype, args.smoke), results)
-        run_part("save_overlap", lambda: save_overlap(args.smoke), results)
-    results["wall_s"] = time.time() - results["started_unix"]
-    Path(args.json).write_text(json.dumps(results, indent=1))
+            run_part(f"mfu_{dtype}", lambda dtype=dtype: mfu(dtype, args.smoke), results, args.json)
+        run_part("save_overlap", lambda: save_overlap(args.smoke), results, args.json)
     print(f"[gpu_check] every figure: {args.json} ({results['wall_s']:.0f} s)", flush=True)
     return 0 if all(part.get("ok") for part in results.values() if isinstance(part, dict)) else 1
 

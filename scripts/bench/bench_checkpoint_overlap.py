@@ -67,8 +67,7 @@ def measure(cfg: ModelConfig, batch_size: int, steps: int, out: str, compute_dty
         t = time.perf_counter()
         background.save(config, out, 1, state, [])
         pause = time.perf_counter() - t
-        written = background._pending
-        state, during = _timed_steps(step, state, batch, 0, until=written.done)
+        state, during = _timed_steps(step, state, batch, 0, until=lambda: not background.in_flight())
         background.wait()
         write_s = time.perf_counter() - t
     finally:

@@ -255,6 +255,10 @@ class CheckpointWriter:
         self.wait()
         _save_host_copy(out, step, _off_devices(tree), self.token, subdir)
 
+    def in_flight(self) -> bool:
+        """Whether a background save is still being written."""
+        return self._pending is not None and not self._pending.done()
+
     def wait(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:

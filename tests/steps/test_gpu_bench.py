@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import textwrap
+import time
 
 from steps.train.config import ModelConfig
 from tests.steps.test_train import REPO
@@ -75,3 +76,19 @@ def test_a_refused_cudnn_attention_is_measured_with_xla_and_its_error_kept(monke
     report = gpu_check.mfu("bfloat16", smoke=True)   # no cuDNN on a CPU: refused
     assert report["attention"] == "xla" and report["cudnn_error"]
     assert report["tokens_per_s"] > 0 and "attention xla" in report["line"]
+
+
+def test_each_part_is_written_as_it_ends_and_a_failure_is_recorded(tmp_path, monkeypatch):
+    """A GPU call cut short by its time limit keeps the parts it finished; a failed part is an
+    error in the JSON, not the end of the run."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    monkeypatch.syspath_prepend(str(REPO / "scripts" / "bench"))
+    import gpu_check
+
+    path, results = tmp_path / "gpu_check.json", {"started_unix": time.time()}
+    gpu_check.run_part("first", lambda: {"figure": 1.5}, results, str(path))
+    assert json.loads(path.read_text())["first"] == {"ok": True, "figure": 1.5, "part_s": results["first"]["part_s"]}
+    gpu_check.run_part("second", lambda: 1 / 0, results, str(path))
+    written = json.loads(path.read_text())
+    assert written["first"]["figure"] == 1.5
+    assert written["second"]["ok"] is False and written["second"]["error"].startswith("ZeroDivisionError")

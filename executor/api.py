@@ -80,7 +80,7 @@ class StepReport:
     step_id: str
     digest: str
     output_path: str
-    decision: str  # an Action's value: run | skip | wait | blocked | stop
+    decision: Action  # run | copy | skip | wait | blocked | stop (a str: equal to its word)
     reason: str
     status: Optional[Outcome] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
     error: Optional[str] = None
@@ -88,7 +88,7 @@ class StepReport:
 
     @property
     def succeeded(self) -> bool:
-        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP.value)
+        return self.status == Outcome.SUCCEEDED or (self.status is None and self.decision == Action.SKIP)
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     status, error, ran_here."""
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action.value,
+              "output_path": output_path or _output_path(prefix, decision), "decision": decision.action,
               "reason": decision.reason, "status": None, "error": None, "ran_here": False}
     if after:
         fields.update(after)

@@ -14,7 +14,7 @@ from executor.core.graph import Graph, StepNode, gc_paused
 from executor.core.record import State, Status
 
 
-class Action(str, enum.Enum):
+class Action(enum.StrEnum):  # str() is the word --dry-run shows: "run"
     RUN = "run"
     SKIP = "skip"
     WAIT = "wait"

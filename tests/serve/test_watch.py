@@ -11,6 +11,8 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from executor.core.record import Owner, State, Status
 from executor.engine.store import open_store
 from executor.tools.serve.source import PrefixSource
@@ -123,3 +125,40 @@ def test_what_the_watcher_holds_does_not_grow_with_updates(tmp_path):
     tracemalloc.stop()
     assert len(watcher.steps) == len(watcher.changed_in) == len(watcher.by_step_id) == 50
     assert after_210 - after_70 < 64 * 1024, (after_70, after_210)  # 140 more updates of 20 steps
+
+
+def test_a_failed_update_keeps_the_picture_and_pages_show_only_the_errors_kind(tmp_path):
+    """A storage error's message may name an endpoint from the storage options: the page says its
+    kind (the command prints the whole message to the operator's console)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from executor.engine.store import StoreError
+    from executor.tools.serve.app import make_app
+
+    ids = write_steps(tmp_path, 3)
+    messages: list[str] = []
+    watcher = Watcher(PrefixSource(str(tmp_path)), interval_s=0.01, on_error=messages.append)
+    asyncio.run(watcher.refresh())
+
+    class Unreachable:
+        root = watcher.source.view.store.root
+
+        def list_generations(self, prefix, suffix):
+            raise StoreError("listing failed: http://secret-endpoint.internal:9000 refused the connection")
+
+    watcher.source.view.store = Unreachable()
+    with pytest.raises(StoreError):
+        asyncio.run(watcher.refresh())
+
+    async def fetch_overview() -> str:
+        token = "a-token-of-twenty-chars"
+        async with TestClient(TestServer(make_app(watcher, token, lambda: 1))) as client:
+            response = await client.get(f"/?token={token}")  # the redirect sets the cookie
+            assert response.status == 200
+            return await response.text()
+
+    page = asyncio.run(fetch_overview())
+    assert watcher.last_error == "StoreError" and len(watcher.steps) == 3  # the last picture stays
+    assert "secret-endpoint" in messages[-1]
+    assert 'id="refresh-error"' in page and "StoreError" in page and "secret-endpoint" not in page
+    assert all(f'data-id="{step_id}"' in page for step_id in ids)

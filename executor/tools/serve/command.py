@@ -43,7 +43,8 @@ def serve(args: Any, say: Callable[[str], None] = print) -> int:
         raise ExecutorError(f"--interval must be a positive number of seconds, not {args.interval}")
     token = read_token_file(args.token_file) if args.token_file else make_token()
     prefix = default_prefix(args.prefix)
-    watcher = Watcher(PrefixSource(prefix, args.storage_options), interval_s=args.interval)
+    watcher = Watcher(PrefixSource(prefix, args.storage_options), interval_s=args.interval,
+                      on_error=lambda message: print(f"warning: reading {prefix}: {message}", file=sys.stderr))
     if not is_loopback(args.host):
         print(f"warning: serving on {args.host}, beyond this machine's loopback: anyone who can reach it and "
               f"has the token can read this prefix's steps, logs and results (the token is still required)",

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from executor.engine.prefix_view import RunRow, StepRow
 from executor.tools.serve.source import PrefixSource
@@ -38,9 +39,11 @@ class Subscription:
 
 
 class Watcher:
-    def __init__(self, source: PrefixSource, interval_s: float = 2.0):
+    def __init__(self, source: PrefixSource, interval_s: float = 2.0,
+                 on_error: Callable[[str], None] | None = None):
         self.source = source
         self.interval_s = interval_s
+        self.on_error = on_error  # told a failed refresh's whole message (pages show only its kind)
         self.steps: dict[str, StepRow] = {}  # output rel -> row (its generation is the status's)
         self.runs: dict[str, RunRow] = {}  # run file key -> row (its document dropped)
         self.by_step_id: dict[str, str] = {}  # step id -> rel
@@ -48,7 +51,7 @@ class Watcher:
         self.changed_in: dict[str, int] = {}  # rel or run key -> the refresh that last changed it
         self.refreshed_at = float("-inf")  # monotonic
         self.refreshes = 0
-        self.last_error: str | None = None  # the last failed refresh's error, shown on pages until one succeeds
+        self.last_error: str | None = None  # the kind of the last failed refresh's error, until one succeeds
         self.subscriptions: set[Subscription] = set()
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
@@ -59,8 +62,11 @@ class Watcher:
             try:
                 change = await asyncio.to_thread(self._refresh_blocking)
             except Exception as e:  # noqa: BLE001 - storage errors of all backends: shown, retried
-                self.last_error = f"{type(e).__name__}: {e}"
+                # a storage error's message may name an endpoint from the storage options: pages get its kind only
+                self.last_error = type(e).__name__
                 self.refreshed_at = time.monotonic()
+                if self.on_error:
+                    self.on_error(f"{type(e).__name__}: {e}")
                 raise
             self.last_error = None
             self.refreshed_at = time.monotonic()

@@ -262,6 +262,11 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
         reporter.info(f"prefix: {prefix}")
         reporter.print_plan(plan, prefix, title=description)
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
+        if plan.standby:  # --cache-from: what is neither run nor copied, and why
+            from executor.engine.report import escape
+
+            reporter.info(escape(f"not needed here (every step that reads them is copied or complete): "
+                                 f"{', '.join(d.node.name for d in plan.standby.values())}"))
         from executor.engine.regions import note_cross_region_reads
 
         note_cross_region_reads(plan, prefix, planned.storage_options, reporter)

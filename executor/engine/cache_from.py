@@ -142,4 +142,5 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
             standby[digest] = replace(choice, reason=f"not needed here ({choice.reason})")
         else:
             decided[digest] = choice
-    return Plan({k: decided[k] for k in plan.decisions if k in decided}, standby)
+    in_order = list(plan.decisions)  # topological, as the plan
+    return Plan({k: decided[k] for k in in_order if k in decided}, {k: standby[k] for k in in_order if k in standby})

@@ -1,0 +1,44 @@
+"""--cache-from through the command line of experiments/hello.py (issue 30): the flag (repeatable),
+the dry run (the copy, its source and size; what is not needed; nothing written) and the JSON plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.executor.test_hello_ray import HELLO
+from tests.tools.toy import run_file
+
+
+@pytest.fixture(scope="module")
+def hello_a(tmp_path_factory) -> Path:
+    prefix = tmp_path_factory.mktemp("hello-a")
+    code, out = run_file(HELLO, "--prefix", str(prefix), "--runner", "inline")
+    assert code == 0, out
+    return prefix
+
+
+def test_dry_run_shows_the_copy_and_what_is_not_needed_and_writes_nothing(hello_a, tmp_path):
+    b = tmp_path / "b"
+    code, out = run_file(HELLO, "--prefix", str(b), "--cache-from", str(tmp_path / "empty"),
+                         "--cache-from", str(hello_a), "--dry-run")  # repeated: the first holds nothing
+    flat = " ".join(out.split())
+    assert code == 0, out
+    assert "hello/summary" in flat and "copy from " + str(hello_a) in flat.replace("│ ", "").replace(" │", ""), out
+    assert "not needed here (every step that reads them is copied or complete): hello/words, hello/count, " \
+           "hello/greeting, hello/shout" in flat, out
+    code, out, err = run_file(HELLO, "--prefix", str(b), "--cache-from", str(hello_a), "--dry-run", "--json",
+                              split=True)
+    assert code == 0, err
+    [row] = json.loads(out)["steps"]
+    assert (row["name"], row["action"]) == ("hello/summary", "copy")
+    assert row["copy_from"][0]["prefix"] == str(hello_a) and row["copy_from"][0]["bytes"] > 0
+    assert not b.exists()
+
+
+def test_the_environment_variable_names_the_sources(hello_a, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXECUTOR_CACHE_FROM", str(hello_a))
+    code, out, err = run_file(HELLO, "--prefix", str(tmp_path / "b"), "--dry-run", "--json", split=True)
+    assert code == 0 and [r["action"] for r in json.loads(out)["steps"]] == ["copy"], out + err

@@ -453,6 +453,11 @@ def _run_result(graph: Graph, planned: PlanResult, summary: Any, run_id: str, ru
                           error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
                           output_path=summary.output_paths.get(d.node.step_id))
                   for d in planned.plan.decisions.values())
+    woken = tuple(_report(planned.prefix, d, status=summary.states[d.node.step_id],  # a failed copy's inputs
+                          error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
+                          output_path=summary.output_paths.get(d.node.step_id))
+                  for d in planned.plan.standby.values() if d.node.step_id in summary.states)
+    steps += woken
     return RunResult(planned.prefix, steps, graph, run_id=run_id, run_file=run_file,
                      interrupted=summary.interrupted, signum=summary.signum, runner_error=summary.runner_error)
 

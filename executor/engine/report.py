@@ -227,7 +227,7 @@ class ConsoleReporter:
         for column in ("step", "outcome", "took"):
             table.add_column(column, no_wrap=True)
         table.add_column("result", overflow="fold")
-        actions = {d.node.step_id: d.action for d in plan.decisions.values()}
+        actions = {d.node.step_id: d.action for d in (*plan.decisions.values(), *plan.standby.values())}
         ends = [(s, ending(s.status, actions[s.step_id], s.ran_here)) for s in steps]
         shown = sorted(ends, key=lambda se: se[1] in (Ending.SKIPPED, Ending.ELSEWHERE))
         for step, end in shown[:max_rows]:

@@ -80,11 +80,15 @@ def test_a_changed_byte_makes_that_step_run_and_the_rest_copy(source, tmp_path):
     events: list = []
     result = run(b, cache_from=(str(a),), subscribers=[events.append])
     assert result.ok
-    assert {s.name: s.ran_here for s in result.steps} == {"cache/report": True, "cache/notes": False}
+    assert {s.name: s.ran_here for s in result.steps} == {"cache/report": True, "cache/notes": False,
+                                                          "cache/upper": False}
     assert "copied_from" not in record(b, "cache/report").get("extra", {})  # it ran here
     assert (output_dir(b, "cache/report") / "report.txt").read_bytes() != bytes(data)
-    # report ran, so what it reads was needed: upper copied (checked), raw still not needed
+    # report ran, so what it reads was needed: upper copied (checked), raw still not needed; the
+    # result (and the run's end table) include it
     assert record(b, "cache/upper")["extra"]["copied_from"]["prefix"] == str(a)
+    upper = result.step("cache/upper")
+    assert (upper.decision, upper.status, upper.ran_here) == ("copy", "succeeded", False)
     assert not list((b / "cache").glob("raw-*"))
     assert all(v.ok for v in verify_path(str(b)))
 

@@ -173,3 +173,20 @@ def test_two_runners_racing_for_the_same_copies_make_one_copy_each_and_both_succ
     copies = [e.name for e in started if isinstance(e, StepStarted)]
     assert sorted(copies) == ["cache/notes", "cache/report"]  # each output copied once, by one runner
     assert all(v.ok for v in verify_path(str(b)))
+
+
+def test_a_rejected_copy_leaves_nothing_behind(source, tmp_path):
+    """The copy itself (as the worker runs it): a source with one changed file is refused with the
+    file named, and the files it had already written are removed."""
+    from executor.engine.copy_output import CopyConfig, SourceRejected, copy_output
+
+    a = damaged_copy_of(source[0], tmp_path)
+    notes = output_dir(a, "cache/notes")
+    files = tuple(record(a, "cache/notes")["manifest"])
+    (notes / "sub" / "b.txt").write_text("sub/b.txt: abd\n")  # same size, one byte changed
+    destination = tmp_path / "dest"
+    with pytest.raises(SourceRejected, match="sub/b.txt: sha256 differs from the manifest"):
+        copy_output(CopyConfig(str(notes), str(destination), files, parallel=1))
+    assert not [p for p in destination.rglob("*") if p.is_file()]  # a.txt was copied first, then removed
+    copied = copy_output(CopyConfig(str(output_dir(source[0], "cache/notes")), str(destination), files))
+    assert copied["files"] == 2 and (destination / "sub" / "b.txt").read_text() == "sub/b.txt: abc\n"

@@ -190,3 +190,17 @@ def test_a_rejected_copy_leaves_nothing_behind(source, tmp_path):
     assert not [p for p in destination.rglob("*") if p.is_file()]  # a.txt was copied first, then removed
     copied = copy_output(CopyConfig(str(output_dir(source[0], "cache/notes")), str(destination), files))
     assert copied["files"] == 2 and (destination / "sub" / "b.txt").read_text() == "sub/b.txt: abc\n"
+
+
+def test_without_cache_from_planning_reads_nothing_more(source, tmp_path):
+    """No --cache-from, no EXECUTOR_CACHE_FROM: the plan never loads the cache-from code, so it
+    reads no other prefix (a no-op re-run costs what it did)."""
+    import subprocess
+    import sys
+
+    script = ("import sys, executor; from tests.cache.graph import build; "
+              f"r = executor.plan(build(), prefix={str(source[0])!r}, environ={{}}); "
+              "print(sorted({str(s.decision) for s in r.steps}), 'executor.engine.cache_from' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["['skip']", "False"], done.stdout + done.stderr

@@ -51,6 +51,7 @@ class Trackers:
         self.run_id = tracker_run_id(self.output_path) if trackers else ""
         self._live: dict[str, Any] = {}
         self._tb_local: str | None = None
+        self._wandb_local: str | None = None  # a bucket output's W&B files, copied to <output>/wandb on close
         for kind in trackers:
             self._guard(kind, getattr(self, f"_start_{kind}"), name, config)
         # A killed attempt may not have flushed its last rows to the tracker: a resume sends the
@@ -69,8 +70,12 @@ class Trackers:
     def _start_wandb(self, name: str, config: dict[str, Any]) -> None:
         import wandb
 
-        local = Location(self.output_path).is_local
-        directory = os.environ.get("WANDB_DIR") or (self.output_path if local else tempfile.mkdtemp(prefix="wandb-"))
+        # W&B writes <dir>/wandb/offline-run-*: the output itself on a local disk; on an object store a
+        # local folder whose files close() copies to <output>/wandb. WANDB_DIR, when set, wins.
+        directory = os.environ.get("WANDB_DIR")
+        if not directory and not Location(self.output_path).is_local:
+            directory = self._wandb_local = tempfile.mkdtemp(prefix="wandb-")
+        directory = directory or self.output_path
         os.makedirs(directory, exist_ok=True)
         self._live["wandb"] = wandb.init(
             project=os.environ.get(WANDB_PROJECT_ENV, "stepgraph"), id=self.run_id, name=name, resume="allow",
@@ -110,16 +115,35 @@ class Trackers:
 
     def _flush_tensorboard(self) -> None:
         self._live["tensorboard"].flush()
-        if Location(self.output_path).is_local or not self._tb_local:
-            return
-        for name in os.listdir(self._tb_local):
-            with open(os.path.join(self._tb_local, name), "rb") as src, \
-                    open_file(f"{self.output_path}/tensorboard/{name}", "wb") as dst:
-                dst.write(src.read())
+        if not Location(self.output_path).is_local and self._tb_local:
+            copy_folder_to_output(self._tb_local, f"{self.output_path}/tensorboard")
 
     def close(self) -> None:
-        self.flush()
+        # Closed first, copied after: tensorboardX's flush() can leave the last rows in its writer
+        # thread, and W&B writes its offline files until finish() returns.
         if "tensorboard" in self._live:
             self._guard("tensorboard", self._live.pop("tensorboard").close)
         if "wandb" in self._live:
             self._guard("wandb", self._live.pop("wandb").finish)
+        if self._tb_local and not Location(self.output_path).is_local:
+            self._guard("tensorboard", copy_folder_to_output, self._tb_local, f"{self.output_path}/tensorboard")
+        if self._wandb_local:
+            self._guard("wandb", self._copy_wandb_files)
+
+    def _copy_wandb_files(self) -> None:
+        import wandb
+
+        # finish() returns before W&B's service has written the run file out; teardown() waits for
+        # the service to exit (this process's only W&B run is over), so the copy is whole.
+        wandb.teardown()
+        copy_folder_to_output(f"{self._wandb_local}/wandb", f"{self.output_path}/wandb")
+
+
+def copy_folder_to_output(local_dir: str, url: str) -> None:
+    """Every file under a local folder, to the same relative names under an output URL."""
+    for root, _dirs, files in os.walk(local_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
+            with open(path, "rb") as src, open_file(f"{url}/{rel}", "wb") as dst:
+                dst.write(src.read())

@@ -151,3 +151,33 @@ def test_run_id_is_the_step_id_or_the_directory_name(tmp_path):
     plant_status(out)
     assert tracker_run_id(str(out)) == RUN_ID
     assert len(tracker_run_id(str(tmp_path / ("x" * 100)))) <= 64
+
+
+def test_a_bucket_outputs_tracker_files_reach_the_output(tmp_path):
+    """On an object store, W&B's offline run and TensorBoard's event files are written locally and
+    copied under <output>/wandb and <output>/tensorboard (as the docs say), not left in a temp folder:
+    every file W&B wrote, byte for byte, and every row TensorBoard got. In a process of its own, as a
+    step runs (W&B keeps the settings of a process's first run)."""
+    copy = tmp_path / "copy"
+    proc = run_python(f"""
+        import os
+        os.environ.pop("WANDB_DIR", None)
+        from executor import url_to_fs
+        from steps.tracking import Trackers
+        out = "memory://tracking-test/train-tiny"
+        trackers = Trackers(("wandb", "tensorboard"), out, "tiny", {{"lr": 0.1}})
+        for step in (1, 2, 3):
+            trackers.log({{"step": step, "loss": 1.0 / step}}, step)
+        trackers.close()
+        fs, root = url_to_fs(out)
+        fs.get(root, {str(copy)!r}, recursive=True)   # memory:// lives in this process: copy it out
+        print(trackers._wandb_local)
+    """, env_extra=OFFLINE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = Path(proc.stdout.strip().splitlines()[-1]) / "wandb"
+    files = sorted(p.relative_to(written) for p in written.rglob("*") if p.is_file())
+    assert any(f.name == "run-train-tiny.wandb" for f in files), files
+    assert sorted(p.relative_to(copy / "wandb") for p in (copy / "wandb").rglob("*") if p.is_file()) == files
+    assert all((copy / "wandb" / f).read_bytes() == (written / f).read_bytes() for f in files)
+    assert [losses for _, losses in read_wandb(copy)] == [{1: 1.0, 2: 0.5, 3: pytest.approx(1 / 3)}]
+    assert read_tensorboard(copy)[1] == {1: 1.0, 2: 0.5, 3: pytest.approx(1 / 3)}

@@ -230,15 +230,24 @@ def _shingles(job: tuple[_Plan, str, int]) -> dict:
     wanted: dict[int, list[int]] = {}
     for index, target in zip(numpy_column(requests, "index").tolist(), numpy_column(requests, "target").tolist()):
         wanted.setdefault(index, []).append(target)
-    found = list(_wanted_documents(plan, k, wanted))
-    sets = unique_per_text(*shingle_batch([doc["text"] for _, doc in found], plan.config.ngram))
     gids, ids, shingles, targets = [], [], [], []
-    for (index, doc), sorted_unique in zip(found, sets):
-        for target in wanted[index]:
-            gids.append(int(plan.starts[k]) + index)
-            ids.append(doc["id"])
-            shingles.append(sorted_unique)
-            targets.append(target)
+    batch: list[tuple[int, dict]] = []
+
+    def flush() -> None:  # shingles of a batch of documents at once; texts held one batch at a time
+        sets = unique_per_text(*shingle_batch([doc["text"] for _, doc in batch], plan.config.ngram))
+        for (index, doc), sorted_unique in zip(batch, sets):
+            for target in wanted[index]:
+                gids.append(int(plan.starts[k]) + index)
+                ids.append(doc["id"])
+                shingles.append(sorted_unique)
+                targets.append(target)
+        batch.clear()
+
+    for found in _wanted_documents(plan, k, wanted):
+        batch.append(found)
+        if len(batch) >= plan.config.signature_batch_docs:
+            flush()
+    flush()
     columns = {"gid": np.asarray(gids, np.int64), "id": ids, "shingles": shingles}
     return {"bytes_shuffled": write_partitioned(f"{plan.work}/{stage}/shingles", columns,
                                                 np.asarray(targets, np.int64), plan.num_partitions, f"{k:06d}")}

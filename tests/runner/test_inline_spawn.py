@@ -3,7 +3,9 @@
 A forked child copies the parent's threads' locks in whatever state they were in, and Python
 warns ("os.fork() was called ... JAX is multithreaded, so this will likely lead to a deadlock").
 The experiment below imports JAX and computes with it before its steps run, as a training
-experiment does; its steps are functions of the file run as __main__, found by the spawned child.
+experiment does; its steps are functions of the file run as __main__, sent to the child by value:
+the child never runs the script again (a script calling executor.run() at top level must not run
+once per step).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from executor.engine.runner.base import StepCall
@@ -21,7 +24,7 @@ from executor.engine.runner.inline import InlineRunner
 REPO = Path(__file__).resolve().parents[2]
 
 EXPERIMENT = textwrap.dedent('''
-    import json, multiprocessing, os
+    import json, os, sys
     from dataclasses import dataclass
     from pathlib import Path
 
@@ -35,7 +38,7 @@ EXPERIMENT = textwrap.dedent('''
 
     def where(config: Where) -> dict:
         Path(config.output_path, "where.json").write_text(json.dumps(
-            {"pid": os.getpid(), "ppid": os.getppid(), "process": multiprocessing.current_process().name}))
+            {"pid": os.getpid(), "ppid": os.getppid(), "main": getattr(sys.modules["__main__"], "__file__", None)}))
         return {"sum": float(jnp.arange(4).sum())}
 
     if __name__ == "__main__":
@@ -56,24 +59,54 @@ def test_a_step_runs_in_a_spawned_process_after_jax_started_with_no_fork_warning
     [where] = list((tmp_path / "out").glob("spawn/where-*/where.json"))
     child = json.loads(where.read_text())
     assert child["ppid"] == proc.pid and child["pid"] != proc.pid  # a child of the experiment's process...
-    assert child["process"].startswith("step spawn/where-")  # ...started by multiprocessing's spawn, not os.fork
+    assert child["main"] is None  # ...a fresh interpreter (a fork would have the experiment as __main__)
     record = json.loads((where.parent / ".executor" / "record.json").read_text())
     assert record["result"] == {"sum": 6.0}
 
 
-def _nested_call(output: Path) -> StepCall:
-    def nested(config: str) -> dict:  # cannot travel to another process by reference
-        return {}
+def test_a_call_that_cannot_travel_fails_the_step_with_the_fix(tmp_path):
+    lock = threading.Lock()  # no process but this one can have it
 
-    return StepCall("nested/step-000000000000", nested, str(output), str(output))
+    def nested(config: str) -> dict:  # a nested function travels by value; what it holds must too
+        with lock:
+            return {}
 
-
-def test_a_function_that_cannot_travel_fails_the_step_with_the_fix(tmp_path):
     runner = InlineRunner(silence_limit_s=30)
     try:
-        handle = runner.submit(_nested_call(tmp_path))
-        outcome = handle.outcome()
+        outcome = runner.submit(StepCall("nested/step-000000000000", nested, str(tmp_path), str(tmp_path))).outcome()
     finally:
         runner.shutdown()
     assert not outcome.ok and "nested/step-000000000000" in outcome.error
-    assert "define the function at module level" in outcome.error, outcome.error
+    assert "cannot pickle '_thread.lock' object" in outcome.error and "must pickle" in outcome.error, outcome.error
+
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    import executor
+
+    Path(sys.argv[1], "top-level-runs").open("a").write("ran\\n")  # once per process that runs this file
+
+    @dataclass(frozen=True)
+    class Shout:
+        text: str
+
+    def shout(config: Shout) -> str:
+        return config.text.upper()
+
+    step = executor.ExecutorStep("script/shout", shout, Shout("hi"))
+    result = executor.run([step], prefix=str(Path(sys.argv[1], "out")), runner="inline")
+    print(result.ok, executor.load_result(step, prefix=str(Path(sys.argv[1], "out"))))
+''')
+
+
+def test_a_script_calling_run_at_top_level_runs_once_and_its_own_function_in_the_child(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["True", "HI"], done.stdout
+    assert (tmp_path / "top-level-runs").read_text() == "ran\n"  # the child did not run the script again

@@ -1,12 +1,13 @@
 """The inline runner (`--runner inline`), for unit tests and debugging: each step runs in a child process.
 
-The child is spawned (a fresh interpreter, multiprocessing's "spawn" context), never forked: this
-process may run threads (ours, JAX's, a storage client's), and a fork copies their locks in
-whatever state they were in. The step travels to the child pickled, its function by reference:
-a function of the experiment file run as __main__ is found because the child imports that file
-first (as `__mp_main__`, which is why experiment files call executor_main under
-`if __name__ == "__main__":`); a lambda or a function nested in another cannot travel and fails
-the step with a message saying so.
+The child is spawned (a fresh interpreter started with this one's sys.path, environment and working
+directory), never forked: this process may run threads (ours, JAX's, a storage client's), and a
+fork copies their locks in whatever state they were in. The step travels to the child pickled by
+cloudpickle: functions and classes of importable modules by reference, those of the script run as
+__main__ (an experiment file, a notebook) by value, so the child never runs the script again
+(multiprocessing's spawn would, and a script calling executor.run() at top level would run again
+in every child). Without cloudpickle installed, only importable functions can travel; a step
+whose function cannot fails at once, saying how to fix it.
 
 A child can be stopped where a thread cannot: a cancelled step (lease lost, timeout, Ctrl-C,
 SIGTERM) is killed, so it can never keep writing into an output another runner has committed
@@ -24,17 +25,16 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import multiprocessing
 import os
 import pickle
 import select
 import signal
 import struct
+import subprocess
 import sys
 import threading
 import time
 import traceback
-from multiprocessing.connection import Connection
 from typing import Iterable, Sequence
 
 from executor.core.step import Resources
@@ -95,10 +95,34 @@ def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]
             os._exit(_CHILD_SILENCED)
 
 
-def _child_main(call: StepCall, result: Connection, ping: Connection, silence_limit_s: float | None) -> None:
+def _dumps(call: StepCall) -> bytes:
+    """The call for the child: cloudpickle where installed (the script's own functions by value)."""
+    try:
+        import cloudpickle
+    except ImportError:
+        return pickle.dumps(call)
+    return cloudpickle.dumps(call)
+
+
+def _child_entry() -> None:
+    """The child's main: `python -c "...inline import _child_entry; _child_entry()" CALL RESULT PING SILENCE`."""
+    call_fd, result_fd, ping_fd = (int(a) for a in sys.argv[1:4])
+    silence_limit_s = None if sys.argv[4] == "-" else float(sys.argv[4])
+    with os.fdopen(call_fd, "rb") as source:
+        sys.path[:] = pickle.load(source)  # before the call: unpickling it imports the step's modules
+        try:
+            call = pickle.load(source)
+        except BaseException as e:  # noqa: BLE001 - a module the parent had that this process cannot import
+            with os.fdopen(result_fd, "wb") as out:
+                out.write(pickle.dumps(StepOutcome(ok=False, error=f"the step's process could not load the step: "
+                                                                   f"{type(e).__name__}: {e}")))
+            os._exit(1)
+    _child_main(call, result_fd, ping_fd, silence_limit_s)
+
+
+def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None) -> None:
     status = 0
     try:
-        ping_fd = ping.fileno()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
         last = [time.monotonic()]
@@ -117,7 +141,8 @@ def _child_main(call: StepCall, result: Connection, ping: Connection, silence_li
         except Exception:  # noqa: BLE001 - an unpicklable return value is stored as its repr
             data = pickle.dumps(StepOutcome(ok=outcome.ok, result=repr(outcome.result)[:2000],
                                             error=outcome.error, traceback=outcome.traceback))
-        result.send_bytes(data)
+        with os.fdopen(result_fd, "wb") as out:
+            out.write(data)
     except BaseException:  # noqa: BLE001 - never let the child return into the runner's code
         status = 1
     finally:
@@ -131,27 +156,26 @@ def _child_main(call: StepCall, result: Connection, ping: Connection, silence_li
 class ChildHandle:
     """One step in a spawned child; a thread collects its result and exit status."""
 
-    def __init__(self, call: StepCall, process: multiprocessing.process.BaseProcess, result: Connection,
-                 ping: Connection, runner: "InlineRunner"):
+    def __init__(self, call: StepCall, process: subprocess.Popen, result_fd: int, ping_fd: int,
+                 runner: "InlineRunner"):
         self.call, self.process, self.pid, self._runner = call, process, process.pid, runner
-        self._ping, self._ping_fd = ping, ping.fileno()
+        self._ping_fd = ping_fd
         self.future: cf.Future = cf.Future()
         self._cancelled = False
         self._reaped = threading.Lock()  # held while the pid may still be signalled
-        threading.Thread(target=self._collect, args=(result,), daemon=True,
+        threading.Thread(target=self._collect, args=(result_fd,), daemon=True,
                          name=f"collect-{call.step_id}").start()
 
-    def _collect(self, result: Connection) -> None:
-        try:
-            data = result.recv_bytes()
-        except (EOFError, OSError):  # the child ended without a result
-            data = b""
-        result.close()
-        self.process.join()
+    def _collect(self, result_fd: int) -> None:
+        chunks = []
+        with os.fdopen(result_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
         with self._reaped:
+            exitcode = self.process.wait()
             self.pid = 0
         self._runner._forget(self)
-        self.future.set_result(self._outcome(data, self.process.exitcode))
+        self.future.set_result(self._outcome(b"".join(chunks), exitcode))
 
     def _outcome(self, data: bytes, exitcode: int | None) -> StepOutcome:
         if self._cancelled:
@@ -161,7 +185,7 @@ class ChildHandle:
                 return pickle.loads(data)
             except Exception as e:  # noqa: BLE001
                 return StepOutcome(ok=False, error=f"could not read the step's result: {e}", infrastructure=True)
-        if exitcode is not None and exitcode < 0:  # multiprocessing's way of saying "killed by signal N"
+        if exitcode is not None and exitcode < 0:  # subprocess's way of saying "killed by signal N"
             why = f"was killed by {signal.Signals(-exitcode).name}"
         elif exitcode == _CHILD_SILENCED:
             why = (f"stopped itself: it heard nothing from its runner for {self._runner.silence_limit_s:g}s "
@@ -178,7 +202,7 @@ class ChildHandle:
 
     def close_ping(self) -> None:
         with contextlib.suppress(OSError):
-            self._ping.close()
+            os.close(self._ping_fd)
 
     def done(self) -> bool:
         return self.future.done()
@@ -252,30 +276,33 @@ class InlineRunner:
     def submit(self, call: StepCall) -> ChildHandle | ThreadHandle | FailedHandle:
         if not self.isolate:
             return ThreadHandle(call)
-        spawn = multiprocessing.get_context("spawn")
-        result_r, result_w = spawn.Pipe(duplex=False)
-        ping_r, ping_w = spawn.Pipe(duplex=False)
-        os.set_blocking(ping_w.fileno(), False)
+        try:
+            payload = _dumps(call)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            return FailedHandle(call, f"{call.step_id}: the step's function or config cannot be sent to the step's "
+                                      f"process ({type(e).__name__}: {e}); a step's function and config must pickle "
+                                      f"(no locks, open files or clients in the config; without cloudpickle, "
+                                      f"a module-level function)")
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        process = spawn.Process(target=_child_main, args=(call, result_w, ping_r, self.silence_limit_s),
-                                name=f"step {call.step_id}")
+        (call_r, call_w), (result_r, result_w), (ping_r, ping_w) = os.pipe(), os.pipe(), os.pipe()
+        os.set_blocking(ping_w, False)
+        silence = "-" if self.silence_limit_s is None else repr(self.silence_limit_s)
+        command = [sys.executable, "-c", "from executor.engine.runner.inline import _child_entry; _child_entry()",
+                   str(call_r), str(result_w), str(ping_r), silence]
         try:
-            process.start()  # pickles the call: its function by reference
-        except (pickle.PicklingError, AttributeError, TypeError) as e:
-            for end in (result_r, result_w, ping_r, ping_w):
-                end.close()
-            return FailedHandle(call, f"{call.step_id}: the step's function or config cannot be sent to the step's "
-                                      f"process ({type(e).__name__}: {e}); define the function at module level "
-                                      f"(not a lambda or a nested function)")
+            process = subprocess.Popen(command, pass_fds=(call_r, result_w, ping_r))
         finally:  # the child's ends belong to the child now
-            result_w.close()
-            ping_r.close()
+            for fd in (call_r, result_w, ping_r):
+                os.close(fd)
         handle = ChildHandle(call, process, result_r, ping_w, self)
         with self._lock:
             self._children.append(handle)
         self._start_pinger()
+        with contextlib.suppress(BrokenPipeError), os.fdopen(call_w, "wb") as sink:  # a child gone: no result
+            pickle.dump(list(sys.path), sink)
+            sink.write(payload)
         return handle
 
     def _forget(self, handle: ChildHandle) -> None:

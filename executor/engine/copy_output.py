@@ -2,8 +2,10 @@
 
 `copy_output(CopyConfig)` is submitted to the runner like a step function, under the step's lease
 (a Ray task, or the in-process runner's child). Each file of the source record's manifest is
-streamed in chunks (bounded memory; several files at once), its size and checksum computed from
-the very bytes written, in the manifest's algorithm, and compared with the manifest. A file that is
+copied (several at once): a file up to CHUNK is read whole, checked, then written in one request; a
+larger one is streamed CHUNK by CHUNK (bounded memory whatever the output's size), its size and
+checksum computed from the very bytes written, in the manifest's algorithm, and compared with the
+manifest. A file that is
 missing, changed or unreadable rejects the whole source: what was written is removed and the call
 fails with the reason, so the executor tries the next source or runs the step. Nothing is committed
 here; the executor writes the record and the SUCCESS status only after this returns.
@@ -52,21 +54,33 @@ def _hasher(algorithm: str) -> tuple[Any, Callable[[Any], str]]:
 def _copy_file(src_fs: Any, src: str, dst_fs: Any, dst: str, entry: dict[str, Any]) -> int:
     checksum = entry.get("checksum") or {}
     hasher, value_of = _hasher(str(checksum.get("algorithm")))
-    size = 0
     try:
-        with src_fs.open(src, "rb") as reader, dst_fs.open(dst, "wb") as writer:
+        if int(entry.get("size") or 0) <= CHUNK:  # one read, checked, then one write (a single PUT)
+            data = src_fs.cat_file(src)
+            hasher.update(data)
+            _check(entry, len(data), value_of(hasher))
+            dst_fs.pipe_file(dst, data)
+            return len(data)
+        size = 0
+        with src_fs.open(src, "rb", block_size=CHUNK, cache_type="none") as reader, \
+                dst_fs.open(dst, "wb", block_size=CHUNK) as writer:
             for chunk in iter(lambda: reader.read(CHUNK), b""):
                 hasher.update(chunk)
                 writer.write(chunk)
                 size += len(chunk)
     except FileNotFoundError:
         raise SourceRejected(f"{entry['path']} is missing (the source is incomplete or was deleted)") from None
+    _check(entry, size, value_of(hasher))
+    return size
+
+
+def _check(entry: dict[str, Any], size: int, value: str) -> None:
+    checksum = entry.get("checksum") or {}
     if size != int(entry.get("size") or 0):
         raise SourceRejected(f"{entry['path']}: {size} bytes, the manifest says {entry.get('size')}")
-    if value_of(hasher) != checksum.get("value"):
+    if value != checksum.get("value"):
         raise SourceRejected(f"{entry['path']}: {checksum.get('algorithm')} differs from the manifest "
                              f"(the source file was changed)")
-    return size
 
 
 def _remove(fs: Any, paths: list[str]) -> None:

@@ -204,3 +204,24 @@ def test_without_cache_from_planning_reads_nothing_more(source, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["['skip']", "False"], done.stdout + done.stderr
+
+
+def test_a_source_deleted_after_planning_is_not_used(source, tmp_path):
+    """The source's notes output disappears between the plan (which found it) and the copy: that
+    step runs here, the other still copies."""
+    import shutil
+
+    from executor.engine.events import PlanMade
+
+    a = damaged_copy_of(source[0], tmp_path)
+
+    def delete_after_planning(event) -> None:
+        if isinstance(event, PlanMade):
+            assert {d.action for d in event.plan.decisions.values()} == {Action.COPY}
+            shutil.rmtree(output_dir(a, "cache/notes"))
+
+    b = tmp_path / "b"
+    result = run(b, cache_from=(str(a),), subscribers=[delete_after_planning])
+    assert result.ok
+    assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
+    assert all(v.ok for v in verify_path(str(b)))

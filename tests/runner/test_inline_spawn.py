@@ -1,4 +1,5 @@
-"""The inline runner spawns each step's process (never forks): safe after JAX started its threads.
+"""Once JAX is imported the inline runner spawns each step's process (never forks it): safe after
+JAX started its threads (without JAX it forks, which is cheaper; tests/executor/test_run_inline.py).
 
 A forked child copies the parent's threads' locks in whatever state they were in, and Python
 warns ("os.fork() was called ... JAX is multithreaded, so this will likely lead to a deadlock").
@@ -71,7 +72,7 @@ def test_a_call_that_cannot_travel_fails_the_step_with_the_fix(tmp_path):
         with lock:
             return {}
 
-    runner = InlineRunner(silence_limit_s=30)
+    runner = InlineRunner(silence_limit_s=30, start_method="spawn")
     try:
         outcome = runner.submit(StepCall("nested/step-000000000000", nested, str(tmp_path), str(tmp_path))).outcome()
     finally:
@@ -85,6 +86,8 @@ SCRIPT = textwrap.dedent('''
     from dataclasses import dataclass
     from pathlib import Path
 
+    import jax  # with JAX imported, steps run in spawned children
+
     import executor
 
     Path(sys.argv[1], "top-level-runs").open("a").write("ran\\n")  # once per process that runs this file
@@ -94,7 +97,8 @@ SCRIPT = textwrap.dedent('''
         text: str
 
     def shout(config: Shout) -> str:
-        return config.text.upper()
+        spawned = getattr(sys.modules["__main__"], "__file__", None) is None  # a fork has this script
+        return f"{config.text.upper()} spawned={spawned}"
 
     step = executor.ExecutorStep("script/shout", shout, Shout("hi"))
     result = executor.run([step], prefix=str(Path(sys.argv[1], "out")), runner="inline")
@@ -102,11 +106,11 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_a_script_calling_run_at_top_level_runs_once_and_its_own_function_in_the_child(tmp_path):
+def test_a_script_calling_run_at_top_level_runs_once_and_its_own_function_in_the_spawned_child(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.split() == ["True", "HI"], done.stdout
+    assert done.stdout.split() == ["True", "HI", "spawned=True"], done.stdout
     assert (tmp_path / "top-level-runs").read_text() == "ran\n"  # the child did not run the script again

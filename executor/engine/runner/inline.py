@@ -1,13 +1,15 @@
 """The inline runner (`--runner inline`), for unit tests and debugging: each step runs in a child process.
 
-The child is spawned (a fresh interpreter started with this one's sys.path, environment and working
-directory), never forked: this process may run threads (ours, JAX's, a storage client's), and a
-fork copies their locks in whatever state they were in. The step travels to the child pickled by
-cloudpickle: functions and classes of importable modules by reference, those of the script run as
-__main__ (an experiment file, a notebook) by value, so the child never runs the script again
-(multiprocessing's spawn would, and a script calling executor.run() at top level would run again
-in every child). Without cloudpickle installed, only importable functions can travel; a step
-whose function cannot fails at once, saying how to fix it.
+Once JAX is imported the child is spawned (a fresh interpreter started with this one's sys.path,
+environment and working directory), never forked: JAX's thread pools make a fork unsafe (Python
+warns "JAX is multithreaded, so this will likely lead to a deadlock"). The step then travels to
+the child pickled by cloudpickle: functions and classes of importable modules by reference, those
+of the script run as __main__ (an experiment file, a notebook) by value, so the child never runs
+the script again (multiprocessing's spawn would, and a script calling executor.run() at top level
+would run again in every child). A step whose call cannot be pickled fails at once, saying how to
+fix it. Without JAX the child is forked, which costs nothing: a spawned child pays for a fresh
+interpreter and its imports (~1 s a step on a loaded 2-core machine), more than fifty small steps
+of the lease tests can afford. `start_method` forces one or the other.
 
 A child can be stopped where a thread cannot: a cancelled step (lease lost, timeout, Ctrl-C,
 SIGTERM) is killed, so it can never keep writing into an output another runner has committed
@@ -35,7 +37,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Literal, Sequence
 
 from executor.core.step import Resources
 from executor.engine.location import using
@@ -95,13 +97,14 @@ def _watch_runner(ping_fd: int, silence_limit_s: float | None, last: list[float]
             os._exit(_CHILD_SILENCED)
 
 
-def _dumps(call: StepCall) -> bytes:
-    """The call for the child: cloudpickle where installed (the script's own functions by value)."""
+def _dumps(value: object) -> bytes:
+    """A call for the child, or its outcome for the runner: cloudpickle where installed (what the
+    script run as __main__ defined travels by value, and comes back as the script's own class)."""
     try:
         import cloudpickle
     except ImportError:
-        return pickle.dumps(call)
-    return cloudpickle.dumps(call)
+        return pickle.dumps(value)
+    return cloudpickle.dumps(value)
 
 
 def _child_entry() -> None:
@@ -117,10 +120,13 @@ def _child_entry() -> None:
                 out.write(pickle.dumps(StepOutcome(ok=False, error=f"the step's process could not load the step: "
                                                                    f"{type(e).__name__}: {e}")))
             os._exit(1)
-    _child_main(call, result_fd, ping_fd, silence_limit_s)
+    _child_main(call, result_fd, ping_fd, silence_limit_s, _dumps)
 
 
-def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None) -> None:
+def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None,
+                dumps: Callable[[object], bytes] = pickle.dumps) -> None:
+    """`dumps`: how the outcome goes back (a forked child shares the runner's __main__, so plain
+    pickle's references resolve; a spawned one returns the script's own classes by value)."""
     status = 0
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -137,7 +143,7 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
         threading.Thread(target=_watch_runner, args=(ping_fd, silence_limit_s, last), daemon=True).start()
         outcome = run_call(call)
         try:
-            data = pickle.dumps(outcome)
+            data = dumps(outcome)
         except Exception:  # noqa: BLE001 - an unpicklable return value is stored as its repr
             data = pickle.dumps(StepOutcome(ok=outcome.ok, result=repr(outcome.result)[:2000],
                                             error=outcome.error, traceback=outcome.traceback))
@@ -154,11 +160,12 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
 
 # -- the runner side ---------------------------------------------------------------------------
 class ChildHandle:
-    """One step in a spawned child; a thread collects its result and exit status."""
+    """One step in a child process; a thread collects its result and exit status (`reap`: waits
+    for the child, returns its exit code, negative for a signal)."""
 
-    def __init__(self, call: StepCall, process: subprocess.Popen, result_fd: int, ping_fd: int,
+    def __init__(self, call: StepCall, pid: int, reap: Callable[[], int], result_fd: int, ping_fd: int,
                  runner: "InlineRunner"):
-        self.call, self.process, self.pid, self._runner = call, process, process.pid, runner
+        self.call, self.pid, self._reap, self._runner = call, pid, reap, runner
         self._ping_fd = ping_fd
         self.future: cf.Future = cf.Future()
         self._cancelled = False
@@ -172,7 +179,7 @@ class ChildHandle:
             while chunk := pipe.read(1 << 20):
                 chunks.append(chunk)
         with self._reaped:
-            exitcode = self.process.wait()
+            exitcode = self._reap()
             self.pid = 0
         self._runner._forget(self)
         self.future.set_result(self._outcome(b"".join(chunks), exitcode))
@@ -185,7 +192,7 @@ class ChildHandle:
                 return pickle.loads(data)
             except Exception as e:  # noqa: BLE001
                 return StepOutcome(ok=False, error=f"could not read the step's result: {e}", infrastructure=True)
-        if exitcode is not None and exitcode < 0:  # subprocess's way of saying "killed by signal N"
+        if exitcode is not None and exitcode < 0:  # killed by signal -exitcode
             why = f"was killed by {signal.Signals(-exitcode).name}"
         elif exitcode == _CHILD_SILENCED:
             why = (f"stopped itself: it heard nothing from its runner for {self._runner.silence_limit_s:g}s "
@@ -258,8 +265,8 @@ class FailedHandle:
 
 class InlineRunner:
     def __init__(self, max_workers: int = 4, *, isolate: bool = True, silence_limit_s: float | None = None,
-                 ping_s: float = 0.25):
-        self.isolate, self.silence_limit_s = isolate, silence_limit_s
+                 ping_s: float = 0.25, start_method: Literal["fork", "spawn"] | None = None):
+        self.isolate, self.silence_limit_s, self.start_method = isolate, silence_limit_s, start_method
         self.ping_s = min(ping_s, silence_limit_s / 4) if silence_limit_s else ping_s
         self._children: list[ChildHandle] = []
         self._lock = threading.Lock()
@@ -276,6 +283,35 @@ class InlineRunner:
     def submit(self, call: StepCall) -> ChildHandle | ThreadHandle | FailedHandle:
         if not self.isolate:
             return ThreadHandle(call)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        if (self.start_method or ("spawn" if "jax" in sys.modules else "fork")) == "fork":
+            return self._fork(call)
+        return self._spawn(call)
+
+    def _fork(self, call: StepCall) -> ChildHandle:
+        result_r, result_w = os.pipe()
+        ping_r, ping_w = os.pipe()
+        os.set_blocking(ping_w, False)
+        with self._lock:
+            inherited = [c._ping_fd for c in self._children]
+            pid = os.fork()
+            if pid == 0:
+                for fd in (result_r, ping_w, *inherited):  # other steps' pipes must not outlive the runner
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                signal.set_wakeup_fd(-1)  # the runner's signal watcher is not the child's
+                _child_main(call, result_w, ping_r, self.silence_limit_s)
+            os.close(result_w)
+            os.close(ping_r)
+            handle = ChildHandle(call, pid, lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]),
+                                 result_r, ping_w, self)
+            self._children.append(handle)
+        self._start_pinger()
+        return handle
+
+    def _spawn(self, call: StepCall) -> ChildHandle | FailedHandle:
         try:
             payload = _dumps(call)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
@@ -283,9 +319,6 @@ class InlineRunner:
                                       f"process ({type(e).__name__}: {e}); a step's function and config must pickle "
                                       f"(no locks, open files or clients in the config; without cloudpickle, "
                                       f"a module-level function)")
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
         (call_r, call_w), (result_r, result_w), (ping_r, ping_w) = os.pipe(), os.pipe(), os.pipe()
         os.set_blocking(ping_w, False)
         silence = "-" if self.silence_limit_s is None else repr(self.silence_limit_s)
@@ -296,7 +329,7 @@ class InlineRunner:
         finally:  # the child's ends belong to the child now
             for fd in (call_r, result_w, ping_r):
                 os.close(fd)
-        handle = ChildHandle(call, process, result_r, ping_w, self)
+        handle = ChildHandle(call, process.pid, process.wait, result_r, ping_w, self)
         with self._lock:
             self._children.append(handle)
         self._start_pinger()
@@ -318,10 +351,9 @@ class InlineRunner:
 
     def _ping_loop(self) -> None:
         while not self._stop.wait(self.ping_s):
-            with self._lock:
-                children = list(self._children)
-            for child in children:
-                child.ping()
+            with self._lock:  # a forgotten child's pipe is closed under this lock: never ping a reused fd
+                for child in self._children:
+                    child.ping()
 
     def wait(self, handles: Sequence[ChildHandle | ThreadHandle], timeout: float) -> list:
         if not handles:
@@ -330,9 +362,11 @@ class InlineRunner:
         return [h for h in handles if h.done()]
 
     def shutdown(self) -> None:
-        """Kill whatever still runs: no step outlives the run that started it."""
+        """Kill whatever still runs: no step outlives the run that started it (nor its pinger)."""
         self._stop.set()
         with self._lock:
             children = list(self._children)
         for child in children:
             child.cancel()
+        if self._pinger is not None:
+            self._pinger.join(timeout=5)

@@ -59,6 +59,7 @@ class Options:
     # env EXECUTOR_CACHE_FROM (comma-separated)
     cache_from: tuple[str, ...] = ()
     transfer_budget_gb: float = 10.0  # at most this many GB copied from cache-from prefixes per run
+    allow_cross_region: bool = False  # run although EXECUTOR_REGION differs from the prefix bucket's location
 
 
 class StepFailed(Exception):
@@ -385,13 +386,14 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
              environ: Mapping[str, str], call: _Call) -> RunResult:
     # imported here: a plan or a no-op re-run needs none of the machinery that runs steps
     from executor.engine.execute import Execution
-    from executor.engine.regions import note_cross_region_reads
+    from executor.engine.regions import check_run_region, note_cross_region_reads
     from executor.engine.signals import signum_of
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
     if protocol_of(prefix) == "memory" and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
+    check_run_region(prefix, planned.storage_options, environ, options.allow_cross_region, events)
     note_cross_region_reads(planned.plan, prefix, planned.storage_options, events, options.cross_region_budget_gb)
     runner = _RunnerSlot(options, events, environ, prefix, guard)
     try:

@@ -53,6 +53,8 @@ class ExecutorOptions:
                                             "or separate prefixes with commas (default: env EXECUTOR_CACHE_FROM)")
     transfer_budget_gb: float = _flag(10.0, "copy at most this many GB from --cache-from prefixes in one run; "
                                             "a step whose copy would exceed it runs here")
+    allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION) is not "
+                                            "the location of the prefix's bucket")
     check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")

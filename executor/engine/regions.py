@@ -161,6 +161,35 @@ def check_budget(reads: list[CrossRegionRead], budget_gb: float) -> None:
                             f"or raise the budget with --cross-region-budget-gb {total / GB * 1.1:.0f}")
 
 
+REGION_VAR = "EXECUTOR_REGION"
+
+
+def same_region(bucket_location_: str, region: str) -> bool:
+    """A bucket in `bucket_location_` (GCS location or S3 region) is local to a runner in `region`
+    (a multi-region such as GCS's US holds its regions: US-CENTRAL1)."""
+    where, here = bucket_location_.upper(), region.upper()
+    return here == where or here.startswith(where + "-")
+
+
+def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, reporter: Any) -> None:
+    """Before anything runs: the runner's region (EXECUTOR_REGION) against the prefix's bucket
+    location; a mismatch is refused naming both unless `allow` (--allow-cross-region). Without the
+    variable, or for a local prefix, there is nothing to compare (no metadata server is asked)."""
+    region = (environ.get(REGION_VAR) or "").strip()
+    if not region or not is_object_store(prefix):
+        return
+    where, why = locate_bucket(prefix, storage)
+    if where is None:
+        reporter.warning(f"region check: could not tell whether the prefix is in {region} ({REGION_VAR}): {why}")
+    elif not same_region(where, region):
+        message = (f"this runner is in {region} ({REGION_VAR}) and the prefix {prefix} is in {where}: every "
+                   f"read and write would cross regions")
+        if not allow:
+            raise ExecutorError(f"{message}; nothing was started. Use a prefix in {region}, or pass "
+                                f"--allow-cross-region")
+        reporter.warning(f"{message} (allowed by --allow-cross-region)")
+
+
 def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter: Any,
                             budget_gb: float | None = None) -> None:
     """Print a note per cross-location read; with a budget, refuse when the total exceeds it."""

@@ -360,6 +360,10 @@ def _print_record(record: Any) -> None:
         print(f"  git         {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}")
     print(f"  finished    {_when(timings.get('finished_at'))}, took {float(timings.get('seconds') or 0):.1f}s")
     print(f"  outputs     {len(manifest)} file(s), {human_bytes(sum(int(e.get('size') or 0) for e in manifest))}")
+    copied = (record.get("extra") or {}).get("copied_from")
+    if copied:  # --cache-from: made elsewhere, copied here and checked against its manifest
+        print(f"  copied from {copied.get('prefix')} (run {copied.get('run_id')}, "
+              f"{human_bytes(int(copied.get('bytes') or 0))} in {float(copied.get('seconds') or 0):.1f}s)")
     for dep in record.get("dependencies") or []:
         consumed = f" (consumed content {dep['content_sha256'][:16]}…)" if dep.get("content_sha256") else ""
         print(f"  depends on  {dep.get('step_id')} -> {dep.get('path')}{consumed}")

@@ -42,3 +42,17 @@ def test_the_environment_variable_names_the_sources(hello_a, tmp_path, monkeypat
     monkeypatch.setenv("EXECUTOR_CACHE_FROM", str(hello_a))
     code, out, err = run_file(HELLO, "--prefix", str(tmp_path / "b"), "--dry-run", "--json", split=True)
     assert code == 0 and [r["action"] for r in json.loads(out)["steps"]] == ["copy"], out + err
+
+
+def test_status_of_a_copied_step_says_where_it_came_from(hello_a, tmp_path):
+    import subprocess
+    import sys
+
+    b = tmp_path / "b"
+    code, out = run_file(HELLO, "--prefix", str(b), "--runner", "inline", "--cache-from", str(hello_a))
+    assert code == 0 and "copied" in out, out
+    run_id = json.loads(next((hello_a / "runs").glob("*.json")).read_text())["run_id"]
+    shown = subprocess.run([sys.executable, "-m", "executor", "status", "--prefix", str(b), "hello/summary"],
+                           capture_output=True, text=True, timeout=120, cwd=HELLO.parents[1])
+    assert shown.returncode == 0, shown.stderr
+    assert f"copied from {hello_a} (run {run_id}, 43 B in" in shown.stdout, shown.stdout

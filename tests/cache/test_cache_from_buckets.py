@@ -14,7 +14,7 @@ from executor.core.locations import Storage
 from executor.engine import location
 from executor.tools.verify import verify_path
 from tests.cache.graph import build
-from tests.emulators import running_s3_server_process
+from tests.emulators import gcs_emulator, running_s3_server_process, s3_emulator  # noqa: F401  (session fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +71,19 @@ def test_a_changed_object_in_the_bucket_makes_that_step_run(keyed, tmp_path):
     assert result.ok
     assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
     assert all(v.ok for v in verify_path(str(tmp_path / "local")))
+
+
+def test_copies_from_gcs_to_s3_checking_the_gcs_checksums(gcs_emulator, s3_emulator):  # noqa: F811
+    """Across protocols: a GCS source (fake-gcs-server; its manifest holds GCS's own checksums) and
+    an S3 prefix, each with its options in one keyed object."""
+    keyed = {"gs://": gcs_emulator.storage_options, "s3://": s3_emulator.storage_options}
+    source, prefix = gcs_emulator.fresh_prefix("cache-a"), s3_emulator.fresh_prefix("cache-b")
+    assert executor.run(build(), prefix=source, runner="inline", storage_options=keyed, environ={}).ok
+    algorithms = {e["checksum"]["algorithm"] for r in records(source, keyed).values() for e in r["manifest"]}
+    assert algorithms <= {"crc32c", "md5-base64"} and algorithms, algorithms
+    result = executor.run(build(), prefix=prefix, runner="inline", storage_options=keyed,
+                          cache_from=(source,), environ={})
+    assert result.ok and {(s.decision, s.ran_here) for s in result.steps} == {("copy", False)}
+    assert {r["extra"]["copied_from"]["prefix"] for r in records(prefix, keyed).values()} == {source}
+    checked = verify_path(prefix, keyed)
+    assert len(checked) == 2 and all(v.ok for v in checked), [v.render() for v in checked]

@@ -11,7 +11,8 @@ Parts, in order, each timed and each recorded even when another fails (a GPU min
   mfu_float32    scripts/bench/bench_gpu_mfu.py on the medium preset (tiny in --smoke), batch halved until
   mfu_bfloat16   the compiled step fits the device's memory: tokens/s, MFU = flops_per_token x tokens/s /
                  peak (the formula and the peak are in the JSON), compiled memory of each batch tried;
-                 bfloat16 uses cuDNN's fused attention, and XLA's if cuDNN refuses (its error is kept)
+                 bfloat16 uses cuDNN's fused attention, and XLA's if cuDNN refuses (its error is kept;
+                 --smoke asks for cuDNN's kernel by name, so on a CPU the refusal and the fallback run)
   save_overlap   scripts/bench/bench_checkpoint_overlap.py: step time with and without a save in flight
 Every figure goes to one JSON file (--json), rewritten after each part (a run cut short by a time limit
 keeps what it measured); one line per part is printed. Needs neither Ray nor draccus.
@@ -53,6 +54,8 @@ def devices() -> dict:
 def mfu(dtype: str, smoke: bool) -> dict:
     preset, steps = ("tiny", 2) if smoke else ("medium", 10)
     cfg, batch_sizes = bench_gpu_mfu.PRESETS[preset]
+    if smoke and dtype == "bfloat16":  # a GPU's `auto` would pick cuDNN: ask for it, so a CPU takes the fallback
+        cfg = dataclasses.replace(cfg, attention="cudnn")
     peak = 0.5 if smoke else None   # --smoke: a made-up CPU peak, so the formula is exercised
     try:
         report = {"preset": preset, **bench_gpu_mfu.run_bench(cfg, batch_sizes[dtype], steps, dtype, peak)}
@@ -79,7 +82,7 @@ def tiny_moe(smoke: bool, workdir: str) -> dict:
     from executor import materialize
     from experiments import tiny_moe as experiment
 
-    options = experiment.TinyMoeOptions(train_steps=4 if smoke else experiment.TinyMoeOptions.train_steps)
+    options = experiment.TinyMoeOptions(train_steps=2 if smoke else experiment.TinyMoeOptions.train_steps)
     trained = experiment.build(options)[0].config.train_path.step   # summary -> its train dependency
     started = time.perf_counter()
     out = materialize(trained, prefix=workdir, runner="inline")

@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh --smoke --json /tmp/gpu.json      # the same on a CPU with tiny presets
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if python3 -c "import jax" 2>/dev/null; then
+# find_spec, not import: importing jax only to ask costs seconds of CPU
+if python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('jax') is None)" 2>/dev/null; then
     exec python3 scripts/gpu_check.py "$@"
 fi
 exec uv run python scripts/gpu_check.py "$@"

@@ -20,7 +20,7 @@ from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefixes import resolve_prefix, storage_options_from_env
-from executor.engine.console_view import ConsoleView
+from executor.tools.console_view import ConsoleView
 from executor.engine.report import ConsoleReporter, Reporter, write_plan_json
 from executor.engine.store import StoreError
 

@@ -2,7 +2,7 @@
 
 The library prints nothing: `executor.plan`/`run`/`materialize` emit these to the subscribers their
 caller gives (none from a notebook: nothing is printed). The command line subscribes its console
-view (engine/console_view.py); a run subscribes its own run-file writer (engine/run_file.py).
+view (tools/console_view.py); a run subscribes its own run-file writer (engine/run_file.py).
 A subscriber is any callable taking an event; one that raises fails what the run was doing when it
 emitted (a step's start, say), as any other error there would.
 """

@@ -37,7 +37,7 @@ ACTION_STYLE = {Action.RUN: "bold yellow", Action.SKIP: "green", Action.WAIT: "c
 
 
 class Reporter(Protocol):
-    """What the command line's console view (engine/console_view.py) calls: every method, no probing."""
+    """What the command line's console view (tools/console_view.py) calls: every method, no probing."""
 
     def info(self, message: str) -> None: ...
     def warning(self, message: str) -> None: ...

@@ -181,7 +181,7 @@ def test_the_command_line_prints_the_plan_progress_and_summary(tmp_path, capsys)
 
 def test_the_console_view_hears_every_kind_of_event():
     """Every event type reaches a Reporter method (a subscriber that dropped one would lose a line)."""
-    from executor.engine.console_view import _HANDLERS
+    from executor.tools.console_view import _HANDLERS
     from executor.engine.events import Event
 
     assert set(_HANDLERS) == set(Event.__args__) - {RunStarted}  # RunStarted: the run file's, shown at the end

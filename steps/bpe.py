@@ -14,12 +14,13 @@ inside it, a tokenizer with another pre-tokenizer or a normaliser) goes through 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import re
 import unicodedata
 from itertools import chain
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -42,8 +43,23 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos_token: str =
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                   special_tokens=[eos_token], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.train_from_iterator(pulled_in_this_context(texts), trainer=trainer)
     return tokenizer
+
+
+def pulled_in_this_context(items: Iterable[str]) -> Iterator[str]:
+    """`items`, each one produced in the caller's context. tokenizers pulls its iterator from a thread
+    of its own, where the step's storage options (a context variable the runner sets) are unset: a
+    generator reading documents from a bucket would find no credentials there."""
+    context, iterator = contextvars.copy_context(), iter(items)
+
+    def pull() -> Iterator[str]:
+        while True:
+            try:
+                yield context.run(next, iterator)
+            except StopIteration:
+                return
+    return pull()
 
 
 def load_tokenizer_json(path: str) -> tuple[Tokenizer, str]:

@@ -280,3 +280,26 @@ def test_a_tokenizer_that_adds_special_tokens_is_encoded_without_them(one_shard)
     texts = ["plain words here", "x \x1cy takes HF's path"]
     assert reference.encode(texts[0]).ids[0] == 0  # the post-processor is live
     assert BatchEncoder(text).encode_batch(texts) == [reference.encode(t, add_special_tokens=False).ids for t in texts]
+
+
+def test_training_texts_are_read_with_the_steps_storage_options():
+    """tokenizers pulls the training texts from a thread of its own: each text is still produced
+    with the step's storage options (on a bucket prefix, the dedup output is read with them)."""
+    import threading
+
+    from executor.core.locations import Storage
+    from executor.engine.location import current_storage, using
+    from steps.bpe import train_byte_level_bpe
+
+    seen = []
+
+    def texts():
+        for i in range(2000):
+            seen.append((threading.get_ident(), current_storage()))
+            yield f"hello world {i} some words to merge"
+
+    storage = Storage({"s3://corpus": {"key": "k"}})
+    with using(storage):
+        train_byte_level_bpe(texts(), 300, min_frequency=2)
+    assert len(seen) == 2000 and all(s == storage for _, s in seen)
+    assert any(t != threading.get_ident() for t, _ in seen), "tokenizers pulled on another thread (the case held)"

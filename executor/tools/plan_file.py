@@ -21,6 +21,7 @@ from executor.tools.identity_diff import Change, DependencyChange, cascade_summa
 
 PLAN_SCHEMA = 1
 
+
 def plan_file_path(main_file: str | Path) -> Path:
     main = Path(main_file)
     return main.parent / f"{main.stem}.plan.json"

@@ -106,6 +106,14 @@ def build_parser() -> _Parser:
         parser.commands[name] = p
         return p
 
+    _add_running_commands(command)
+    _add_explaining_commands(command)
+    _add_maintaining_commands(command)
+    return parser
+
+
+def _add_running_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """run, and what is stored and running: status, runs, ps (in `stepgraph --help`'s order)."""
     p = command("run", "run an experiment: the same as `python EXPERIMENT FLAGS...`", commands.cmd_run,
                 storage=False)
     p.add_argument("experiment")
@@ -123,6 +131,9 @@ def build_parser() -> _Parser:
 
     p = command("ps", "RUNNING leases under the prefix", commands.cmd_ps)
 
+
+def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Ids and plans: explain, graph, plan, check, adopt."""
     p = command("explain", "why a step's id differs from its nearest earlier version", commands.cmd_explain)
     p.add_argument("experiment")
     p.add_argument("step", help="step name or step id")
@@ -151,6 +162,9 @@ def build_parser() -> _Parser:
     p.add_argument("--force", action="store_true",
                    help="adopt across a different step name or config type (needs --reason)")
 
+
+def _add_maintaining_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Outputs and the prefix: verify, gc, repair, doctor, report, serve, completion."""
     p = command("verify", "check step outputs against the manifests in their records", commands.cmd_verify)
     p.add_argument("path", nargs="?", help="a step (name, step id or path); default: every step under the prefix")
     p.add_argument("-v", "--verbose", action="store_true", help="also list steps that were not verified, and why")
@@ -186,7 +200,6 @@ def build_parser() -> _Parser:
     p = command("completion", "print a shell completion script", commands.cmd_completion, storage=False, prefix=False)
     p.add_argument("shell", choices=["bash", "zsh"])
     p.set_defaults(build_parser=build_parser)  # completion is generated from this very parser
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,7 +50,8 @@ def test_piped_output_is_plain_and_each_steps_lines_come_before_its_tick(tmp_pat
     assert "stepgraph-end-of-output" not in out
     lines = out.splitlines()
     for label in ("first", "second"):
-        tick = next(i for i, line in enumerate(lines) if line.startswith("✔") and f"talk/{label}" in line)
+        tick = next((i for i, line in enumerate(lines) if line.startswith("✔") and f"talk/{label}" in line), None)
+        assert tick is not None, f"no ✔ line for talk/{label} (exit 0):\n{out}"  # the whole output: seen once in CI
         printed = [i for i, line in enumerate(lines) if f"{label} line " in line or f"{label} err " in line
                    or f"{label} LAST" in line]
         assert len(printed) == 81, out[-4000:]  # Ray's deduplication must not fold them either

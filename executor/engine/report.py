@@ -17,6 +17,7 @@ from executor.core.outcome import Ending, ending
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
 from executor.engine import outputs
+from executor.engine.whole_lines import LockedFile, print_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -144,13 +145,13 @@ class ConsoleReporter:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(file=sys.stderr if self._stderr else sys.stdout, highlight=False,
-                                    soft_wrap=True)
+            stream = sys.stderr if self._stderr else sys.stdout
+            self._console = Console(file=LockedFile(stream), highlight=False, soft_wrap=True)
         return self._console
 
     def info(self, message: str) -> None:
         if self._console is None and not _RICH_SYNTAX.search(message):  # what rich would print anyway
-            print(message, file=sys.stderr if self._stderr else sys.stdout)
+            print_line(message, sys.stderr if self._stderr else sys.stdout)
             return
         self.console.print(message)
 

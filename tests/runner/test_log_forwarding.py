@@ -69,3 +69,34 @@ def test_a_batchs_lines_are_printed_before_its_marker_counts_as_seen(ray_printer
         ray_printer.emit(batch([f"last line {is_err}", log_forwarding.MARKER + key], is_err))
     assert seen_when_printed == [False, False] and log_forwarding.forwarded("s/x-abc", 7)
     log_forwarding.forget(key)
+
+
+def test_forwarded_lines_and_the_runs_own_lines_never_share_a_line(ray_printer, capsys):
+    """Ray prints a forwarded line's text and newline in two writes; a ✔ line printed from the main
+    thread between them used to land inside a step's line (a piped run lost its ✔ line once in ~30)."""
+    import sys
+
+    from executor.engine.report import ConsoleReporter
+
+    log_forwarding.plain_when_piped()
+    log_forwarding.install()
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: the race every run
+    try:
+        def forward():
+            for i in range(300):
+                ray_printer.emit(batch([f"step line {i}", f"step line {i}b"], i % 3 == 0))
+        thread = threading.Thread(target=forward)
+        console = ConsoleReporter().console
+        thread.start()
+        for i in range(300):
+            console.print(f"✔ step/{i} (0.1s)")
+        thread.join()
+    finally:
+        sys.setswitchinterval(before)
+    out, err = capsys.readouterr()
+    lines = out.splitlines() + err.splitlines()
+    whole = [line for line in lines if line.startswith("✔ step/") or line.startswith("(s/x-abc pid=42) step line")]
+    mixed = [line for line in lines if line not in whole or line.count("step") != 1]
+    assert not mixed, mixed[:5]
+    assert len(lines) == 300 + 600

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from executor.engine import whole_lines
+
 MARKER = "::stepgraph-end-of-output::"
 WAIT_S = 3.0  # a lost marker (a log monitor restart) delays one ✔ line by this much, never more
 
@@ -69,7 +71,10 @@ def install() -> None:
         lines = data.get("lines") or []
         keep = [line for line in lines if MARKER not in line]
         if keep:  # printed before the markers are noted: a batch's last lines come before its ✔
-            ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
+            with whole_lines.LOCK:  # Ray prints a line's text and newline in two writes
+                ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
+                for stream in (sys.stdout, sys.stderr):
+                    stream.flush()
         if len(keep) != len(lines):
             with _changed:
                 for line in lines:

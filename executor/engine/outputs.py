@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,9 +57,10 @@ def check_writable(prefix: str) -> None:
     path = Path(prefix)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        # A name of its own: two runs in one process (or two processes) probe the same prefix at once
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=path)
+        os.close(handle)
+        os.unlink(probe)
     except OSError as e:
         raise ExecutorError(f"prefix {prefix} is not writable ({e.strerror}); pass --prefix DIR "
                             f"or set EXECUTOR_PREFIX to a directory you can write") from None

@@ -159,17 +159,24 @@ def test_two_runners_racing_for_the_same_copies_make_one_copy_each_and_both_succ
     results: list = []
     barrier = threading.Barrier(2)
 
+    errors: list = []
+
     def one_runner() -> None:
         barrier.wait()
-        results.append(run(b, cache_from=(str(source[0]),), subscribers=[started.append], lease_ttl=20,
-                           heartbeat_interval=2))
+        try:
+            results.append(run(b, cache_from=(str(source[0]),), subscribers=[started.append], lease_ttl=20,
+                               heartbeat_interval=2))
+        except BaseException as e:  # shown by the assert below, not lost on the thread
+            errors.append(e)
 
     threads = [threading.Thread(target=one_runner) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
-    assert len(results) == 2 and all(r.ok for r in results)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a runner did not finish in 300 s"
+    assert len(results) == 2 and all(r.ok for r in results), [r.steps for r in results]
     copies = [e.name for e in started if isinstance(e, StepStarted)]
     assert sorted(copies) == ["cache/notes", "cache/report"]  # each output copied once, by one runner
     assert all(v.ok for v in verify_path(str(b)))

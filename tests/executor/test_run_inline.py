@@ -209,3 +209,28 @@ def test_help_describes_every_executor_flag_and_the_experiment_flags(capsys):
         wrapped = [lines[at], *itertools.takewhile(lambda line: line.startswith("      "), lines[at + 1:])]
         assert " ".join(f.metadata["help"].split()) in " ".join(" ".join(wrapped).split())  # wrapped to the terminal
     assert "--greeting" in out and "the word the greeting starts with" in out  # the experiment's comments
+
+
+def test_runs_in_one_process_probe_a_new_prefix_at_once_without_tripping_each_other(tmp_path):
+    """The write probe had one name per process: one run removed the other's, which then said the
+    prefix was not writable (two runs in one process racing for the same copies failed so)."""
+    import threading
+
+    from executor.engine.outputs import check_writable
+
+    errors: list = []
+
+    def probe(i: int) -> None:
+        try:
+            for _ in range(200):
+                check_writable(str(tmp_path / "new-prefix"))
+        except Exception as e:  # noqa: BLE001 - collected for the assert
+            errors.append(e)
+
+    threads = [threading.Thread(target=probe, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:2]
+    assert not list((tmp_path / "new-prefix").iterdir())  # no probe left behind

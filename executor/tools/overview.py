@@ -28,9 +28,10 @@ def when(then: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(then)) if then else "-"
 
 
-def duration(seconds: float | None) -> str:
+def duration(seconds: float | None, missing: str = "-") -> str:
+    """How long something took, in the unit that reads best (the command line's tables and the served pages)."""
     if seconds is None:
-        return "-"
+        return missing
     if seconds < 120:
         return f"{seconds:.1f}s"
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from executor.core.record import Absent, State
 from executor.engine.prefix_view import LogRef, StepRow
 from executor.tools.draw import COLORS, render_svg
+from executor.tools.overview import duration as table_duration
 from executor.tools.run_report import graph_plan, step_curves
 from executor.tools.serve.keys import ENV, WATCHER
 from executor.tools.serve.watch import Watcher
@@ -63,11 +64,7 @@ def holder(row: StepRow) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return table_duration(seconds, missing="–")
 
 
 # -- the overview ---------------------------------------------------------------------------------

@@ -78,3 +78,17 @@ def browser():
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture(scope="module")
+def hello(tmp_path_factory):
+    """A module's own served prefix (make_prefix), made once per test module."""
+    return make_prefix(tmp_path_factory.mktemp("served"))
+
+
+@pytest.fixture(scope="module")
+def served(hello):
+    """`stepgraph serve` on that prefix, started as a user starts it (tests/serve/server.py)."""
+    running = server.start(str(hello))
+    yield running
+    running.stop()

@@ -17,21 +17,9 @@ from playwright.sync_api import expect
 from executor.core.record import Owner, State, Status
 from executor.engine.store import open_store
 from tests.serve import server
-from tests.serve.conftest import MARKUP, make_prefix, step_ids
+from tests.serve.conftest import MARKUP, step_ids
 
 LIVE_LIMIT_S = 5.0  # the README's promise: changes appear within 5 s (default --interval 2)
-
-
-@pytest.fixture(scope="module")
-def hello(tmp_path_factory):
-    return make_prefix(tmp_path_factory.mktemp("served"))
-
-
-@pytest.fixture(scope="module")
-def served(hello):
-    running = server.start(str(hello))
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -16,19 +16,7 @@ import pytest
 
 from executor.__main__ import build_parser
 from tests.serve import server
-from tests.serve.conftest import make_prefix, step_ids
-
-
-@pytest.fixture(scope="module")
-def hello(tmp_path_factory):
-    return make_prefix(tmp_path_factory.mktemp("http"))
-
-
-@pytest.fixture(scope="module")
-def served(hello):
-    running = server.start(str(hello))
-    yield running
-    running.stop()
+from tests.serve.conftest import step_ids
 
 
 def every_page(served: server.Served, hello: Path) -> dict[str, tuple[int, dict, bytes]]:

@@ -57,6 +57,24 @@ def test_file_urls_and_plain_paths_open_the_same_local_store_and_log(tmp_path):
     assert "to the log" in (tmp_path / "logs" / "a.log").read_text()
 
 
+def test_a_log_on_a_url_is_uploaded_whole_when_the_block_ends_and_its_temporary_file_removed():
+    import glob
+    import tempfile
+
+    from executor.engine.location import open_file
+
+    before = set(glob.glob(f"{tempfile.gettempdir()}/stepgraph-log-*"))
+    url = "memory://logs-test/attempt-1.log"
+    with captured_output(url, header="s/x attempt 1"):
+        os.write(1, b"out " * 300_000 + b"\n")  # over a megabyte: streamed in chunks
+        os.write(2, b"to stderr\n")
+    with open_file(url, "rb") as f:
+        text = f.read().decode()
+    assert text.startswith("=== ") and "s/x attempt 1" in text.splitlines()[0]
+    assert text.count("out ") == 300_000 and "to stderr" in text
+    assert set(glob.glob(f"{tempfile.gettempdir()}/stepgraph-log-*")) == before
+
+
 def test_s3a_is_one_answer_everywhere(s3_emulator):
     """Before: protocol_of and S3Store took s3a://, the store opener refused it."""
     from executor.engine.store.s3 import S3Store

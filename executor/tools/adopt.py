@@ -77,8 +77,31 @@ def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | Non
                 storage_options: dict | None, now: float, force: bool, dry_run: bool) -> Adoption:
     store = location.open_location(prefix, storage_options)[0]
     fs = location.open_filesystem(prefix, storage_options)
-    old_rel = _relative(prefix, from_ref)
+    old, target = _completed_output(store, prefix, from_ref, node)
+    new_key = status_key(node.output_rel)
+    existing = store.read(new_key)
+    if existing is not None:
+        state = parse_status(existing.data, f"{prefix}/{new_key}").state.value
+        raise ExecutorError(f"{node.step_id} already has a status ({state}) at {prefix}/{new_key}; adopt only "
+                            f"declares ids that never ran. Its output stays as it is.")
+    old_record = outputs.read_record(fs, outputs.join(prefix, record_key(target["output_rel"]))) or {}
+    old_identity = old_record.get("identity")
+    differences = [c.render() for c in diff_documents(old_identity, node.identity)] if old_identity else []
+    _refuse_another_steps_output(node, target, old_identity, force)
+    if not (reason or "").strip():
+        raise ExecutorError("adopt needs --reason TEXT: why the two ids name the same output (it is recorded)")
+    if dry_run:
+        return Adoption(node, {**target, "reason": reason}, differences, "")
+    who = f"{declared_by.get('user', '?')}@{declared_by.get('host', '?')}"
+    alias_of = {**target, "declared_by": who, "declared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                "reason": reason or ""}
+    record_path = _declare(store, fs, prefix, node, old, alias_of, differences, declared_by, now)
+    return Adoption(node, alias_of, differences, record_path)
 
+
+def _completed_output(store: Any, prefix: str, from_ref: str, node: StepNode) -> tuple[Status, dict[str, str]]:
+    """The SUCCESS status `--from` names, and what it is (an alias's target: always one hop)."""
+    old_rel = _relative(prefix, from_ref)
     old_key = status_key(old_rel)
     versioned = store.read(old_key)
     if versioned is None:
@@ -88,23 +111,16 @@ def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | Non
     if old.state != State.SUCCESS:
         raise ExecutorError(f"--from {from_ref!r} is {old.state.value}, not SUCCESS; only a completed output can be "
                             f"adopted")
-    if old.alias_of:  # always one hop: adopt what the alias points at
+    if old.alias_of:
         target = {k: old.alias_of[k] for k in ("step_id", "digest", "output_rel")}
     else:
         target = {"step_id": old.step_id, "digest": old.digest, "output_rel": old_rel}
     if target["digest"] == node.digest:
         raise ExecutorError(f"{node.step_id} already is {target['step_id']}: nothing to adopt")
+    return old, target
 
-    new_key = status_key(node.output_rel)
-    existing = store.read(new_key)
-    if existing is not None:
-        state = parse_status(existing.data, f"{prefix}/{new_key}").state.value
-        raise ExecutorError(f"{node.step_id} already has a status ({state}) at {prefix}/{new_key}; adopt only "
-                            f"declares ids that never ran. Its output stays as it is.")
 
-    old_record = outputs.read_record(fs, outputs.join(prefix, record_key(target["output_rel"]))) or {}
-    old_identity = old_record.get("identity")
-    differences = [c.render() for c in diff_documents(old_identity, node.identity)] if old_identity else []
+def _refuse_another_steps_output(node: StepNode, target: dict[str, str], old_identity: Any, force: bool) -> None:
     old_name = target["step_id"].rsplit("-", 1)[0]
     mismatch = []
     if old_name != node.name:
@@ -114,13 +130,11 @@ def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | Non
     if mismatch and not force:
         raise ExecutorError(f"refusing to adopt {target['step_id']} as {node.step_id}: {' and '.join(mismatch)}. "
                             f"If they really are the same output, pass --force with a --reason")
-    if not (reason or "").strip():
-        raise ExecutorError("adopt needs --reason TEXT: why the two ids name the same output (it is recorded)")
-    if dry_run:
-        return Adoption(node, {**target, "reason": reason}, differences, "")
-    who = f"{declared_by.get('user', '?')}@{declared_by.get('host', '?')}"
-    alias_of = {**target, "declared_by": who, "declared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-                "reason": reason or ""}
+
+
+def _declare(store: Any, fs: Any, prefix: str, node: StepNode, old: Status, alias_of: dict[str, Any],
+             differences: list[str], declared_by: dict[str, Any], now: float) -> str:
+    """Write the adoption's record, then its SUCCESS status (only where no status exists)."""
     run_id = f"adopt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
     record = StepRecord(
         step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity, config=None,
@@ -133,10 +147,10 @@ def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | Non
                   user=str(declared_by.get("user", "?")))
     status = Status(State.SUCCESS, node.digest, node.step_id, seq=0, attempt=0, owner=owner, written_at=now,
                     started_at=now, alias_of=alias_of, content_sha256=old.content_sha256)
-    if store.create_if_absent(new_key, status.to_bytes()) is None:
+    if store.create_if_absent(status_key(node.output_rel), status.to_bytes()) is None:
         raise ExecutorError(f"{node.step_id} got a status from another runner while adopting; nothing was "
                             f"declared (its own run will replace the adoption record)")
-    return Adoption(node, alias_of, differences, record_path)
+    return record_path
 
 
 def adopt_chain(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | None,

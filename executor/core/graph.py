@@ -130,75 +130,83 @@ def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
 
 
 def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
-    digests: dict[int, str] = {}  # id(step object) -> digest
-    nodes: dict[str, StepNode] = {}
-    in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
-    on_path: set[int] = set()
-    waiting: list[ExecutorStep] = []  # steps set aside until a deep dependency is digested from the top
-    collecting: list[tuple[dict[str, None], dict[str, None]]] = []  # (blocking, weak) deps of in_progress
+    builder = _GraphBuilder()
+    targets = tuple(dict.fromkeys(builder.visit_from_top(s) for s in steps))
+    _check_output_paths(builder.nodes.values())
+    return Graph(builder.nodes, targets, builder.digests)
 
-    def dependency_digest(placeholder: OutputPathOf) -> str:
-        # Called by the encoder for each dependency placeholder: one walk discovers and hashes.
-        digest = digests.get(id(placeholder.step)) or visit(placeholder.step)
-        deps, weak = collecting[-1]
+
+class _GraphBuilder:
+    """One walk over the configs that both discovers the steps and hashes each once (the encoder
+    calls back for every dependency placeholder it meets)."""
+
+    def __init__(self) -> None:
+        self.digests: dict[int, str] = {}  # id(step object) -> digest
+        self.nodes: dict[str, StepNode] = {}
+        self.in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
+        self.on_path: set[int] = set()
+        self.waiting: list[ExecutorStep] = []  # set aside until a deep dependency is digested from the top
+        self.collecting: list[tuple[dict[str, None], dict[str, None]]] = []  # (blocking, weak) deps of in_progress
+        self.encoder = CanonicalEncoder(self.dependency_digest)  # shared sub-configs are encoded once
+
+    def dependency_digest(self, placeholder: OutputPathOf) -> str:
+        digest = self.digests.get(id(placeholder.step)) or self.visit(placeholder.step)
+        deps, weak = self.collecting[-1]
         (deps if placeholder.blocking else weak)[digest] = None
         return digest
 
-    encoder = CanonicalEncoder(dependency_digest)  # one for the graph: shared sub-configs are encoded once
-
-    def visit(step: ExecutorStep) -> str:
+    def visit(self, step: ExecutorStep) -> str:
         key = id(step)
-        known = digests.get(key)  # only steps are ever stored: anything else goes on to the check below
+        known = self.digests.get(key)  # only steps are ever stored: anything else goes on to the check below
         if known is not None:
             return known
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
-        if key in on_path:
-            chain = waiting + in_progress
+        if key in self.on_path:
+            chain = self.waiting + self.in_progress
             cycle = chain[[s is step for s in chain].index(True):] + [step]
             raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
-        if len(in_progress) >= MAX_NESTED_STEPS:
+        if len(self.in_progress) >= MAX_NESTED_STEPS:
             raise _DigestFirst(step)
-        in_progress.append(step)
-        on_path.add(key)
+        self.in_progress.append(step)
+        self.on_path.add(key)
         deps: dict[str, None] = {}
         weak: dict[str, None] = {}
-        collecting.append((deps, weak))
+        self.collecting.append((deps, weak))
         try:
-            digest = identity_and_digest(step, encoder)[1]
+            digest = identity_and_digest(step, self.encoder)[1]
         finally:
-            collecting.pop()
-            in_progress.pop()
-            on_path.discard(key)
-        digests[key] = digest
-        if digest not in nodes:
-            _check_override(step)
-            sid = step_id(step.name, digest)
-            nodes[digest] = new_frozen(StepNode, {
-                "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,
-                "deps": tuple(deps), "weak_deps": tuple(d for d in weak if d not in deps) if weak else (),
-                "digests": digests})
+            self.collecting.pop()
+            self.in_progress.pop()
+            self.on_path.discard(key)
+        self.digests[key] = digest
+        if digest not in self.nodes:
+            self._add_node(step, digest, deps, weak)
         return digest
 
-    def visit_from_top(step: ExecutorStep) -> str:
+    def _add_node(self, step: ExecutorStep, digest: str, deps: dict[str, None], weak: dict[str, None]) -> None:
+        _check_override(step)
+        sid = step_id(step.name, digest)
+        self.nodes[digest] = new_frozen(StepNode, {
+            "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,
+            "deps": tuple(deps), "weak_deps": tuple(d for d in weak if d not in deps) if weak else (),
+            "digests": self.digests})
+
+    def visit_from_top(self, step: ExecutorStep) -> str:
         """visit(), setting steps aside while a dependency too deep to recurse into is digested."""
         stack = [step]
         while True:
             try:
-                digest = visit(stack[-1])
+                digest = self.visit(stack[-1])
             except _DigestFirst as deeper:
-                waiting.append(stack[-1])
-                on_path.add(id(stack[-1]))
+                self.waiting.append(stack[-1])
+                self.on_path.add(id(stack[-1]))
                 stack.append(deeper.step)
                 continue
             stack.pop()
             if not stack:
                 return digest
-            on_path.discard(id(waiting.pop()))
-
-    targets = tuple(dict.fromkeys(visit_from_top(s) for s in steps))
-    _check_output_paths(nodes.values())
-    return Graph(nodes, targets, digests)
+            self.on_path.discard(id(self.waiting.pop()))
 
 
 def _check_override(step: ExecutorStep) -> None:

@@ -119,3 +119,50 @@ def test_a_step_stops_itself_when_its_runner_goes_silent(tmp_path):
         assert _pid_gone(pid)
     finally:
         runner.shutdown()
+
+
+# -- two runners in one process ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Nap:
+    seconds: float
+    output_path: str
+
+
+def nap(config: Nap) -> dict:
+    time.sleep(config.seconds)
+    return {"slept": config.seconds}
+
+
+def test_another_runners_long_step_never_holds_back_a_short_steps_outcome(tmp_path, monkeypatch):
+    """Two runs in one process, each with its runner: a child forked by one inherits every pipe open
+    at that moment. B's result pipe, made just before A forked its 6 s step, used to stay open in
+    A's child, so B's 0 s step was reported only when A's ended."""
+    import threading
+
+    real_fork = os.fork
+
+    def slow_fork():  # B is caught between making its pipes and forking, as the scheduler may catch it
+        if threading.current_thread().name == "runner-b":
+            time.sleep(1.0)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", slow_fork)
+    a, b = InlineRunner(start_method="fork"), InlineRunner(start_method="fork")
+    finished: dict[str, float] = {}
+    try:
+        def run_b() -> None:
+            started = time.monotonic()
+            handle = b.submit(StepCall("b", nap, Nap(0.0, str(tmp_path / "b")), str(tmp_path / "b")))
+            assert handle.outcome().ok
+            finished["b"] = time.monotonic() - started
+
+        thread = threading.Thread(target=run_b, name="runner-b")
+        thread.start()
+        time.sleep(0.3)  # B has made its pipes and sleeps in fork
+        slow = a.submit(StepCall("a", nap, Nap(6.0, str(tmp_path / "a")), str(tmp_path / "a")))
+        thread.join(timeout=30)
+        assert finished["b"] < 4.0, f"B's outcome came after {finished['b']:.1f} s: held back by A's step"
+        assert not slow.done()  # A's step still runs: B was not held back (shutdown kills it)
+    finally:
+        a.shutdown()
+        b.shutdown()

@@ -159,6 +159,33 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
 
 
 # -- the runner side ---------------------------------------------------------------------------
+class _RunnerPipes:
+    """The runner ends of every step's pipes in this process, and one lock to make pipes and fork under.
+
+    Process-wide because file descriptors are: two runs in one process (two runners) fork children
+    that inherit every descriptor open at that moment. A step's pipes are made, its child started
+    and the child's ends closed in the parent under `lock`, so another runner's fork never copies
+    them half-made (a copy of a result pipe's write end would hold back that step's outcome until
+    the other step ended); and a forked child closes every runner's ends it inherited (a copy of a
+    ping pipe would hide from a step's child that its runner is gone)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ends: set[int] = set()
+
+    def add(self, *fds: int) -> None:  # callers hold lock
+        self.ends.update(fds)
+
+    def close(self, fd: int) -> None:
+        with self.lock:  # forgotten and closed at once: a reused number is never someone else's
+            self.ends.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_PIPES = _RunnerPipes()
+
+
 class ChildHandle:
     """One step in a child process; a thread collects its result and exit status (`reap`: waits
     for the child, returns its exit code, negative for a signal)."""
@@ -175,9 +202,10 @@ class ChildHandle:
 
     def _collect(self, result_fd: int) -> None:
         chunks = []
-        with os.fdopen(result_fd, "rb") as pipe:
+        with os.fdopen(result_fd, "rb", closefd=False) as pipe:
             while chunk := pipe.read(1 << 20):
                 chunks.append(chunk)
+        _PIPES.close(result_fd)
         with self._reaped:
             exitcode = self._reap()
             self.pid = 0
@@ -208,8 +236,7 @@ class ChildHandle:
             os.write(self._ping_fd, PING.pack(time.monotonic()))
 
     def close_ping(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._ping_fd)
+        _PIPES.close(self._ping_fd)
 
     def done(self) -> bool:
         return self.future.done()
@@ -291,22 +318,22 @@ class InlineRunner:
         return self._spawn(call)
 
     def _fork(self, call: StepCall) -> ChildHandle:
-        result_r, result_w = os.pipe()
-        ping_r, ping_w = os.pipe()
-        os.set_blocking(ping_w, False)
-        with self._lock:
-            inherited = [c._ping_fd for c in self._children]
+        with _PIPES.lock:
+            (result_r, result_w), (ping_r, ping_w) = os.pipe(), os.pipe()
+            os.set_blocking(ping_w, False)
             pid = os.fork()
             if pid == 0:
-                for fd in (result_r, ping_w, *inherited):  # other steps' pipes must not outlive the runner
+                for fd in (result_r, ping_w, *_PIPES.ends):  # no runner's pipes outlive it in this child
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 signal.set_wakeup_fd(-1)  # the runner's signal watcher is not the child's
                 _child_main(call, result_w, ping_r, self.silence_limit_s)
             os.close(result_w)
             os.close(ping_r)
-            handle = ChildHandle(call, pid, lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]),
-                                 result_r, ping_w, self)
+            _PIPES.add(result_r, ping_w)
+        handle = ChildHandle(call, pid, lambda: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]),
+                             result_r, ping_w, self)
+        with self._lock:
             self._children.append(handle)
         self._start_pinger()
         return handle
@@ -319,23 +346,26 @@ class InlineRunner:
                                       f"process ({type(e).__name__}: {e}); a step's function and config must pickle "
                                       f"(no locks, open files or clients in the config; without cloudpickle, "
                                       f"a module-level function)")
-        (call_r, call_w), (result_r, result_w), (ping_r, ping_w) = os.pipe(), os.pipe(), os.pipe()
-        os.set_blocking(ping_w, False)
         silence = "-" if self.silence_limit_s is None else repr(self.silence_limit_s)
-        command = [sys.executable, "-c", "from executor.engine.runner.inline import _child_entry; _child_entry()",
-                   str(call_r), str(result_w), str(ping_r), silence]
-        try:
-            process = subprocess.Popen(command, pass_fds=(call_r, result_w, ping_r))
-        finally:  # the child's ends belong to the child now
-            for fd in (call_r, result_w, ping_r):
-                os.close(fd)
+        with _PIPES.lock:
+            (call_r, call_w), (result_r, result_w), (ping_r, ping_w) = os.pipe(), os.pipe(), os.pipe()
+            os.set_blocking(ping_w, False)
+            command = [sys.executable, "-c", "from executor.engine.runner.inline import _child_entry; _child_entry()",
+                       str(call_r), str(result_w), str(ping_r), silence]
+            try:
+                process = subprocess.Popen(command, pass_fds=(call_r, result_w, ping_r))
+            finally:  # the child's ends belong to the child now
+                for fd in (call_r, result_w, ping_r):
+                    os.close(fd)
+            _PIPES.add(call_w, result_r, ping_w)
         handle = ChildHandle(call, process.pid, process.wait, result_r, ping_w, self)
         with self._lock:
             self._children.append(handle)
         self._start_pinger()
-        with contextlib.suppress(BrokenPipeError), os.fdopen(call_w, "wb") as sink:  # a child gone: no result
+        with contextlib.suppress(BrokenPipeError), os.fdopen(call_w, "wb", closefd=False) as sink:  # child gone
             pickle.dump(list(sys.path), sink)
             sink.write(payload)
+        _PIPES.close(call_w)  # the child's read of its call ends here, whoever else forked meanwhile
         return handle
 
     def _forget(self, handle: ChildHandle) -> None:

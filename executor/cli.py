@@ -55,8 +55,8 @@ class ExecutorOptions:
                                             "a step whose copy would exceed it runs here")
     allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION) is not "
                                             "the location of the prefix's bucket")
-    check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
-    update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
+    check: bool = _flag(False, "CI: compare ids with the committed ids file <experiment>.plan.json; exit 3 on change")
+    update_plan: bool = _flag(False, "rewrite the ids file <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
     graph: Optional[str] = _flag(None, "with --dry-run: draw the graph to this file (.html, .svg, .png)")
 

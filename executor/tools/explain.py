@@ -1,11 +1,11 @@
 """Why does a step have a new id? Diff against its nearest earlier version, down to the root cause.
 
-Earlier versions come from records on storage (`<prefix>/<name>-*/.executor/record.json` hold
-the identity document) and from the committed ids file (`<stem>.plan.json`). The nearest one is the candidate whose
-identity differs in the fewest places (ties: the most recently finished). A dependency whose
-digest changed is followed into that dependency's own diff against exactly the old digest, so a
-cascade is collapsed to the change that started it ("4 steps re-addressed by 1 change in
-hello/greeting: config.greeting"). Reads only.
+Earlier versions come from records on storage (`<prefix>/<name>-*/.executor/record.json` hold the
+identity document) and from the committed ids file (`<stem>.plan.json`). The nearest one is the
+candidate whose identity differs in the fewest places (ties: the most recently finished). A
+dependency whose digest changed is followed into that dependency's own diff against exactly the old
+digest, so a cascade is collapsed to the change that started it ("4 steps re-addressed by 1 change
+in hello/greeting: config.greeting"). Reads only.
 """
 
 from __future__ import annotations

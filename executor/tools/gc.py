@@ -1,12 +1,13 @@
 """Garbage collection of step outputs no experiment still reaches.
 
-Reachable: every step of the given experiments (their graphs as the code declares them today,
-and their committed ids files, `<stem>.plan.json`, too, so GC errs towards keeping), the outputs those steps
-were adopted from (alias_of), and pinned step ids. Everything else under the prefix that is a step output
-(a directory holding .executor/) is listed with its size. Deleting needs an explicit flag and
-skips outputs younger than the grace period and anything whose status is RUNNING (a live lease);
-`runs/` is never touched. A deletion removes the status first (so no reader takes the output for
-done while its files go) and re-reads it just before, so a step that started meanwhile is kept.
+Reachable: every step of the given experiments (their graphs as the code declares them today, and
+their committed ids files, `<stem>.plan.json`, too, so GC errs towards keeping), the outputs those
+steps were adopted from (alias_of), and pinned step ids. Everything else under the prefix that is a
+step output (a directory holding .executor/) is listed with its size. Deleting needs an explicit
+flag and skips outputs younger than the grace period and anything whose status is RUNNING (a live
+lease); `runs/` is never touched. A deletion removes the status first (so no reader takes the
+output for done while its files go) and re-reads it just before, so a step that started meanwhile
+is kept.
 """
 
 from __future__ import annotations

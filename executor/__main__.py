@@ -1,6 +1,6 @@
 """`stepgraph <command>` (alias: `python -m executor <command>`): one command line over experiments and prefixes.
 
-Every command but plan, check and completion (which read no prefix) takes --prefix P (default:
+Every command but ids, check and completion (which read no prefix) takes --prefix P (default:
 env EXECUTOR_PREFIX, else cache/ in the project that holds the experiment, or the working
 directory's project). A step is named the same way everywhere: its name (hello/shout) or its
 step id (hello/shout-1a2b3c4d5e6f). Experiment flags (e.g. `--greeting Hi`) go after `--` and are
@@ -12,8 +12,8 @@ honoured by every command that loads an experiment. `stepgraph COMMAND --help` f
     ps                                             RUNNING leases under the prefix
     explain  EXPERIMENT STEP                       why STEP's id differs from its nearest earlier version
     graph    EXPERIMENT FILE                       draw the plan (.html, .svg, .png)
-    plan     EXPERIMENT                            the plan file content (ids + identities) as JSON
-    check    PATHS...                              CI: ids vs the committed plan files (exit 3 on change)
+    ids      EXPERIMENT                            step ids + identity documents as JSON (the ids file)
+    check    PATHS...                              CI: ids vs the committed ids files (exit 3 on change)
     adopt    EXPERIMENT STEP --from OLD_STEP_ID --reason TEXT [--dry-run] [--with-dependents] [--force]
     verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
     gc       EXPERIMENT... [--pin STEP_ID] [--delete --grace-hours H]   outputs no experiment reaches
@@ -22,6 +22,9 @@ honoured by every command that loads an experiment. `stepgraph COMMAND --help` f
     serve    [--host H] [--port N|0] [--token-file F]   a live, read-only web view of the prefix (token in its URL)
     doctor   [--ray-address A]                     versions, the prefix's conditional writes, Ray, shadowing packages
     completion bash|zsh                            a shell completion script (eval "$(stepgraph completion bash)")
+
+The ids file is `<experiment>.plan.json`, committed beside the experiment (`--update-plan` writes
+it); a plan is what a run decides per step (run, skip, wait, blocked, stop, copy).
 
 Object-store prefixes take fsspec storage options from the EXECUTOR_STORAGE_OPTIONS variable
 (a JSON object, as runs read it) or `--storage-options JSON`.
@@ -43,6 +46,7 @@ from executor.tools import command_help, commands, doctor
 from executor.tools.serve import cmd_serve
 
 PROG = "stepgraph"
+RENAMED_COMMANDS = {"plan": "ids"}  # an old name still works, with one line on stderr
 
 
 def version() -> str:
@@ -133,7 +137,7 @@ def _add_running_commands(command: Callable[..., argparse.ArgumentParser]) -> No
 
 
 def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Ids and plans: explain, graph, plan, check, adopt."""
+    """Ids and plans: explain, graph, ids, check, adopt."""
     p = command("explain", "why a step's id differs from its nearest earlier version", commands.cmd_explain)
     p.add_argument("experiment")
     p.add_argument("step", help="step name or step id")
@@ -142,12 +146,13 @@ def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) ->
     p.add_argument("experiment")
     p.add_argument("file", help="output picture: .html, .svg or .png")
 
-    p = command("plan", "print an experiment's plan (ids and identity documents) as JSON", commands.cmd_plan,
-                storage=False, prefix=False)
+    p = command("ids", "print an experiment's step ids and identity documents as JSON, recomputed from its file, "
+                       "as its ids file (<experiment>.plan.json) holds them", commands.cmd_ids, storage=False,
+                prefix=False)
     p.add_argument("experiment")
 
-    p = command("check", "CI: compare every experiment's step ids with its committed plan file", commands.cmd_check,
-                storage=False, prefix=False)
+    p = command("check", "CI: compare every experiment's step ids with its committed ids file "
+                         "(<experiment>.plan.json)", commands.cmd_check, storage=False, prefix=False)
     p.add_argument("paths", nargs="+", help="experiment files or directories (e.g. experiments/)")
 
     p = command("adopt", "declare a step's new id equivalent to an existing completed output", commands.cmd_adopt)
@@ -204,6 +209,9 @@ def _add_maintaining_commands(command: Callable[..., argparse.ArgumentParser]) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in RENAMED_COMMANDS:
+        print(f"`{PROG} {argv[0]}` is now `{PROG} {RENAMED_COMMANDS[argv[0]]}`", file=sys.stderr)
+        argv[0] = RENAMED_COMMANDS[argv[0]]
     experiment_args: list[str] = []
     if argv[:1] != ["run"] and "--" in argv:
         cut = argv.index("--")

@@ -43,7 +43,7 @@ class ExecutorOptions:
     max_concurrent: int = _flag(8, "steps running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
-    runner: Literal["ray", "inline"] = _flag("ray", "where steps run; inline: each step in a child process of this one, for debugging")
+    runner: Literal["ray", "inline"] = _flag("ray", "the backend, where steps run; inline: each step in a child process of this one, for debugging")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
     cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
@@ -55,8 +55,8 @@ class ExecutorOptions:
                                             "a step whose copy would exceed it runs here")
     allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION) is not "
                                             "the location of the prefix's bucket")
-    check: bool = _flag(False, "CI: compare ids with the committed <experiment>.plan.json; exit 3 on change")
-    update_plan: bool = _flag(False, "rewrite <experiment>.plan.json")
+    check: bool = _flag(False, "CI: compare ids with the committed ids file <experiment>.plan.json; exit 3 on change")
+    update_plan: bool = _flag(False, "rewrite the ids file <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
     graph: Optional[str] = _flag(None, "with --dry-run: draw the graph to this file (.html, .svg, .png)")
 

@@ -15,7 +15,7 @@ class ExitCode(enum.IntEnum):
     OK = 0
     FAILED = 1  # a step failed or the runner broke; a tool found problems (status, verify, doctor)
     USAGE = 2  # usage or config error: nothing ran
-    CHANGED = 3  # `check` / `--check`: ids differ from the committed plan file
+    CHANGED = 3  # `check` / `--check`: ids differ from the committed ids file (<stem>.plan.json)
     INTERRUPTED = 128 + signal.SIGINT  # 130: Ctrl-C
     BROKEN_PIPE = 128 + signal.SIGPIPE  # 141: the reader of stdout went away (`stepgraph status | head`)
     TERMINATED = 128 + signal.SIGTERM  # 143: SIGTERM (Kubernetes, SLURM, `ray job stop`, preemption)
@@ -26,7 +26,7 @@ MEANINGS = {
     ExitCode.FAILED: "steps failed or the runner broke; status (a step FAILED or CORRUPT), verify, "
                      "doctor: problems found",
     ExitCode.USAGE: "usage or config error (nothing ran)",
-    ExitCode.CHANGED: "check/--check: step ids changed against the committed plan file",
+    ExitCode.CHANGED: "check/--check: step ids changed against the committed ids file",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
     ExitCode.BROKEN_PIPE: "the reader of the output went away (| head)",
     ExitCode.TERMINATED: "terminated (SIGTERM)",

@@ -39,7 +39,7 @@ def hashed_unless_default(default: Any) -> Any:
 
 
 def secret(default: Any = None) -> Any:
-    """A credential field: never hashed, never written to records, run files or plan files."""
+    """A credential field: never hashed, never written to records, run files or ids files."""
     return field(default=default, metadata={EXECUTION_ONLY: True, SECRET: True}, repr=False)
 
 

@@ -1,8 +1,9 @@
 """The handlers behind `stepgraph <command>`: each takes parsed arguments, returns an exit code.
 
 Argument parsing lives in executor/__main__.py; the work lives in the modules named per command
-(plan_check, plan_file, adopt, verify, gc, overview). What is here is presentation: reading a
-status, printing tables, turning errors into exit codes (0 ok, 1 problems found, 2 usage, 3 changes).
+(plan_file and plan_check: the ids file and `check`; adopt, verify, gc, overview). What is here is
+presentation: reading a status, printing tables, turning errors into exit codes (0 ok, 1 problems
+found, 2 usage, 3 changes).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from executor.core.record import Absent, State, status_key
 from executor.engine.store import StoreError
 
 
-LOADING_COMMANDS = {"plan", "explain", "graph", "adopt", "gc"}  # and `status EXPERIMENT.py`
+LOADING_COMMANDS = {"ids", "explain", "graph", "adopt", "gc"}  # and `status EXPERIMENT.py`
 
 
 def default_prefix(prefix: str | None, experiment: str | None = None) -> str:
@@ -126,9 +127,10 @@ def cmd_graph(args: Any) -> int:
     return ExitCode.OK
 
 
-# -- plan ---------------------------------------------------------------------------------------
+# -- ids, check -----------------------------------------------------------------------------------
 
-def cmd_plan(args: Any) -> int:
+def cmd_ids(args: Any) -> int:
+    """The ids file's content (every step's id and identity document), recomputed, on stdout."""
     from executor.tools.plan_file import dumps, plan_document
 
     loaded = _load(args)
@@ -439,6 +441,6 @@ def guarded(handler: Any, args: Any) -> int:
         return ExitCode.USAGE
 
 
-__all__ = ["cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_plan", "cmd_ps",
+__all__ = ["cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_ids", "cmd_ps",
            "cmd_repair", "cmd_report", "cmd_run", "cmd_runs", "cmd_status", "cmd_verify", "guarded",
            "loads_experiment"]

@@ -109,7 +109,7 @@ def render_svg(plan: Plan, paint: Callable[[Decision], tuple[str, str]] = paint_
     return "\n".join(parts)
 
 
-def render_html(plan: Plan, title: str = "stepgraph plan") -> str:
+def render_html(plan: Plan, title: str = "the plan: a decision per step") -> str:
     legend = " ".join(f'<span style="background:{c};padding:2px 8px;border-radius:4px;margin-right:6px">'
                       f'{a.value}</span>' for a, c in COLORS.items())
     rows = "\n".join(f"<tr><td>{html.escape(d.node.name)}</td><td><code>{html.escape(d.node.step_id)}</code></td>"

@@ -1,11 +1,11 @@
 """Why does a step have a new id? Diff against its nearest earlier version, down to the root cause.
 
-Earlier versions come from records on storage (`<prefix>/<name>-*/.executor/record.json` hold
-the identity document) and from the committed plan file. The nearest one is the candidate whose
-identity differs in the fewest places (ties: the most recently finished). A dependency whose
-digest changed is followed into that dependency's own diff against exactly the old digest, so a
-cascade is collapsed to the change that started it ("4 steps re-addressed by 1 change in
-hello/greeting: config.greeting"). Reads only.
+Earlier versions come from records on storage (`<prefix>/<name>-*/.executor/record.json` hold the
+identity document) and from the committed ids file (`<stem>.plan.json`). The nearest one is the
+candidate whose identity differs in the fewest places (ties: the most recently finished). A
+dependency whose digest changed is followed into that dependency's own diff against exactly the old
+digest, so a cascade is collapsed to the change that started it ("4 steps re-addressed by 1 change
+in hello/greeting: config.greeting"). Reads only.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ class Version:
     step_id: str
     digest: str
     identity: dict[str, Any]
-    source: str  # "storage" or "plan file"
+    source: str  # "storage" or "ids file"
     finished_at: float = 0.0
 
 
 class EarlierVersions:
-    """Versions of steps found on storage and in the committed plan file, by name and by digest."""
+    """Versions of steps found on storage and in the committed ids file, by name and by digest."""
 
     def __init__(self, versions: Iterable[Version] = ()):
         self.by_digest: dict[str, Version] = {}
@@ -47,7 +47,7 @@ class EarlierVersions:
 
     def add(self, v: Version) -> None:
         if v.digest in self.by_digest:
-            return  # storage wins over the plan file: it is loaded first
+            return  # storage wins over the ids file: it is loaded first
         self.by_digest[v.digest] = v
         self.by_name.setdefault(v.name, []).append(v)
 
@@ -68,7 +68,7 @@ class EarlierVersions:
         if main_file:
             plan = read_plan(plan_file_path(main_file))
             for e in (plan or {}).get("steps", []):
-                versions.add(Version(e["name"], e.get("step_id", e["name"]), e["digest"], e["identity"], "plan file"))
+                versions.add(Version(e["name"], e.get("step_id", e["name"]), e["digest"], e["identity"], "ids file"))
         return versions
 
 
@@ -168,7 +168,7 @@ def render_explanation(graph: Graph, e: StepExplanation, indent: str = "",
         lines.append(f"{indent}    {change.render(dep.name if dep else None)}")
         if sub is None:
             lines.append(f"{indent}        (earlier version {short(change.old_digest)}… of the dependency not "
-                         f"found on storage or in the plan file; cannot follow further)")
+                         f"found on storage or in the ids file; cannot follow further)")
         else:
             lines += render_explanation(graph, sub, indent + "        ", shown)
     return lines
@@ -211,7 +211,7 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
     for node in nodes:
         if node.digest in versions.by_digest:
             found = versions.by_digest[node.digest]
-            where = "on storage" if found.source == "storage" else "in the plan file"
+            where = "on storage" if found.source == "storage" else "in the ids file"
             say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
             continue
         old = versions.nearest(node)

@@ -1,12 +1,13 @@
 """Garbage collection of step outputs no experiment still reaches.
 
-Reachable: every step of the given experiments (their graphs as the code declares them today,
-and their committed `<stem>.plan.json` too, so GC errs towards keeping), the outputs those steps
-were adopted from (alias_of), and pinned step ids. Everything else under the prefix that is a step output
-(a directory holding .executor/) is listed with its size. Deleting needs an explicit flag and
-skips outputs younger than the grace period and anything whose status is RUNNING (a live lease);
-`runs/` is never touched. A deletion removes the status first (so no reader takes the output for
-done while its files go) and re-reads it just before, so a step that started meanwhile is kept.
+Reachable: every step of the given experiments (their graphs as the code declares them today, and
+their committed ids files, `<stem>.plan.json`, too, so GC errs towards keeping), the outputs those
+steps were adopted from (alias_of), and pinned step ids. Everything else under the prefix that is a
+step output (a directory holding .executor/) is listed with its size. Deleting needs an explicit
+flag and skips outputs younger than the grace period and anything whose status is RUNNING (a live
+lease); `runs/` is never touched. A deletion removes the status first (so no reader takes the
+output for done while its files go) and re-reads it just before, so a step that started meanwhile
+is kept.
 """
 
 from __future__ import annotations
@@ -108,13 +109,13 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
 
 
 def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, str]:
-    """Output rels an experiment reaches -> why: its graph's steps and its committed plan's steps."""
+    """Output rels an experiment reaches -> why: its graph's steps and its committed ids file's steps."""
     keep: dict[str, str] = {}
     for node in (graph.nodes.values() if graph is not None else ()):
         keep.setdefault(node.output_rel, f"step {node.name} of {experiment_file}")
-    plan = read_plan(plan_file_path(experiment_file))
-    for entry in (plan or {}).get("steps", []):
-        keep.setdefault(entry.get("output_rel") or entry["step_id"], f"in the plan file of {experiment_file}")
+    committed = read_plan(plan_file_path(experiment_file))
+    for entry in (committed or {}).get("steps", []):
+        keep.setdefault(entry.get("output_rel") or entry["step_id"], f"in the ids file of {experiment_file}")
     return keep
 
 

@@ -1,4 +1,4 @@
-"""Loading an experiment file's step graph without running it (for adopt, gc and plan checks).
+"""Loading an experiment file's step graph without running it (for adopt, gc, ids and checks).
 
 The file is executed in this process with `runpy.run_path(..., run_name="__main__")` — exactly as
 `python experiments/foo.py` would, so the ids come out identical (classes defined in it are named

@@ -1,7 +1,8 @@
-"""The committed plan file (`experiments/<stem>.plan.json`) and the CI check against it.
+"""The committed ids file (`experiments/<stem>.plan.json`) and the CI check against it.
 
-The plan file lists every step of an experiment with its id, full digest and identity document
-(secrets are never in an identity). `--check` recomputes the graph without touching storage and
+The ids file lists every step of an experiment with its id, full digest and identity document
+(secrets are never in an identity); `stepgraph ids EXPERIMENT` prints it. (The `.plan.json` name
+and `--update-plan` are historical: what a run decides per step is its plan, core/plan.py.) `--check` recomputes the graph without touching storage and
 compares: added and removed steps, and changed ids with the differing fields, a cascade of
 re-addressed dependents collapsed to its root cause. Exit 3 when anything changed; `--update-plan`
 rewrites the file.
@@ -28,7 +29,7 @@ def plan_file_path(main_file: str | Path) -> Path:
 
 
 def plan_document(graph: Graph, experiment: str) -> dict[str, Any]:
-    """The plan file's content: deterministic for a given graph (no paths, times or hosts)."""
+    """The ids file's content: deterministic for a given graph (no paths, times or hosts)."""
     steps = []
     for node in graph.nodes.values():
         entry: dict[str, Any] = {
@@ -48,7 +49,7 @@ def dumps(document: dict[str, Any]) -> str:
 
 
 def read_plan(path: Path) -> dict[str, Any] | None:
-    """The committed plan, or None when there is none. Refuses newer schemas and corrupt files."""
+    """The committed ids file's content, or None when there is none. Refuses newer schemas and corrupt files."""
     if not path.exists():
         return None
     try:
@@ -58,10 +59,10 @@ def read_plan(path: Path) -> dict[str, Any] | None:
         if not isinstance(steps, list) or not all({"name", "digest", "identity"} <= set(s) for s in steps):
             raise ValueError("every step needs name, digest and identity")
     except (ValueError, KeyError, TypeError) as e:
-        raise ExecutorError(f"{path} is not a valid plan file ({type(e).__name__}: {e}); "
+        raise ExecutorError(f"{path} is not a valid ids file ({type(e).__name__}: {e}); "
                             f"regenerate it with --update-plan") from None
     if not isinstance(schema, int) or schema > PLAN_SCHEMA:
-        raise ExecutorError(f"{path}: plan schema {schema!r} is newer than this executor understands "
+        raise ExecutorError(f"{path}: ids file schema {schema!r} is newer than this executor understands "
                             f"({PLAN_SCHEMA}); upgrade stepgraph (the file was left untouched)")
     return document
 
@@ -71,12 +72,12 @@ def read_plan(path: Path) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class ChangedStep:
     name: str
-    old: dict[str, Any]  # plan entries
+    old: dict[str, Any]  # ids file entries
     new: dict[str, Any]
     changes: list[Change]
 
     def own_changes(self, readdressed: set[str]) -> list[Change]:
-        """Changes not explained by a dependency that was itself re-addressed in this plan."""
+        """Changes not explained by a dependency that was itself re-addressed in this comparison."""
         return [c for c in self.changes
                 if not (isinstance(c, DependencyChange) and c.new_digest in readdressed)]
 
@@ -171,7 +172,7 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
         if not update or "newer" in str(e):  # a newer schema is never overwritten
             say(f"error: {e}")
             return ExitCode.USAGE
-        old = None  # a corrupt plan file is what --update-plan repairs
+        old = None  # a corrupt ids file is what --update-plan repairs
     if update:
         text = dumps(new)
         if path.exists() and path.read_text() == text:
@@ -181,15 +182,15 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
             say(f"wrote {path} ({len(new['steps'])} steps); commit it with the change")
         return ExitCode.OK
     if old is None:
-        say(f"error: no plan file {path}; create it with `python {Path(main_file).name} --update-plan` "
+        say(f"error: no ids file {path}; create it with `python {Path(main_file).name} --update-plan` "
             f"and commit it")
         return ExitCode.USAGE
     comparison = compare_plans(old, new)
     if comparison.clean:
-        say(f"plan check ok: {len(new['steps'])} step ids match {path.name}")
+        say(f"ids check ok: {len(new['steps'])} step ids match {path.name}")
         return ExitCode.OK
     name_of = {e["digest"]: e["name"] for e in (*old["steps"], *new["steps"])}
-    say(f"plan check FAILED: step ids differ from {path} "
+    say(f"ids check FAILED: step ids differ from {path} "
         f"({len(comparison.changed)} changed, {len(comparison.added)} added, {len(comparison.removed)} removed)")
     for line in describe(comparison, name_of):
         say("  " + line)

@@ -87,3 +87,28 @@ def test_relative_links_of_the_readme_resolve():
     readme = (REPO / "README.md").read_text()
     for target in re.findall(r"\]\(((?!https?:|#)[^)#\s]+)", readme):
         assert (REPO / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+def _state_table() -> list[list[set[str]]]:
+    """docs/concepts.md's table of a step's state: per row, per column, the `words` in it."""
+    section = (REPO / "docs" / "concepts.md").read_text().split("## Three vocabularies", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|--")]
+    return [[set(re.findall(r"`([^`]+)`", cell)) for cell in row.strip().strip("|").split("|")] for row in rows[1:]]
+
+
+def test_the_state_table_maps_every_word_of_the_three_vocabularies():
+    from executor.core.outcome import Ending, Outcome, outcome_of_action, outcome_of_state
+    from executor.core.plan import Action
+    from executor.core.record import Absent, State
+
+    rows = _state_table()
+    assert rows and all(len(row) == 4 for row in rows), rows
+    columns = [set().union(*(row[i] for row in rows)) for i in range(4)]
+    for column, words in enumerate(([*State, *Absent], Action, Outcome, Ending)):
+        missing = sorted(w.value for w in words if w.value not in columns[column])
+        assert not missing, f"docs/concepts.md's state table lacks {missing} in column {column + 1}"
+    for stored, decided, outcomes, _ in rows:  # the table agrees with executor/core/outcome.py
+        for state in (s for s in State if s.value in stored):
+            assert outcome_of_state(state).value in outcomes, (state, outcomes)
+        for action in (a for a in Action if a.value in decided and outcome_of_action(a).ended):
+            assert outcome_of_action(action).value in outcomes, (action, outcomes)

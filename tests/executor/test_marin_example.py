@@ -1,4 +1,4 @@
-"""experiments/marin_hello_world.py (Marin's tutorial, rewritten) runs as a script and matches its plan file."""
+"""experiments/marin_hello_world.py (Marin's tutorial, rewritten) runs as a script and matches its ids file."""
 
 from __future__ import annotations
 

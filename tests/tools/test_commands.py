@@ -92,5 +92,5 @@ def test_usage_errors_exit_2(tmp_path, monkeypatch):
     monkeypatch.setenv("EXECUTOR_PREFIX", str(tmp_path / "nothing-here"))
     assert run_main("verify")[0] == 2
     assert run_main("nonsense")[0] == 2
-    code, out = run_main("plan", str(tmp_path / "missing.py"))
+    code, out = run_main("ids", str(tmp_path / "missing.py"))
     assert code == 2 and "does not exist" in out

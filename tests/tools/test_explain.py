@@ -63,7 +63,7 @@ def test_explain_uses_the_committed_plan_file_without_storage(toy):
     toy.write(LR="0.01")
     code, out = toy.run("--explain", "toy/report")
     assert code == 0, out
-    assert "(plan file)" in out and "config.learning_rate: 0.001 -> 0.01" in out
+    assert "(ids file)" in out and "config.learning_rate: 0.001 -> 0.01" in out
     assert "2 steps re-addressed by 1 change in toy/train: config.learning_rate" in out
 
 
@@ -109,7 +109,7 @@ def _diamond(root_value: int):
 
 def test_a_diamond_cascade_is_collapsed_to_one_root_cause():
     old, new = _diamond(1), _diamond(2)
-    versions = EarlierVersions(Version(n.name, n.step_id, n.digest, n.identity, "plan file") for n in old.nodes.values())
+    versions = EarlierVersions(Version(n.name, n.step_id, n.digest, n.identity, "ids file") for n in old.nodes.values())
     join = new.node_by_name("d/join")[0]
     explanation = explain_node(new, join, versions.nearest(join), versions)
     assert explanation.readdressed() == {n.step_id for n in new.nodes.values()}
@@ -137,7 +137,7 @@ def test_explain_and_the_tools_read_an_object_store_prefix_with_the_runs_storage
     ran_toy.write(VOCAB="8192")
     code, out = run_file(ran_toy.path, "--explain", "toy/report", "--prefix", prefix)
     assert code == 0, out
-    assert "config.tokenizer.vocab_size: 4096 -> 8192" in out and "(plan file)" not in out
+    assert "config.tokenizer.vocab_size: 4096 -> 8192" in out and "(ids file)" not in out
 
     code, out = run_main("status", f"{prefix}/toy/{raw_dir}")
     assert code == 0 and f"toy/{raw_dir}  SUCCESS" in out, out

@@ -82,7 +82,7 @@ def test_gc_keeps_what_a_reachable_step_was_adopted_from(toy):
 
 
 def test_gc_keeps_what_the_committed_plan_file_lists(toy):
-    assert toy.run("--update-plan", prefix=False)[0] == 0  # the plan file names v1's ids
+    assert toy.run("--update-plan", prefix=False)[0] == 0  # the ids file names v1's ids
     v1, _ = _fixture_prefix(toy)
     code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path))
     assert _listed(out) == {"toy/abandoned-000000000000"}, out

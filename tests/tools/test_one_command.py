@@ -129,7 +129,7 @@ def test_every_command_has_prefix_and_the_docs_list_every_command():
     reference = (REPO / "docs" / "cli.md").read_text()
     for name, p in sub.choices.items():
         options = {s for a in p._actions for s in a.option_strings}
-        if name not in ("plan", "check", "completion"):
+        if name not in ("ids", "check", "completion"):
             assert "--prefix" in options, name
         assert f"stepgraph {name}" in reference, f"docs/cli.md does not show `stepgraph {name}`"
 
@@ -149,9 +149,11 @@ def test_console_script_version_completion_and_a_closed_pipe(tmp_path):
 
     script = subprocess.run([STEPGRAPH, "completion", "bash"], capture_output=True, text=True, env=env, timeout=60)
     probe = script.stdout + '\nCOMP_WORDS=(stepgraph st); COMP_CWORD=1; _stepgraph; echo "${COMPREPLY[@]}"\n' \
-        'COMP_WORDS=(stepgraph gc --gr); COMP_CWORD=2; _stepgraph; echo "${COMPREPLY[@]}"\n'
+        'COMP_WORDS=(stepgraph gc --gr); COMP_CWORD=2; _stepgraph; echo "${COMPREPLY[@]}"\n' \
+        'COMP_WORDS=(stepgraph i); COMP_CWORD=1; _stepgraph; echo "${COMPREPLY[@]}"\n' \
+        'COMP_WORDS=(stepgraph p); COMP_CWORD=1; _stepgraph; echo "${COMPREPLY[@]}"\n'
     completed = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60)
-    assert completed.stdout.splitlines() == ["status", "--grace-hours"], completed
+    assert completed.stdout.splitlines() == ["status", "--grace-hours", "ids", "ps"], completed  # not `plan`
 
     run_hello(tmp_path / "p")
     reader_gone = subprocess.Popen([STEPGRAPH, "status", "--prefix", str(tmp_path / "p"), "--json"],

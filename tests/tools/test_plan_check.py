@@ -1,7 +1,10 @@
-"""The committed plan file and the CI check: field-level changes, cascades, hash seeds, exit codes."""
+"""The committed ids file (<stem>.plan.json), `stepgraph ids` and the CI check: field-level changes,
+cascades, hash seeds, exit codes; `stepgraph plan`, the old name of `ids`, still works and says so."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -55,11 +58,11 @@ def test_added_and_removed_steps_are_reported(toy):
 
 
 def test_missing_corrupt_and_newer_plan_files_are_usage_errors(toy):
-    assert toy.run("--check", prefix=False)[0] == 2  # no plan file yet
+    assert toy.run("--check", prefix=False)[0] == 2  # no ids file yet
     path = plan_file_path(toy.path)
     path.write_text("{not json")
     code, out = toy.run("--check", prefix=False)
-    assert code == 2 and "not a valid plan file" in out
+    assert code == 2 and "not a valid ids file" in out
     newer = json.dumps({"schema": PLAN_SCHEMA + 1, "steps": []})
     path.write_text(newer)
     code, out = toy.run("--update-plan", prefix=False)
@@ -107,13 +110,43 @@ def test_check_directory_catches_ids_that_depend_on_the_hash_seed(tmp_path):
     assert made.returncode == 0, made.stdout + made.stderr
     code, out = run_main("check", str(tmp_path))
     assert code == 3, out
-    assert "differs between PYTHONHASHSEED=0 and PYTHONHASHSEED=4242" in out and "seeded/step-" in out
+    assert "differ between PYTHONHASHSEED=0 and PYTHONHASHSEED=4242" in out and "seeded/step-" in out
 
 
-def test_plan_command_prints_the_plan_document(toy):
-    code, out = run_main("plan", str(toy.path), "--")
-    assert code == 0
+def _main_split(*argv: str) -> tuple[int, str, str]:
+    """`stepgraph argv...` in this process: (exit code, stdout, stderr)."""
+    from executor.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_ids_command_prints_what_update_plan_writes(toy):
+    code, out, err = _main_split("ids", str(toy.path), "--")
+    assert code == 0 and not err, err
     assert [s["name"] for s in json.loads(out)["steps"]][-1] == "toy/report"
+    assert toy.run("--update-plan", prefix=False)[0] == 0
+    assert out == plan_file_path(toy.path).read_text()  # the ids file is exactly what `ids` prints
+
+
+def test_the_old_plan_command_is_ids_with_one_line_on_stderr(toy, tmp_path):
+    renamed = "`stepgraph plan` is now `stepgraph ids`\n"
+    for argv in ((str(toy.path),), (str(tmp_path / "missing.py"),), (str(toy.path), "--", "--no-such-flag"), ()):
+        new = _main_split("ids", *argv)
+        old = _main_split("plan", *argv)
+        assert old[:2] == new[:2], argv  # the same exit code and the same stdout
+        assert old[2] == renamed + new[2], argv
+    assert _main_split("ids", str(toy.path))[0] == 0 and _main_split("ids")[0] == 2
+    code, out, err = _main_split("plan", "--help")
+    assert code == 0 and out.startswith("usage: stepgraph ids") and err == renamed
+
+
+def test_the_command_table_lists_ids_and_not_the_old_name():
+    code, out, _ = _main_split("--help")
+    commands = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and line.strip()]
+    assert code == 0 and "ids" in commands and "check" in commands and "plan" not in commands
 
 
 SECRET = '''
@@ -152,4 +185,4 @@ def test_check_reports_an_intended_change_without_a_false_hash_seed_alarm(toy):
     assert code == 3, out
     assert "config.tokenizer.vocab_size: 4096 -> 8192" in out
     assert "ids identical in a second process (PYTHONHASHSEED=4242)" in out
-    assert "differs between PYTHONHASHSEED" not in out
+    assert "differ between PYTHONHASHSEED" not in out

@@ -166,3 +166,23 @@ def test_another_runners_long_step_never_holds_back_a_short_steps_outcome(tmp_pa
     finally:
         a.shutdown()
         b.shutdown()
+
+
+def run_a_step_inside(config: Nap) -> dict:
+    inner = InlineRunner(start_method="fork")
+    try:
+        handle = inner.submit(StepCall("inner", nap, config, config.output_path))
+        return {"inner_ok": handle.outcome().ok}
+    finally:
+        inner.shutdown()
+
+
+def test_a_step_can_fork_steps_of_its_own(tmp_path):
+    """The forked child holds the pipe lock its parent's thread took to fork: it starts afresh."""
+    runner = InlineRunner(start_method="fork")
+    try:
+        handle = runner.submit(StepCall("outer", run_a_step_inside, Nap(0.0, str(tmp_path)), str(tmp_path)))
+        assert runner.wait([handle], timeout=30) == [handle], "the step's own fork hung"
+        assert handle.outcome().ok and handle.outcome().result == {"inner_ok": True}
+    finally:
+        runner.shutdown()

@@ -182,6 +182,14 @@ class _RunnerPipes:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def close_all_in_child(self, *also: int) -> None:
+        """In a just-forked child (which holds `lock`, taken by the thread that forked): close the
+        runners' ends and start afresh, so a step that runs steps itself can fork in turn."""
+        for fd in (*also, *self.ends):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.__init__()  # type: ignore[misc]
+
 
 _PIPES = _RunnerPipes()
 
@@ -323,9 +331,7 @@ class InlineRunner:
             os.set_blocking(ping_w, False)
             pid = os.fork()
             if pid == 0:
-                for fd in (result_r, ping_w, *_PIPES.ends):  # no runner's pipes outlive it in this child
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                _PIPES.close_all_in_child(result_r, ping_w)  # no runner's pipes outlive it in this child
                 signal.set_wakeup_fd(-1)  # the runner's signal watcher is not the child's
                 _child_main(call, result_w, ping_r, self.silence_limit_s)
             os.close(result_w)

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from executor.core.errors import ExecutorError
 from executor.core.plan import Action, Plan
+from executor.engine.mirror import human_bytes
 
 GB = 10**9
 FLAG = "--transfer-budget-gb"
@@ -47,11 +48,11 @@ class Transfers:
         parts = []
         if self.mirrors:
             names = ", ".join(m.logical for m in plan.mirrors.values() if m.bytes_to_copy)
-            parts.append(f"mirrored inputs {self.mirrors / GB:.2f} GB ({names})")
+            parts.append(f"mirrored inputs {human_bytes(self.mirrors)} ({names})")
         if self.reads:
-            parts.append(f"cross-region reads {self.reads / GB:.2f} GB ({', '.join(sorted({r.step for r in reads}))})")
+            parts.append(f"cross-region reads {human_bytes(self.reads)} ({', '.join(sorted({r.step for r in reads}))})")
         if self.copies:
-            parts.append(f"cache copies {self.copies / GB:.2f} GB")
+            parts.append(f"cache copies {human_bytes(self.copies)}")
         return "; ".join(parts)
 
 
@@ -66,7 +67,7 @@ def check_transfer_budget(plan: Plan, reads: Sequence[Any], budget_gb: float) ->
         raise ExecutorError(f"cross-region reads of unknown size: {which}; nothing was started. Copy the inputs "
                             f"to the prefix's location, or allow reads of unknown size with {FLAG} inf")
     if transfers.total > budget_gb * GB:
-        raise ExecutorError(f"transfers of {transfers.total / GB:.2f} GB exceed the budget of {budget_gb:g} GB "
+        raise ExecutorError(f"transfers of {human_bytes(transfers.total)} exceed the budget of {budget_gb:g} GB "
                             f"({transfers.describe(plan, known)}); nothing was started. Copy the inputs to the "
                             f"prefix's location, or raise the budget with {FLAG} "
                             f"{max(transfers.total / GB * 1.1, 0.01):.2g}")

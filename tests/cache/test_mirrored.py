@@ -1,0 +1,217 @@
+"""Mirrored inputs (issue 30.3) on local prefixes with the in-process runner: `mirrored(URL)` copied once
+under the prefix from the first place that holds it, checked file by file, read by the step from there;
+five runners at once make one copy; a changed file drops that source for the next; the dry run writes
+nothing; an input found nowhere is a clear error; the one transfer budget (30.2) counts the mirror
+copy before cache copies."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import executor
+from executor.engine.events import LogLine, PlanMade, StepStarted
+from tests.cache import graph as cache_graph
+from tests.cache.mirror_graph import CORPUS, FILES, build, write_corpus
+from tests.tools.toy import run_file
+
+MIRROR = "mirror/corpus-bucket/raw/corpus"  # where the copy lands under the prefix
+CORPUS_BYTES = sum(len(t) for t in FILES.values())
+
+
+@pytest.fixture
+def regions(tmp_path) -> tuple[Path, Path]:
+    """Two folders holding the corpus under raw/corpus, standing for two regions' buckets."""
+    us, eu = tmp_path / "us", tmp_path / "eu"
+    write_corpus(us)
+    write_corpus(eu)
+    return us, eu
+
+
+def run(prefix: Path, sources, **options):
+    return executor.run(build(), prefix=str(prefix), runner="inline", environ={},
+                        mirror_sources=tuple(str(s) for s in sources), **options)
+
+
+def mirror_record(prefix: Path) -> dict:
+    return json.loads((prefix / "mirror/.executor/corpus-bucket/raw/corpus/record.json").read_text())
+
+
+def lines_of(events: list) -> list[str]:
+    return [e.text for e in events if isinstance(e, LogLine)]
+
+
+def test_the_step_reads_a_checked_copy_under_the_prefix_made_from_the_first_source_holding_it(regions, tmp_path):
+    us, eu = regions
+    prefix, events = tmp_path / "p", []
+    result = run(prefix, [tmp_path / "nowhere", us, eu], subscribers=[events.append])
+    assert result.ok, result.steps
+    counted = executor.load_result(build()[0].config.count_path.step, prefix=str(prefix), environ={})
+    assert counted == {"lines": 3000, "read_from": str(prefix / MIRROR)}
+    for name, text in FILES.items():
+        assert (prefix / MIRROR / name).read_text() == text
+    record = mirror_record(prefix)
+    assert (record["logical"], record["source"]) == (CORPUS, f"{us}/raw/corpus")
+    assert {e["path"]: e["checksum"]["algorithm"] for e in record["manifest"]} == dict.fromkeys(FILES, "sha256")
+    assert [line for line in lines_of(events) if "copying" in line] == [
+        f"mirror {CORPUS}: copying {CORPUS_BYTES / 1024:.1f} KiB (2 files) from {us}/raw/corpus"]
+    # complete under the prefix: a new step reading it (another id) uses the copy, nothing is copied
+    (us / "raw/corpus/part-0.txt").unlink()
+    events.clear()
+    other = executor.run(build(), prefix=str(prefix), runner="inline", environ={}, subscribers=[events.append],
+                         force_run="mirrored/count", mirror_sources=(str(us),))
+    assert other.ok and not [line for line in lines_of(events) if line.startswith("mirror ")], lines_of(events)
+    assert mirror_record(prefix)["run_id"] == result.run_id
+
+
+def test_five_runners_at_once_make_one_copy_and_all_succeed(regions, tmp_path):
+    us, _ = regions
+    prefix, events, results, errors = tmp_path / "p", [], [], []
+    barrier = threading.Barrier(5)
+
+    def one_runner() -> None:
+        barrier.wait()
+        try:
+            results.append(run(prefix, [us], subscribers=[events.append], lease_ttl=20, heartbeat_interval=2))
+        except BaseException as e:  # shown by the assert below, not lost on the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one_runner) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a runner did not finish in 300 s"
+    assert len(results) == 5 and all(r.ok for r in results), [r.steps for r in results]
+    copying = [line for line in lines_of(events) if line.startswith(f"mirror {CORPUS}: copying")]
+    assert len(copying) == 1, lines_of(events)  # one copy, by one runner
+    assert mirror_record(prefix)["run_id"] in {r.run_id for r in results}
+    started = sorted(e.node.name for e in events if isinstance(e, StepStarted))
+    assert started == ["mirrored/count", "mirrored/other", "mirrored/total"]  # each step once, too
+
+
+def test_a_source_with_a_changed_file_is_refused_and_the_next_source_used(regions, tmp_path):
+    us, eu = regions
+    damaged = us / "raw/corpus/sub/part-1.txt"
+
+    def damage_after_planning(event) -> None:  # the plan listed it intact; one byte changes before the copy
+        if isinstance(event, PlanMade):
+            data = bytearray(damaged.read_bytes())
+            data[100] ^= 0x01
+            damaged.write_bytes(bytes(data))
+
+    prefix, events = tmp_path / "p", []
+    result = run(prefix, [us, eu], subscribers=[damage_after_planning, events.append])
+    assert result.ok, result.steps
+    assert mirror_record(prefix)["source"] == f"{eu}/raw/corpus"
+    warned = [e.text for e in events if isinstance(e, LogLine) and e.level == "warning"]
+    assert any(f"not copied from {us}/raw/corpus: SourceRejected: sub/part-1.txt: sha256 differs from the manifest" in w
+               for w in warned), warned
+    assert (prefix / MIRROR / "sub/part-1.txt").read_text() == FILES["sub/part-1.txt"]
+
+
+def test_with_every_source_damaged_the_readers_fail_and_the_rest_runs(regions, tmp_path):
+    us, _ = regions
+    damaged = us / "raw/corpus/part-0.txt"
+    prefix = tmp_path / "p"
+    result = run(prefix, [us], subscribers=[lambda e: isinstance(e, PlanMade) and damaged.write_text("x" * 5)])
+    outcome = {s.name: (str(s.status), s.error) for s in result.steps}
+    assert outcome["mirrored/other"] == ("succeeded", None)
+    assert outcome["mirrored/count"][0] == "failed" and outcome["mirrored/total"][0] == "blocked"
+    assert f"mirrored input {CORPUS}: no source could be used" in outcome["mirrored/count"][1]
+    assert "part-0.txt: 5 bytes, the manifest says 19000" in outcome["mirrored/count"][1]
+    assert not [p for p in (prefix / "mirror").rglob("*.txt")]  # nothing half-copied is left
+
+
+def test_an_input_found_in_no_source_is_an_error_naming_step_field_url_and_places_tried(tmp_path):
+    with pytest.raises(executor.ExecutorError) as caught:
+        run(tmp_path / "p", [tmp_path / "a", tmp_path / "b"])
+    message = str(caught.value)
+    assert f"mirrored input {CORPUS}, read by mirrored/count (corpus), was found in no source" in message
+    for place in (CORPUS, f"{tmp_path}/a/raw/corpus", f"{tmp_path}/b/raw/corpus"):
+        assert f"{place} (nothing there)" in message
+    assert "--mirror-sources" in message and not (tmp_path / "p").exists()
+
+
+EXPERIMENT = '''\
+from executor import executor_main
+from tests.cache.mirror_graph import build
+
+if __name__ == "__main__":
+    executor_main(steps=build())
+'''
+
+
+def test_dry_run_shows_the_copy_with_sources_and_size_and_writes_nothing(regions, tmp_path):
+    us, eu = regions
+    path, prefix = tmp_path / "exp.py", tmp_path / "p"
+    path.write_text(EXPERIMENT)
+    code, out = run_file(path, "--prefix", str(prefix), "--mirror-sources", str(us), "--mirror-sources", str(eu),
+                         "--dry-run")
+    flat = " ".join(out.split())
+    assert code == 0, out
+    assert (f"mirror {CORPUS}: copy {CORPUS_BYTES / 1024:.1f} KiB (2 files) from {us}/raw/corpus (also at "
+            f"{eu}/raw/corpus) to {MIRROR}") in flat, out
+    code, out, err = run_file(path, "--prefix", str(prefix), "--mirror-sources", f"{us},{eu}", "--dry-run",
+                              "--json", split=True)
+    assert code == 0, err
+    [mirror] = json.loads(out)["mirrors"]
+    assert (mirror["logical"], mirror["bytes"], mirror["complete"]) == (CORPUS, CORPUS_BYTES, False)
+    assert [s["url"] for s in mirror["sources"]] == [f"{us}/raw/corpus", f"{eu}/raw/corpus"]
+    assert not prefix.exists()
+
+
+def test_the_environment_variable_names_the_sources(regions, tmp_path):
+    planned = executor.plan(build(), prefix=str(tmp_path / "p"), environ={"EXECUTOR_MIRROR_SOURCES": f"{regions[1]},"})
+    [mirror] = planned.plan.mirrors.values()
+    assert mirror.candidates[0].url == f"{regions[1]}/raw/corpus"
+
+
+def test_one_budget_the_mirror_copy_is_reserved_and_the_cache_copy_over_it_is_not_made(regions, tmp_path):
+    """A 1 MiB cache copy and a 60 KiB mirror copy against a 1.05 MB budget: each fits alone, not both.
+    The mirrored input is needed for its step to run, so it is counted first; the copy is refused."""
+    a = tmp_path / "a"
+    assert executor.run(cache_graph.build(), prefix=str(a), runner="inline", environ={}).ok
+    b = tmp_path / "b"
+    result = executor.run([*cache_graph.build(), *build()], prefix=str(b), runner="inline", environ={},
+                          cache_from=(str(a),), mirror_sources=(str(regions[0]),), transfer_budget_gb=0.00105)
+    assert result.ok, result.steps
+    report = result.step("cache/report")
+    assert (report.decision, report.ran_here) == ("run", True)
+    assert "not copied: 1.0 MiB from" in report.reason and "would take the transfer budget past 0.00105 GB" in \
+        report.reason and f"{CORPUS_BYTES / 1024:.1f} KiB of it for mirrored inputs" in report.reason, report.reason
+    assert result.step("cache/notes").decision == "copy"  # small: still within the budget
+    assert mirror_record(b)["source"] == f"{regions[0]}/raw/corpus"
+
+
+def test_a_mirrored_input_over_the_budget_is_refused_before_anything_runs(regions, tmp_path):
+    prefix = tmp_path / "p"
+    with pytest.raises(executor.ExecutorError) as caught:
+        run(prefix, [regions[0]], transfer_budget_gb=0.00005)
+    message = str(caught.value)
+    assert (f"transfers of {CORPUS_BYTES / 1024:.1f} KiB exceed the budget of 5e-05 GB (mirrored inputs "
+            f"{CORPUS_BYTES / 1024:.1f} KiB ({CORPUS})); nothing was started") in message, message
+    assert "--transfer-budget-gb" in message
+    assert not (prefix / "mirror").exists() and not (prefix / "runs").exists()
+    assert run(prefix, [regions[0]], transfer_budget_gb=0.0001).ok  # raised: it runs
+
+
+def test_the_id_is_the_logical_url_whatever_the_sources():
+    """Hashed as the URL string itself: the same id as the plain string, with or without sources."""
+    from dataclasses import replace
+
+    from executor.core.graph import build_graph
+
+    def count_id(steps) -> str:
+        [node] = [n for n in build_graph(steps).nodes.values() if n.name == "mirrored/count"]
+        return node.step_id
+
+    mirrored_steps = build()
+    count = mirrored_steps[0].config.count_path.step
+    plain = replace(count, config=replace(count.config, corpus=CORPUS))
+    assert count_id(mirrored_steps) == count_id([plain])
+    assert count_id(build("memory://corpus-bucket/raw/other")) != count_id(mirrored_steps)

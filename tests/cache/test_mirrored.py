@@ -58,8 +58,12 @@ def test_the_step_reads_a_checked_copy_under_the_prefix_made_from_the_first_sour
     assert {e["path"]: e["checksum"]["algorithm"] for e in record["manifest"]} == dict.fromkeys(FILES, "sha256")
     assert [line for line in lines_of(events) if "copying" in line] == [
         f"mirror {CORPUS}: copying {CORPUS_BYTES / 1024:.1f} KiB (2 files) from {us}/raw/corpus"]
-    # complete under the prefix: a new step reading it (another id) uses the copy, nothing is copied
+    # complete under the prefix: planned as such (nothing to copy, nothing counted), and a step run again
+    # reading it uses the copy, though the source has changed since
     (us / "raw/corpus/part-0.txt").unlink()
+    [planned] = executor.plan(build(), prefix=str(prefix), force_run="mirrored/count", environ={},
+                              mirror_sources=(str(us),)).plan.mirrors.values()
+    assert planned.complete and planned.bytes_to_copy == 0 and planned.describe().endswith(f"complete at {MIRROR}")
     events.clear()
     other = executor.run(build(), prefix=str(prefix), runner="inline", environ={}, subscribers=[events.append],
                          force_run="mirrored/count", mirror_sources=(str(us),))
@@ -92,6 +96,17 @@ def test_five_runners_at_once_make_one_copy_and_all_succeed(regions, tmp_path):
     assert mirror_record(prefix)["run_id"] in {r.run_id for r in results}
     started = sorted(e.node.name for e in events if isinstance(e, StepStarted))
     assert started == ["mirrored/count", "mirrored/other", "mirrored/total"]  # each step once, too
+
+
+def test_what_a_copy_that_never_finished_left_is_removed_before_copying(regions, tmp_path):
+    """A runner died mid-copy: files under the copy's path, no SUCCESS. They are not the input's."""
+    prefix = tmp_path / "p"
+    leftover = prefix / MIRROR / "part-9.txt"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("not part of the corpus\n" * 7)
+    result = run(prefix, [regions[0]])
+    assert result.ok and not leftover.exists()
+    assert executor.load_result(build()[0].config.count_path.step, prefix=str(prefix), environ={})["lines"] == 3000
 
 
 def test_a_source_with_a_changed_file_is_refused_and_the_next_source_used(regions, tmp_path):

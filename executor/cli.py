@@ -280,7 +280,13 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
 
         for mirror in plan.mirrors.values():  # mirrored inputs: what would be copied, from where, how much
             reporter.info(escape(mirror.describe()))
-        note_cross_region_reads(plan, prefix, planned.storage_options, reporter)
+        reads = note_cross_region_reads(plan, prefix, planned.storage_options, reporter)
+        from executor.engine.transfers import check_transfer_budget
+
+        try:  # what a run would refuse, said now
+            check_transfer_budget(plan, reads, options.transfer_budget_gb)
+        except ExecutorError as e:
+            reporter.warning(escape(f"a run would be refused: {e}"))
     if options.graph:
         from executor.tools.draw import draw_plan
 

@@ -175,9 +175,31 @@ def test_dry_run_shows_the_copy_with_sources_and_size_and_writes_nothing(regions
                               "--json", split=True)
     assert code == 0, err
     [mirror] = json.loads(out)["mirrors"]
+    assert "a run would be refused" not in err
     assert (mirror["logical"], mirror["bytes"], mirror["complete"]) == (CORPUS, CORPUS_BYTES, False)
     assert [s["url"] for s in mirror["sources"]] == [f"{us}/raw/corpus", f"{eu}/raw/corpus"]
+    code, out = run_file(path, "--prefix", str(prefix), "--mirror-sources", str(us), "--dry-run",
+                         "--transfer-budget-gb", "0.00005")  # what a run would refuse is said, still exit 0
+    assert code == 0 and "a run would be refused: transfers of 59.6 KiB exceed the budget of 5e-05 GB" in \
+        " ".join(out.split()), out
     assert not prefix.exists()
+
+
+def test_a_cache_copy_that_falls_back_to_running_gets_its_mirrored_input_then(regions, tmp_path):
+    """The steps reading the mirrored input are copied from a cache-from prefix, so the plan copies no
+    mirror; both sources turn out damaged, the step runs here, and its input is copied just before."""
+    us, _ = regions
+    a, b, events = tmp_path / "a", tmp_path / "b", []
+    assert run(a, [us]).ok
+    for name, output in (("count", "count.txt"), ("total", "total.txt")):
+        [path] = a.glob(f"mirrored/{name}-*/{output}")
+        path.write_text(path.read_text() + "changed\n")
+    result = run(b, [us], cache_from=(str(a),), subscribers=[events.append])
+    assert result.ok, result.steps
+    assert result.step("mirrored/count").ran_here and result.step("mirrored/total").ran_here
+    said = lines_of(events)
+    assert f"mirrored/count: obtaining mirrored inputs the plan did not copy: {CORPUS}" in said, said
+    assert mirror_record(b)["source"] == f"{us}/raw/corpus"
 
 
 def test_the_environment_variable_names_the_sources(regions, tmp_path):

@@ -266,15 +266,13 @@ def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapp
                            budget_gb=options.transfer_budget_gb, reserved_bytes=reserved)
 
     decided = with_copies(0)
-    if not any(d.action == Action.RUN for d in decided.decisions.values()):  # a no-op re-run walks no config
+    if not any(d.action == Action.RUN and d.node.mirrored for d in decided.decisions.values()):
         return decided
     from executor.engine.mirror import mirror_sources_list, plan_mirrors, planned_bytes
     from executor.engine.transfers import GB, copy_bytes
 
     sources = mirror_sources_list(options.mirror_sources, os.environ if environ is None else environ)
     mirrors = plan_mirrors(decided, store, sources, storage)
-    if not mirrors:
-        return decided
     reserved = planned_bytes(mirrors)
     if reserved and copy_bytes(decided) + reserved > options.transfer_budget_gb * GB:
         decided = with_copies(reserved)  # fewer copies: more steps run, which may read more mirrored inputs

@@ -105,8 +105,9 @@ class CanonicalEncoder:
     """Canonical JSON text of configs. Use one per graph build: it memoises the text of shared
     sub-configs by object identity, which is only sound while the configs are not mutated."""
 
-    def __init__(self, digest_of: DigestOf):
+    def __init__(self, digest_of: DigestOf, on_mirrored: Callable[[MirroredPath], None] | None = None):
         self.digest_of = digest_of
+        self.on_mirrored = on_mirrored  # told of each mirrored input encoded (the graph notes them per step)
         self._memo: dict[int, tuple[Any, str]] = {}  # id(container) -> (container, text); keeps it alive
         self._dependencies = 0  # placeholders encoded so far: sub-configs holding one are not memoised
 
@@ -163,6 +164,9 @@ class CanonicalEncoder:
         if kind == _MIRRORED:  # the logical URL as a plain string: ids never depend on the source bucket
             if v.problem:
                 raise _Unencodable(v, v.problem)
+            self._dependencies += 1  # a sub-config holding one is not memoised: each step that reads it is told
+            if self.on_mirrored is not None:
+                self.on_mirrored(v)
             return _string(v.url)
         if kind == _REGISTERED:
             return self._registered(v, t)

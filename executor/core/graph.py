@@ -33,6 +33,7 @@ class StepNode:
     # id(step object) -> digest for the whole graph (Graph.digest_by_object, shared): what the
     # identity document names this step's dependencies by
     digests: dict[int, str] = field(repr=False, compare=False)
+    mirrored: tuple[str, ...] = ()  # logical URLs of the mirrored(...) inputs its config holds, found while hashing
 
     @property
     def name(self) -> str:
@@ -135,16 +136,21 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
     on_path: set[int] = set()
     waiting: list[ExecutorStep] = []  # steps set aside until a deep dependency is digested from the top
-    collecting: list[tuple[dict[str, None], dict[str, None]]] = []  # (blocking, weak) deps of in_progress
+    # (blocking deps, weak deps, mirrored inputs) of each step in in_progress
+    collecting: list[tuple[dict[str, None], dict[str, None], dict[str, None]]] = []
 
     def dependency_digest(placeholder: OutputPathOf) -> str:
         # Called by the encoder for each dependency placeholder: one walk discovers and hashes.
         digest = digests.get(id(placeholder.step)) or visit(placeholder.step)
-        deps, weak = collecting[-1]
+        deps, weak, _ = collecting[-1]
         (deps if placeholder.blocking else weak)[digest] = None
         return digest
 
-    encoder = CanonicalEncoder(dependency_digest)  # one for the graph: shared sub-configs are encoded once
+    def note_mirrored(placeholder: Any) -> None:
+        collecting[-1][2][placeholder.url] = None
+
+    # one for the graph: shared sub-configs are encoded once
+    encoder = CanonicalEncoder(dependency_digest, note_mirrored)
 
     def visit(step: ExecutorStep) -> str:
         key = id(step)
@@ -163,7 +169,8 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
         on_path.add(key)
         deps: dict[str, None] = {}
         weak: dict[str, None] = {}
-        collecting.append((deps, weak))
+        mirrored: dict[str, None] = {}
+        collecting.append((deps, weak, mirrored))
         try:
             digest = identity_and_digest(step, encoder)[1]
         finally:
@@ -177,7 +184,7 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
             nodes[digest] = new_frozen(StepNode, {
                 "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,
                 "deps": tuple(deps), "weak_deps": tuple(d for d in weak if d not in deps) if weak else (),
-                "digests": digests})
+                "digests": digests, "mirrored": tuple(mirrored)})
         return digest
 
     def visit_from_top(step: ExecutorStep) -> str:

@@ -136,7 +136,7 @@ def _needed(plan: Plan) -> dict[str, tuple[MirroredPath, list[str]]]:
     """logical URL -> (placeholder, readers) over the steps the plan runs."""
     needed: dict[str, tuple[MirroredPath, list[str]]] = {}
     for decision in plan.decisions.values():
-        if decision.action != Action.RUN:
+        if decision.action != Action.RUN or not decision.node.mirrored:  # found while hashing: no walk for most
             continue
         for field_path, placeholder in mirrored_fields(decision.node.step.config):
             entry = needed.setdefault(placeholder.url, (placeholder, []))

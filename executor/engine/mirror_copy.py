@@ -65,6 +65,8 @@ class MirrorCopies:
     def ensure(self, node: Any) -> str | None:
         """Just before `node` runs: its mirrored inputs complete here (copied now if the plan did not
         foresee them); the reason when one could not be had."""
+        if not node.mirrored:  # found while hashing: most steps read none
+            return None
         fields = mirrored_fields(node.step.config)
         unplanned = {p.url: p for _, p in fields if p.url not in self.ready and p.url not in self.failed}
         if unplanned:

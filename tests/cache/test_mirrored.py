@@ -252,3 +252,17 @@ def test_the_id_is_the_logical_url_whatever_the_sources():
     plain = replace(count, config=replace(count.config, corpus=CORPUS))
     assert count_id(mirrored_steps) == count_id([plain])
     assert count_id(build("memory://corpus-bucket/raw/other")) != count_id(mirrored_steps)
+
+
+def test_every_step_reading_a_shared_config_knows_its_mirrored_input():
+    """Found while hashing (no second walk): a config object shared by two steps is encoded once, yet
+    both steps are told of the mirrored input it holds."""
+    from executor import ExecutorStep, this_output_path
+    from executor.core.graph import build_graph
+    from tests.cache.mirror_graph import CountConfig, count_lines
+
+    shared = CountConfig(executor.mirrored(CORPUS), this_output_path())
+    steps = [ExecutorStep(f"mirrored/count-{i}", count_lines, shared) for i in range(2)]
+    nodes = build_graph([*steps, *build()[1:]]).nodes.values()
+    assert {n.name: n.mirrored for n in nodes} == {"mirrored/count-0": (CORPUS,), "mirrored/count-1": (CORPUS,),
+                                                   "mirrored/other": ()}

@@ -47,7 +47,6 @@ class MirrorInput:
 
     logical: str
     rel: str  # mirror/<bucket>/<key>, relative to the prefix: what the step reads
-    single_file: bool
     readers: tuple[str, ...]  # "step (field)" for each step of the plan reading it
     observed: Observed  # its status under the prefix at planning
     candidates: tuple[Candidate, ...] = ()  # in order: the logical URL, then each source (empty if complete)
@@ -193,11 +192,10 @@ def plan_mirrors(plan: Plan, store: Any, sources: Sequence[str], storage: Storag
         rel = placeholder.mirror_rel
         key = status_key(rel)
         observed = observe(store.read(key), f"{store.root}/{key}")
-        entry = MirrorInput(logical, rel, False, tuple(readers), observed)
+        entry = MirrorInput(logical, rel, tuple(readers), observed)
         if not entry.complete:
             candidates, tried = find_candidates(placeholder, sources, storage)
-            single = bool(candidates) and candidates[0].root != candidates[0].url
-            entry = MirrorInput(logical, rel, single, tuple(readers), observed, candidates, tried)
+            entry = MirrorInput(logical, rel, tuple(readers), observed, candidates, tried)
             if not candidates and not entry.copied_elsewhere:
                 raise not_found_error(entry, sources)
         planned[logical] = entry

@@ -71,7 +71,7 @@ class MirrorCopies:
         unplanned = {p.url: p for _, p in fields if p.url not in self.ready and p.url not in self.failed}
         if unplanned:
             self.ex._note(f"{node.name}: obtaining mirrored inputs the plan did not copy: {', '.join(unplanned)}")
-            self._obtain([self.ex.plan.mirrors.get(url) or MirrorInput(url, p.mirror_rel, False, (node.name,),
+            self._obtain([self.ex.plan.mirrors.get(url) or MirrorInput(url, p.mirror_rel, (node.name,),
                                                                        observe(None, url))
                           for url, p in unplanned.items()])
         problems = dict.fromkeys(self.failed[p.url] for _, p in fields if p.url in self.failed)

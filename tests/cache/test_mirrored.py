@@ -266,3 +266,17 @@ def test_every_step_reading_a_shared_config_knows_its_mirrored_input():
     nodes = build_graph([*steps, *build()[1:]]).nodes.values()
     assert {n.name: n.mirrored for n in nodes} == {"mirrored/count-0": (CORPUS,), "mirrored/count-1": (CORPUS,),
                                                    "mirrored/other": ()}
+
+
+def test_a_single_file_is_mirrored_as_that_file(regions, tmp_path):
+    one = f"{CORPUS}/sub/part-1.txt"
+    prefix = tmp_path / "p"
+    result = executor.run(build(one), prefix=str(prefix), runner="inline", environ={},
+                          mirror_sources=(str(regions[0]),))
+    assert result.ok, result.steps
+    copy = prefix / "mirror/corpus-bucket/raw/corpus/sub/part-1.txt"
+    assert copy.is_file() and copy.read_text() == FILES["sub/part-1.txt"]
+    counted = executor.load_result(build(one)[0].config.count_path.step, prefix=str(prefix), environ={})
+    assert counted == {"lines": 2000, "read_from": str(copy)}
+    record = json.loads((prefix / "mirror/.executor/corpus-bucket/raw/corpus/sub/part-1.txt/record.json").read_text())
+    assert record["source"] == f"{regions[0]}/raw/corpus/sub/part-1.txt" and len(record["manifest"]) == 1

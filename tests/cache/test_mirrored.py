@@ -280,3 +280,97 @@ def test_a_single_file_is_mirrored_as_that_file(regions, tmp_path):
     assert counted == {"lines": 2000, "read_from": str(copy)}
     record = json.loads((prefix / "mirror/.executor/corpus-bucket/raw/corpus/sub/part-1.txt/record.json").read_text())
     assert record["source"] == f"{regions[0]}/raw/corpus/sub/part-1.txt" and len(record["manifest"]) == 1
+
+
+RUNNER = '''\
+import json, pathlib, sys, time
+import executor
+from executor.engine.events import LogLine
+from tests.cache.mirror_graph import build
+
+gate = pathlib.Path(sys.argv[3])  # imports done: wait for the others, so the five plan and copy at once
+(gate / f"ready-{sys.argv[4]}").touch()
+while not (gate / "go").exists():
+    time.sleep(0.01)
+said = []
+result = executor.run(build(), prefix=sys.argv[1], runner="inline", environ={}, mirror_sources=(sys.argv[2],),
+                      subscribers=[lambda e: isinstance(e, LogLine) and said.append(e.text)], lease_ttl=20,
+                      heartbeat_interval=2)
+print(json.dumps({"ok": result.ok, "said": said}))
+'''
+
+
+def test_five_runner_processes_at_once_make_one_copy_and_all_succeed(regions, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    prefix, gate = tmp_path / "p", tmp_path / "gate"
+    gate.mkdir()
+    runners = [subprocess.Popen([sys.executable, "-c", RUNNER, str(prefix), str(regions[0]), str(gate), str(i)],
+                                cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for i in range(5)]
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready-*"))) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (gate / "go").touch()
+    ended = [(r.communicate(timeout=300), r.returncode) for r in runners]
+    assert all(code == 0 for _, code in ended), ended
+    reports = [json.loads(out.strip().splitlines()[-1]) for (out, _), _ in ended]
+    assert all(r["ok"] for r in reports), reports
+    copying = [line for r in reports for line in r["said"] if line.startswith(f"mirror {CORPUS}: copying")]
+    assert len(copying) == 1, reports  # one process copied; the others waited for it or found it done
+    assert (prefix / MIRROR / "sub/part-1.txt").read_text() == FILES["sub/part-1.txt"]
+
+
+def _held_by_another_runner(prefix: Path):
+    """The mirror copy's lease, taken by a runner of another run (as its first write would be)."""
+    import time
+
+    from executor.core.record import Owner, State, Status
+    from executor.engine.mirror import mirror_digest, status_key
+    from executor.engine.store.local import LocalStore
+
+    store, key = LocalStore(str(prefix)), status_key(MIRROR)
+    status = Status(State.RUNNING, mirror_digest(CORPUS), MIRROR, seq=0, attempt=1,
+                    owner=Owner("other-run", "elsewhere", 1, "someone"), written_at=time.time(), started_at=time.time())
+    assert store.create_if_absent(key, status.to_bytes()) is not None
+    return store, key, status
+
+
+def test_a_runner_waits_for_the_copy_another_runner_holds_and_uses_it(regions, tmp_path):
+    """Deterministic: the lease is held (and kept fresh) by another run; this run says it waits, copies
+    nothing, and reads the copy once the holder commits SUCCESS."""
+    import shutil
+    import time
+
+    from executor.core.record import State
+
+    prefix, events, results = tmp_path / "p", [], []
+    store, key, status = _held_by_another_runner(prefix)
+    runner = threading.Thread(target=lambda: results.append(run(prefix, [regions[0]], subscribers=[events.append],
+                                                                lease_ttl=20, heartbeat_interval=2)))
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not any("waiting for it" in line for line in lines_of(events)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(line.startswith(f"mirror {CORPUS}: being copied (lease held by elsewhere pid 1 (run other-run)")
+               for line in lines_of(events)), lines_of(events)
+    shutil.copytree(regions[0] / "raw/corpus", prefix / MIRROR)  # the holder's copy, then its fenced commit
+    current = store.read(key)
+    assert store.replace_if_generation(key, status.next(state=State.SUCCESS).to_bytes(), current.generation)
+    runner.join(timeout=120)
+    assert results and results[0].ok, results
+    assert not [line for line in lines_of(events) if "copying" in line]
+    assert f"mirror {CORPUS}: copied by another runner" in lines_of(events)
+
+
+def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tmp_path):
+    prefix, events = tmp_path / "p", []
+    _held_by_another_runner(prefix)  # never renewed: stale after the TTL, on this runner's own clock
+    result = run(prefix, [regions[0]], subscribers=[events.append], lease_ttl=2, heartbeat_interval=0.5)
+    assert result.ok, result.steps
+    said = lines_of(events)
+    assert any("waiting for it" in line for line in said) and any("copying" in line for line in said), said
+    assert mirror_record(prefix)["run_id"] == result.run_id

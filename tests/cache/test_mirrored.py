@@ -374,3 +374,22 @@ def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tm
     said = lines_of(events)
     assert any("waiting for it" in line for line in said) and any("copying" in line for line in said), said
     assert mirror_record(prefix)["run_id"] == result.run_id
+
+
+def test_an_interrupted_copy_releases_its_lease_and_the_next_run_copies_it(regions, tmp_path):
+    """Ctrl-C while the copy runs (raised here by the run's own event): the run ends interrupted, no step
+    started, the copy's lease is released FAILED with the reason; the next run retries it and succeeds."""
+    from executor.core.record import State, parse_status
+    from executor.engine.mirror import status_key
+
+    def interrupt_on_copy(event) -> None:
+        if isinstance(event, LogLine) and event.text.startswith(f"mirror {CORPUS}: copying"):
+            raise KeyboardInterrupt
+
+    prefix, events = tmp_path / "p", []
+    interrupted = run(prefix, [regions[0]], subscribers=[events.append, interrupt_on_copy])
+    assert interrupted.interrupted and not any(isinstance(e, StepStarted) for e in events)
+    status = parse_status((prefix / status_key(MIRROR)).read_bytes(), "mirror status")
+    assert status.state == State.FAILED and "interrupted" in status.error, status
+    again = run(prefix, [regions[0]])
+    assert again.ok and mirror_record(prefix)["run_id"] == again.run_id

@@ -162,7 +162,7 @@ class MirroredPath:
 def mirrored(url: str) -> MirroredPath:
     """A fixed input (`gs://bucket/raw/corpus`) that `--mirror-sources` may hold copies of: the step
     reads a checked local copy under the prefix; its id depends on `url` only."""
-    return MirroredPath(url.rstrip("/") if isinstance(url, str) else url)
+    return MirroredPath(url)  # as written: its id is this string's
 
 
 def prefix_path(path: str) -> PrefixPath:

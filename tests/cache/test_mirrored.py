@@ -393,3 +393,21 @@ def test_an_interrupted_copy_releases_its_lease_and_the_next_run_copies_it(regio
     assert status.state == State.FAILED and "interrupted" in status.error, status
     again = run(prefix, [regions[0]])
     assert again.ok and mirror_record(prefix)["run_id"] == again.run_id
+
+
+def test_a_mirrored_input_is_no_cross_region_read():
+    """The step reads the copy under the prefix, so the guard does not count the logical bucket; the
+    same URL as a plain string is a read from another bucket."""
+    from dataclasses import replace
+
+    from executor.core.graph import build_graph
+    from executor.core.plan import PlanOptions, plan_steps
+    from executor.engine.regions import _inputs_elsewhere
+
+    logical = "s3://corpus-elsewhere/raw/corpus"
+    mirrored_steps = build(logical)
+    count = mirrored_steps[0].config.count_path.step
+    plain = replace(count, config=replace(count.config, corpus=logical))
+    for steps, expected in ((mirrored_steps, []), ([plain], [("mirrored/count", logical)])):
+        plan = plan_steps(build_graph(steps), {}, PlanOptions())
+        assert list(_inputs_elsewhere(plan, "s3://runs/prefix")) == expected

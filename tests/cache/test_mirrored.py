@@ -411,3 +411,17 @@ def test_a_mirrored_input_is_no_cross_region_read():
     for steps, expected in ((mirrored_steps, []), ([plain], [("mirrored/count", logical)])):
         plan = plan_steps(build_graph(steps), {}, PlanOptions())
         assert list(_inputs_elsewhere(plan, "s3://runs/prefix")) == expected
+
+
+def test_gc_and_verify_take_no_mirror_for_a_step_output(regions, tmp_path):
+    """mirror/.executor/ holds the copies' statuses, no step's: gc never lists `mirror` as one output to
+    delete (which would take every copy, and any step output below it), verify checks only the steps."""
+    from executor.tools.gc import list_outputs
+    from executor.tools.verify import verify_path
+
+    prefix = tmp_path / "p"
+    assert run(prefix, [regions[0]]).ok
+    assert sorted(o.rel.split("-")[0] for o in list_outputs(str(prefix))) == [
+        "mirrored/count", "mirrored/other", "mirrored/total"]
+    checked = verify_path(str(prefix))
+    assert len(checked) == 3 and all(v.ok and v.verified for v in checked), [v.render() for v in checked]

@@ -51,14 +51,17 @@ class Options:
     runner: str = "ray"  # ray | inline
     lease_ttl: float = 60.0
     heartbeat_interval: float = 15.0
-    cross_region_budget_gb: float = 10.0  # refuse a run reading more than this from buckets in other locations
     # fsspec options: one object (for the prefix's protocol), one per location ({"s3://corpus": {...},
     # "gs://": {...}}, longest match wins) or a Storage; None: env EXECUTOR_STORAGE_OPTIONS
     storage_options: Optional[Any] = None
     # prefixes whose outputs (same digest, SUCCESS) are copied and checked instead of run; empty:
     # env EXECUTOR_CACHE_FROM (comma-separated)
     cache_from: tuple[str, ...] = ()
-    transfer_budget_gb: float = 10.0  # at most this many GB copied from cache-from prefixes per run
+    # at most this many GB moved per run: cache copies, mirrored inputs and cross-region reads together
+    transfer_budget_gb: float = 10.0
+    # buckets or prefixes that may hold the run's mirrored(...) inputs, each under the input's key;
+    # empty: env EXECUTOR_MIRROR_SOURCES (comma-separated)
+    mirror_sources: tuple[str, ...] = ()
     allow_cross_region: bool = False  # run although EXECUTOR_REGION differs from the prefix bucket's location
 
 
@@ -244,13 +247,37 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
         snapshot = read_snapshot(store, graph.nodes.values())
         decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
                                                           now=time.time()))
+    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store)
+    return Decided(prefix, storage_options, store, fs, decided)
+
+
+def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str] | None,
+                    prefix: str, storage: Storage, store: Any) -> Plan:
+    """Cache copies (--cache-from) and mirrored inputs under one transfer budget: the mirrored inputs of
+    the steps that run are reserved first (those steps cannot run without them), copies get the rest."""
     cache_from = _cache_from(options, environ, prefix)
-    if cache_from:  # no source, no read: a run without --cache-from plans as before
+
+    def with_copies(reserved: int) -> Plan:
+        if not cache_from:  # no source, no read: a run without --cache-from plans as before
+            return planned
         from executor.engine.cache_from import plan_copies
 
-        decided = plan_copies(graph, decided, cache_from, storage_options, only=options.only,
-                              force_run=options.force_run, budget_gb=options.transfer_budget_gb)
-    return Decided(prefix, storage_options, store, fs, decided)
+        return plan_copies(graph, planned, cache_from, storage, only=options.only, force_run=options.force_run,
+                           budget_gb=options.transfer_budget_gb, reserved_bytes=reserved)
+
+    decided = with_copies(0)
+    if not any(d.action == Action.RUN and d.node.mirrored for d in decided.decisions.values()):
+        return decided
+    from executor.engine.mirror import mirror_sources_list, plan_mirrors, planned_bytes
+    from executor.engine.transfers import GB, copy_bytes
+
+    sources = mirror_sources_list(options.mirror_sources, os.environ if environ is None else environ)
+    mirrors = plan_mirrors(decided, store, sources, storage)
+    reserved = planned_bytes(mirrors)
+    if reserved and copy_bytes(decided) + reserved > options.transfer_budget_gb * GB:
+        decided = with_copies(reserved)  # fewer copies: more steps run, which may read more mirrored inputs
+        mirrors = plan_mirrors(decided, store, sources, storage)
+    return dataclasses.replace(decided, mirrors=mirrors)
 
 
 def _cache_from(options: Options, environ: Mapping[str, str] | None, prefix: str) -> tuple[str, ...]:
@@ -388,13 +415,15 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
     from executor.engine.execute import Execution
     from executor.engine.regions import check_run_region, note_cross_region_reads
     from executor.engine.signals import signum_of
+    from executor.engine.transfers import check_transfer_budget
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
     if protocol_of(prefix) == "memory" and options.runner != "inline":
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     check_run_region(prefix, planned.storage_options, environ, options.allow_cross_region, events)
-    note_cross_region_reads(planned.plan, prefix, planned.storage_options, events, options.cross_region_budget_gb)
+    reads = note_cross_region_reads(planned.plan, prefix, planned.storage_options, events)
+    check_transfer_budget(planned.plan, reads, options.transfer_budget_gb)
     runner = _RunnerSlot(options, events, environ, prefix, guard)
     try:
         _check_runner(runner, planned, options)
@@ -407,7 +436,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
         raise
     with contextlib.ExitStack() as cleanup:  # whatever fails from here, the runner is shut down
         cleanup.callback(runner.shutdown)
-        ctx = _run_context(planned, options, events, guard, runner, call)
+        ctx = _run_context(planned, options, events, guard, runner, call, environ)
         cleanup.callback(ctx.keeper.stop)  # Execution.run stops it too; this covers a failure before it started
         run_file = _begin_run_file(planned, ctx, events, guard, call)
         summary = Execution(graph, planned.plan, ctx).run()
@@ -415,8 +444,10 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
 
 
 def _run_context(planned: PlanResult, options: Options, events: Events, guard: Any, runner: _RunnerSlot,
-                 call: _Call) -> Any:
+                 call: _Call, environ: Mapping[str, str]) -> Any:
     import secrets
+
+    from executor.engine.mirror import mirror_sources_list
 
     from executor.engine.execute import RunContext
     from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
@@ -432,7 +463,8 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs, storage=planned.storage_options,
                       owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s), runner_factory=runner,
                       events=events, invocation=info, main_file=call.main_file,
-                      max_concurrent=options.max_concurrent)
+                      max_concurrent=options.max_concurrent,
+                      mirror_sources=mirror_sources_list(options.mirror_sources, environ))
 
 
 def _begin_run_file(planned: PlanResult, ctx: Any, events: Events, guard: Any, call: _Call) -> Any:

@@ -46,13 +46,16 @@ class ExecutorOptions:
     runner: Literal["ray", "inline"] = _flag("ray", "the backend, where steps run; inline: each step in a child process of this one, for debugging")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
-    cross_region_budget_gb: float = _flag(10.0, "refuse to run when steps would read more than this many GB "
-                                                "from buckets in another location than the prefix's")
     cache_from: Optional[str] = _flag(None, "a prefix whose outputs of the same steps are copied (every file "
                                             "checked against its manifest) instead of run; repeat the flag "
                                             "or separate prefixes with commas (default: env EXECUTOR_CACHE_FROM)")
-    transfer_budget_gb: float = _flag(10.0, "copy at most this many GB from --cache-from prefixes in one run; "
-                                            "a step whose copy would exceed it runs here")
+    transfer_budget_gb: float = _flag(10.0, "move at most this many GB in one run: cache copies, mirrored inputs "
+                                            "and cross-region reads together; a cache copy over it is not made "
+                                            "(the step runs here), anything else over it is refused before "
+                                            "anything runs")
+    mirror_sources: Optional[str] = _flag(None, "a bucket or prefix that may hold the mirrored(...) inputs, each "
+                                                "under its key; repeat the flag or separate them with commas "
+                                                "(default: env EXECUTOR_MIRROR_SOURCES)")
     allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION) is not "
                                             "the location of the prefix's bucket")
     check: bool = _flag(False, "CI: compare ids with the committed ids file <experiment>.plan.json; exit 3 on change")
@@ -78,7 +81,8 @@ def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions,
     for arg in rest[::2]:  # an unknown flag is named with its nearest spelling among all flags
         if not arg.startswith("--") or arg[2:] not in known:
             raise flags.unknown_flag(arg, known)
-    options = check_options(flags.parse(ExecutorOptions, _join_repeated(mine, "--cache_from")))
+    options = check_options(flags.parse(ExecutorOptions,
+                                        _join_repeated(_join_repeated(mine, "--cache_from"), "--mirror_sources")))
     user = None
     if user_class is not None:
         user = flags.parse(user_class, rest, None if isinstance(user_config, type) else user_config)
@@ -222,9 +226,12 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
     else from the environment; never copied by name, since the API takes a dict)."""
     names = {f.name for f in dataclasses.fields(api.Options)} & {f.name for f in dataclasses.fields(flags_)}
     storage = location.storage_options_from(storage_flag, {}) if storage_flag is not None else None
-    cache_from = tuple(p for p in (flags_.cache_from or "").split(",") if p.strip())  # repeated: joined by parse_flags
-    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from"}},
-                       storage_options=storage, cache_from=cache_from)
+    def listed(value: str | None) -> tuple[str, ...]:  # a repeated flag: joined by parse_flags
+        return tuple(p for p in (value or "").split(",") if p.strip())
+
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from", "mirror_sources"}},
+                       storage_options=storage, cache_from=listed(flags_.cache_from),
+                       mirror_sources=listed(flags_.mirror_sources))
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
@@ -264,14 +271,22 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
         reporter.info(f"prefix: {prefix}")
         reporter.print_plan(plan, prefix, title=description)
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
-        if plan.standby:  # --cache-from: what is neither run nor copied, and why
-            from executor.engine.report import escape
+        from executor.engine.report import escape
 
+        if plan.standby:  # --cache-from: what is neither run nor copied, and why
             reporter.info(escape(f"not needed here (every step that reads them is copied or complete): "
                                  f"{', '.join(d.node.name for d in plan.standby.values())}"))
         from executor.engine.regions import note_cross_region_reads
 
-        note_cross_region_reads(plan, prefix, planned.storage_options, reporter)
+        for mirror in plan.mirrors.values():  # mirrored inputs: what would be copied, from where, how much
+            reporter.info(escape(mirror.describe()))
+        reads = note_cross_region_reads(plan, prefix, planned.storage_options, reporter)
+        from executor.engine.transfers import check_transfer_budget
+
+        try:  # what a run would refuse, said now
+            check_transfer_budget(plan, reads, options.transfer_budget_gb)
+        except ExecutorError as e:
+            reporter.warning(escape(f"a run would be refused: {e}"))
     if options.graph:
         from executor.tools.draw import draw_plan
 

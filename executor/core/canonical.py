@@ -7,7 +7,7 @@ result is canonical JSON (sorted keys, no spaces): `null`/`true`/ints/strings as
 {"dataclass": T, "fields": {...}}, {"fields": {...}, "namedtuple": T}, {"type": T, "value": V}
 (a registered encoding, see encodings.py), {"dependency": digest, "sub": S} (a Merkle tree over
 digests, never paths, so ids do not depend on the prefix), {"this_output": S} and
-{"prefix_path": P}. T is the type's
+{"prefix_path": P}; a mirrored input is its logical URL, as a plain string. T is the type's
 qualified name (naming.py). Execution-only fields are left out.
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
@@ -29,8 +29,8 @@ from typing import Any, Callable
 from executor.core import encodings
 from executor.core.errors import ConfigEncodingError
 from executor.core.naming import qualified_name
-from executor.core.step import (ExecutorStep, OutputPathOf, PrefixPath, ThisOutputPath, is_execution_only,
-                                 omitted_defaults)
+from executor.core.step import (ExecutorStep, MirroredPath, OutputPathOf, PrefixPath, ThisOutputPath,
+                                 is_execution_only, omitted_defaults)
 from executor.core.tree import format_path, kept_field_names
 
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
@@ -52,7 +52,7 @@ class _Unencodable(Exception):
 
 # What a value of a given type is, decided once per type.
 (_DATACLASS, _NAMEDTUPLE, _LIST, _TUPLE, _DICT, _SET, _ENUM, _BYTES, _PATH, _DEPENDENCY, _THIS_OUTPUT,
- _PREFIX_PATH, _REGISTERED, _OTHER, _SCALAR) = range(15)
+ _PREFIX_PATH, _MIRRORED, _REGISTERED, _OTHER, _SCALAR) = range(16)
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # exactly these types, not their subclasses
 _kinds: dict[type, int] = {}
 _type_names: dict[type, str] = {}
@@ -76,13 +76,15 @@ def _classify(t: type) -> int:
         return _SCALAR
     if t in encodings._exact:
         return _REGISTERED
-    if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, PrefixPath, ExecutorStep)):
+    if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, PrefixPath, MirroredPath,
+                                                                ExecutorStep)):
         return _DATACLASS
     if issubclass(t, tuple) and hasattr(t, "_fields"):
         return _NAMEDTUPLE
     for base, kind in ((list, _LIST), (tuple, _TUPLE), (dict, _DICT), ((set, frozenset), _SET),
                        (enum.Enum, _ENUM), ((bytes, bytearray), _BYTES), (pathlib.PurePath, _PATH),
-                       (OutputPathOf, _DEPENDENCY), (ThisOutputPath, _THIS_OUTPUT), (PrefixPath, _PREFIX_PATH)):
+                       (OutputPathOf, _DEPENDENCY), (ThisOutputPath, _THIS_OUTPUT), (PrefixPath, _PREFIX_PATH),
+                       (MirroredPath, _MIRRORED)):
         if issubclass(t, base):
             return kind
     return _REGISTERED if encodings.lookup(t) is not None else _OTHER
@@ -103,8 +105,9 @@ class CanonicalEncoder:
     """Canonical JSON text of configs. Use one per graph build: it memoises the text of shared
     sub-configs by object identity, which is only sound while the configs are not mutated."""
 
-    def __init__(self, digest_of: DigestOf):
+    def __init__(self, digest_of: DigestOf, on_mirrored: Callable[[MirroredPath], None] | None = None):
         self.digest_of = digest_of
+        self.on_mirrored = on_mirrored  # told of each mirrored input encoded (the graph notes them per step)
         self._memo: dict[int, tuple[Any, str]] = {}  # id(container) -> (container, text); keeps it alive
         self._dependencies = 0  # placeholders encoded so far: sub-configs holding one are not memoised
 
@@ -158,6 +161,13 @@ class CanonicalEncoder:
             if v.problem:
                 raise _Unencodable(v, v.problem)
             return '{"prefix_path":' + _string(v.path) + "}"
+        if kind == _MIRRORED:  # the logical URL as a plain string: ids never depend on the source bucket
+            if v.problem:
+                raise _Unencodable(v, v.problem)
+            self._dependencies += 1  # a sub-config holding one is not memoised: each step that reads it is told
+            if self.on_mirrored is not None:
+                self.on_mirrored(v)
+            return _string(v.url)
         if kind == _REGISTERED:
             return self._registered(v, t)
         return self._other(v, t)

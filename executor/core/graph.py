@@ -33,6 +33,7 @@ class StepNode:
     # id(step object) -> digest for the whole graph (Graph.digest_by_object, shared): what the
     # identity document names this step's dependencies by
     digests: dict[int, str] = field(repr=False, compare=False)
+    mirrored: tuple[str, ...] = ()  # logical URLs of the mirrored(...) inputs its config holds, found while hashing
 
     @property
     def name(self) -> str:
@@ -146,14 +147,18 @@ class _GraphBuilder:
         self.in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
         self.on_path: set[int] = set()
         self.waiting: list[ExecutorStep] = []  # set aside until a deep dependency is digested from the top
-        self.collecting: list[tuple[dict[str, None], dict[str, None]]] = []  # (blocking, weak) deps of in_progress
-        self.encoder = CanonicalEncoder(self.dependency_digest)  # shared sub-configs are encoded once
+        # (blocking deps, weak deps, mirrored inputs) of each step in in_progress
+        self.collecting: list[tuple[dict[str, None], dict[str, None], dict[str, None]]] = []
+        self.encoder = CanonicalEncoder(self.dependency_digest, self.note_mirrored)  # shared sub-configs: once
 
     def dependency_digest(self, placeholder: OutputPathOf) -> str:
         digest = self.digests.get(id(placeholder.step)) or self.visit(placeholder.step)
-        deps, weak = self.collecting[-1]
+        deps, weak, _ = self.collecting[-1]
         (deps if placeholder.blocking else weak)[digest] = None
         return digest
+
+    def note_mirrored(self, placeholder: Any) -> None:
+        self.collecting[-1][2][placeholder.url] = None
 
     def visit(self, step: ExecutorStep) -> str:
         key = id(step)
@@ -172,7 +177,8 @@ class _GraphBuilder:
         self.on_path.add(key)
         deps: dict[str, None] = {}
         weak: dict[str, None] = {}
-        self.collecting.append((deps, weak))
+        mirrored: dict[str, None] = {}
+        self.collecting.append((deps, weak, mirrored))
         try:
             digest = identity_and_digest(step, self.encoder)[1]
         finally:
@@ -181,16 +187,17 @@ class _GraphBuilder:
             self.on_path.discard(key)
         self.digests[key] = digest
         if digest not in self.nodes:
-            self._add_node(step, digest, deps, weak)
+            self._add_node(step, digest, deps, weak, mirrored)
         return digest
 
-    def _add_node(self, step: ExecutorStep, digest: str, deps: dict[str, None], weak: dict[str, None]) -> None:
+    def _add_node(self, step: ExecutorStep, digest: str, deps: dict[str, None], weak: dict[str, None],
+                  mirrored: dict[str, None]) -> None:
         _check_override(step)
         sid = step_id(step.name, digest)
         self.nodes[digest] = new_frozen(StepNode, {
             "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,
             "deps": tuple(deps), "weak_deps": tuple(d for d in weak if d not in deps) if weak else (),
-            "digests": self.digests})
+            "digests": self.digests, "mirrored": tuple(mirrored)})
 
     def visit_from_top(self, step: ExecutorStep) -> str:
         """visit(), setting steps aside while a dependency too deep to recurse into is digested."""

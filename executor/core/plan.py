@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from executor.core.errors import GraphError
 from executor.core.graph import Graph, StepNode, gc_paused
@@ -60,6 +61,9 @@ class Plan:
     # Steps not needed while their dependents are copied (--cache-from); a copy that falls back to
     # running wakes the ones it needs.
     standby: dict[str, Decision] = field(default_factory=dict)
+    # The mirrored inputs of the steps it runs, by logical URL (executor.engine.mirror.MirrorInput):
+    # complete under the prefix, or where their copy comes from and its size.
+    mirrors: dict[str, Any] = field(default_factory=dict)
 
     def by_action(self, action: Action) -> list[Decision]:
         return [d for d in self.decisions.values() if d.action == action]

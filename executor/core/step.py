@@ -118,6 +118,53 @@ class PrefixPath:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class MirroredPath:
+    """A fixed input that may live in any of several buckets (`--mirror-sources`): copied once into
+    `<prefix>/mirror/<bucket>/<key>` before a step reading it runs, and resolved to that copy.
+
+    Hashed as the logical URL string itself (exactly as the plain string would be), so ids do not
+    depend on which bucket the copy came from. The URL must be `scheme://bucket/key`; anything else
+    is refused when the step is hashed (exit 2), naming the step and the field.
+    """
+
+    url: str
+
+    @property
+    def problem(self) -> str | None:
+        """Why this URL cannot name a mirrored input (None when it can)."""
+        from executor.core.urls import has_scheme, split_url
+
+        u = self.url
+        example = "e.g. mirrored('gs://bucket/raw/corpus')"
+        if not isinstance(u, str) or not has_scheme(u) or split_url(u)[0] == "file":
+            return f"mirrored({u!r}) needs a bucket URL, scheme://bucket/key ({example})"
+        parts = split_url(u)[1].strip("/").split("/")
+        if len(parts) < 2 or "" in parts or ".." in parts or "." in parts:
+            return f"mirrored({u!r}) needs a bucket and a key without empty, '.' or '..' segments ({example})"
+        return None
+
+    @property
+    def mirror_rel(self) -> str:
+        """Where the copy goes, relative to the prefix: `mirror/<bucket>/<key>`."""
+        from executor.core.urls import split_url
+
+        return "mirror/" + split_url(self.url)[1].strip("/")
+
+    @property
+    def key(self) -> str:
+        """The path inside the bucket, looked up under each mirror source."""
+        from executor.core.urls import split_url
+
+        return split_url(self.url)[1].strip("/").split("/", 1)[1]
+
+
+def mirrored(url: str) -> MirroredPath:
+    """A fixed input (`gs://bucket/raw/corpus`) that `--mirror-sources` may hold copies of: the step
+    reads a checked local copy under the prefix; its id depends on `url` only."""
+    return MirroredPath(url)  # as written: its id is this string's
+
+
 def prefix_path(path: str) -> PrefixPath:
     """`<prefix>/<path>`: an input under the prefix that no step of this graph writes."""
     return PrefixPath(path.strip("/") if isinstance(path, str) and not path.startswith("/") else path)

@@ -106,8 +106,10 @@ def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: 
 
 
 def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: Storage, *,
-                only: str | None = None, force_run: str | None = None, budget_gb: float = 10.0) -> Plan:
-    """`plan` with `copy` for the steps a cache-from prefix holds and the targets need, within the budget."""
+                only: str | None = None, force_run: str | None = None, budget_gb: float = 10.0,
+                reserved_bytes: int = 0) -> Plan:
+    """`plan` with `copy` for the steps a cache-from prefix holds and the targets need, within the budget
+    (of which `reserved_bytes` are already taken: the mirrored inputs the run must copy)."""
     if not cache_from:
         return plan
     forced = set(match_steps(graph, force_run, "--force-run")) if force_run else set()
@@ -120,7 +122,8 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
             users.setdefault(dep, []).append(digest)
     decided: dict[str, Decision] = {}
     standby: dict[str, Decision] = {}
-    budget, used = budget_gb * GB, 0
+    budget, used = budget_gb * GB, reserved_bytes
+    reserved = f", {human_bytes(reserved_bytes)} of it for mirrored inputs" if reserved_bytes else ""
     for digest in reversed(list(plan.decisions)):  # dependents before what they read
         d = plan.decisions[digest]
         if not _copyable(d, forced):
@@ -133,7 +136,7 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
         if found and needed and used + found[0].bytes > budget:
             choice = replace(d, reason=f"{d.reason}; not copied: {human_bytes(found[0].bytes)} from "
                                        f"{found[0].prefix} would take the transfer budget past "
-                                       f"{budget_gb:g} GB ({human_bytes(used)} already planned; "
+                                       f"{budget_gb:g} GB ({human_bytes(used)} already planned{reserved}; "
                                        f"--transfer-budget-gb)")
         elif found:
             used += found[0].bytes if needed else 0

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from executor.engine import outputs
 from executor.engine.cache_copy import CacheCopies
+from executor.engine.mirror_copy import MirrorCopies
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.graph import Graph, StepNode
@@ -31,7 +32,7 @@ from executor.engine import signals
 from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
-from executor.core.step import OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
+from executor.core.step import MirroredPath, OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
 from executor.engine.store.base import CoordinationStore
 from executor.core.tree import fold, resolve
 
@@ -75,6 +76,7 @@ class RunContext:
     invocation: dict[str, Any]
     main_file: str | None
     max_concurrent: int = 8
+    mirror_sources: tuple[str, ...] = ()  # where mirrored inputs the plan did not foresee are looked for
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
@@ -134,6 +136,7 @@ class Execution:
             self.tracked[digest] = self._track(decision)
         self.dependents = graph.dependents()
         self.copies = CacheCopies(self)
+        self.mirrors = MirrorCopies(self)
 
     def _track(self, decision: Decision) -> Tracked:
         """How a planned step starts out in this run."""
@@ -179,6 +182,8 @@ class Execution:
                 return outputs.join(own, value.sub)
             if isinstance(value, PrefixPath):
                 return outputs.join(self.ctx.prefix, value.path)
+            if isinstance(value, MirroredPath):  # its checked copy (executor.engine.mirror_copy)
+                return outputs.join(self.ctx.prefix, value.mirror_rel)
             return value
 
         return resolve(node.step.config, substitute)
@@ -187,6 +192,7 @@ class Execution:
     def run(self) -> RunSummary:
         summary = RunSummary()
         try:
+            self.mirrors.prepare()  # the mirrored inputs of the steps that run, copied before any starts
             while self._active():
                 self._start_ready()
                 self._collect_finished()
@@ -357,6 +363,10 @@ class Execution:
         t.user_retries_left = resources.retry_user_errors
         t.consumed = {d: self.tracked[d].content for d in node.deps
                       if d in self.tracked and self.tracked[d].content}
+        missing_input = self.mirrors.ensure(node)  # its mirrored inputs copied here (normally done already)
+        if missing_input:
+            self._fail(t, StepOutcome(ok=False, error=missing_input))
+            return
         try:
             node.identity_bytes  # its config encoded again and checked against its id, before it runs
             config = self.resolve_config(node)

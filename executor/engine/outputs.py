@@ -119,6 +119,11 @@ def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) 
     return {"algorithm": "sha256", "value": digest.hexdigest()}
 
 
+def file_checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
+    """One file's checksum as a manifest entry holds it: the store's own (crc32c, MD5, ETag), else sha256."""
+    return _checksum(fs, path, info)
+
+
 def manifest(fs: "fsspec.AbstractFileSystem", output_path: str) -> list[dict[str, Any]]:
     """Every file under a step's output (except .executor/) with its size and checksum."""
     root = output_path.rstrip("/")

@@ -2,14 +2,15 @@
 
 A step's config names its inputs; every `gs://` or `s3://` string in it whose bucket sits in another
 location than the prefix's bucket is a cross-location read (egress is billed and slow). The plan
-notes each one per step, with its size when a listing can tell, and a run refuses to start when
-the total is over the execution-only budget (`--cross-region-budget-gb`, default 10) unless raised.
-Dependency outputs live under the prefix, so only plain paths can cross.
+notes each one per step, with its size when a listing can tell; its bytes count against the run's
+one transfer budget (executor.engine.transfers, `--transfer-budget-gb`, default 10). Dependency
+outputs live under the prefix, and a mirrored input is read from its copy there, so only plain
+paths can cross.
 
 It never guesses: a bucket whose location cannot be read is not "the same location" but an input
 the plan names, with the error, as one it could not check; a cross-location read whose size cannot
 be listed (an error, or nothing at that path) counts as over any finite budget, and the refusal
-says so and how to allow it (`--cross-region-budget-gb inf`).
+says so and how to allow it (`--transfer-budget-gb inf`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Iterable
 from executor.core.errors import ExecutorError
 from executor.core.plan import Action, Plan
 from executor.core.locations import Storage
+from executor.core.step import MirroredPath
 from executor.core.urls import is_object_store, protocol_of, split_url
 from executor.engine import location
 
@@ -81,6 +83,8 @@ def locate_bucket(url: str, storage: Storage) -> tuple[str | None, str | None]:
 def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
+    elif isinstance(value, MirroredPath):  # read from its copy under the prefix (executor.engine.mirror)
+        return
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             yield from _strings(getattr(value, f.name))
@@ -145,22 +149,6 @@ def survey(plan: Plan, prefix: str, storage: Storage) -> tuple[list[CrossRegionR
     return found, unknown
 
 
-def check_budget(reads: list[CrossRegionRead], budget_gb: float) -> None:
-    """Refuse a run whose known cross-location bytes exceed the budget, naming the steps and the fix."""
-    unknown = [r for r in reads if r.bytes is None]
-    if unknown and budget_gb != float("inf"):  # an unknown size is over any finite budget
-        which = "; ".join(f"{r.step} reads {r.url} from {r.location} ({r.size_problem})" for r in unknown)
-        raise ExecutorError(f"cross-region reads of unknown size: {which}; nothing was started. Copy the inputs "
-                            f"to the prefix's location, or allow reads of unknown size with "
-                            f"--cross-region-budget-gb inf")
-    total = sum(r.bytes or 0 for r in reads)
-    if total > budget_gb * GB:
-        steps = ", ".join(sorted({r.step for r in reads}))
-        raise ExecutorError(f"cross-region reads of {total / GB:.2f} GB ({steps}) exceed the budget of "
-                            f"{budget_gb:g} GB; nothing was started. Copy the inputs to the prefix's location, "
-                            f"or raise the budget with --cross-region-budget-gb {total / GB * 1.1:.0f}")
-
-
 REGION_VAR = "EXECUTOR_REGION"
 
 
@@ -190,9 +178,9 @@ def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, r
         reporter.warning(f"{message} (allowed by --allow-cross-region)")
 
 
-def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter: Any,
-                            budget_gb: float | None = None) -> None:
-    """Print a note per cross-location read; with a budget, refuse when the total exceeds it."""
+def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter: Any) -> list[CrossRegionRead]:
+    """Print a note per cross-location read (and per input that could not be checked); returns the
+    reads, for the transfer budget (executor.engine.transfers)."""
     from rich.markup import escape
 
     reads, unknown = survey(plan, prefix, storage)
@@ -200,5 +188,4 @@ def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter:
         reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
     for input_ in unknown:
         reporter.warning(f"cross-region check: {escape(input_.describe())}")
-    if budget_gb is not None:
-        check_budget(reads, budget_gb)
+    return reads

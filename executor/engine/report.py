@@ -83,7 +83,16 @@ def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
     rows = plan_rows(plan, prefix)
     for start in range(0, len(rows), 1000):
         out.write(("\n" if start == 0 else ",\n") + ",\n".join([dumps(row) for row in rows[start:start + 1000]]))
-    out.write("\n]}\n")
+    out.write("\n]")
+    if plan.mirrors:  # mirrored inputs (executor.engine.mirror): complete here, or copied from where, how much
+        out.write(', "mirrors": ' + json.dumps(mirror_rows(plan)))
+    out.write("}\n")
+
+
+def mirror_rows(plan: Plan) -> list[dict[str, Any]]:
+    return [{"logical": m.logical, "path": m.rel, "complete": m.complete, "bytes": m.bytes_to_copy,
+             "sources": [{"url": c.url, "bytes": c.bytes, "files": len(c.files)} for c in m.candidates],
+             "read_by": list(m.readers)} for m in plan.mirrors.values()]
 
 
 def _short(value: object, limit: int = 80) -> str:

@@ -84,7 +84,9 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
     files = {}
     for full, info in found.items():
         rel = location.bare_path(full)[len(root) + 1:]
-        if rel and not rel.startswith("runs/") and info.get("type") != "directory":
+        # runs/ is history; mirror/.executor/ holds the mirrored inputs' statuses (executor.engine.mirror),
+        # which are no step's: their copies are never taken for one step output to delete
+        if rel and not rel.startswith(("runs/", "mirror/.executor/")) and info.get("type") != "directory":
             files[rel] = info
     marker = f"/{EXECUTOR_DIR}/"
     steps: dict[str, StepOutput] = {}

@@ -189,7 +189,7 @@ def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
     marker = f"/{EXECUTOR_DIR}/"
     for full in fs.find(path):
         rel = _bare(fs, full)[len(root) + 1:]
-        if rel.startswith("runs/") or marker not in "/" + rel:
+        if rel.startswith(("runs/", "mirror/.executor/")) or marker not in "/" + rel:  # history; mirror statuses
             continue
         steps.add(rel[: ("/" + rel).index(marker) - 1] if not rel.startswith(EXECUTOR_DIR + "/") else "")
     base = path.rstrip("/")

@@ -36,7 +36,7 @@ def test_a_cross_region_read_of_unknown_size_is_refused_until_allowed(eu_object,
     flat = " ".join(out.split())
     assert code == 2, out
     assert f"cross-region reads of unknown size: r/copy reads {absent} from EU-WEST-1 (nothing found at that path)" \
-        in flat and "--cross-region-budget-gb inf" in flat, out
-    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--cross-region-budget-gb", "inf")
+        in flat and "--transfer-budget-gb inf" in flat, out
+    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--transfer-budget-gb", "inf")
     assert "unknown size" not in out and code == 1, out  # allowed: the step runs (and fails: nothing to read)
     assert S3_REGION.upper() in " ".join(out.split())

@@ -12,6 +12,7 @@ PUBLIC = {
     "Options", "PlanResult", "RunResult", "StepFailed", "StepReport", "materialize", "plan", "run",
     "load_result",  # a succeeded step's returned value, dataclasses rebuilt
     "prefix_path",  # a fixed input under the prefix (Marin's InputName.hardcoded)
+    "mirrored",  # a fixed input several buckets may hold, copied once under the prefix (issue 30)
     "register_encoding",  # how values of a library type become part of an id (issue 18)
     "open_file",  # a step's files on a disk or a bucket, with the run's storage options (issue 16)
     # a location is a value (issue 29): the step's storage options keyed by location, as a value

@@ -66,15 +66,16 @@ def test_a_read_from_another_region_is_noted_refused_over_budget_then_allowed(eu
     note = f"r/copy reads {eu_object} (0.00 GB) from EU-WEST-1; the prefix is in {S3_REGION.upper()}"
     assert note in out.replace("\n", " ")
 
-    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--cross-region-budget-gb", "0.000002")
+    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--transfer-budget-gb", "0.000002")
     assert code == 2, out
-    assert "cross-region reads of 0.00 GB (r/copy) exceed the budget of 2e-06 GB; nothing was started" in \
+    assert "transfers of 2.9 KiB exceed the budget of 2e-06 GB (cross-region reads 2.9 KiB (r/copy)); nothing " \
+        "was started" in \
         out.replace("\n", " ")
     fs, root = location.url_to_fs(prefix, **s3_emulator.storage_options)
     fs.invalidate_cache()
     assert not fs.exists(f"{root}/runs")  # refused before the run file
 
-    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--cross-region-budget-gb", "0.00001")
+    code, out = run_file(path, "--prefix", prefix, "--runner", "inline", "--transfer-budget-gb", "0.00001")
     assert code == 0, out
     assert note in out.replace("\n", " ")
     fs.invalidate_cache()
@@ -82,11 +83,11 @@ def test_a_read_from_another_region_is_noted_refused_over_budget_then_allowed(eu
     assert fs.cat_file(copied) == b"x" * 3000
 
 
-def test_the_default_budget_is_ten_gigabytes():
+def test_the_default_budget_is_ten_gigabytes():  # one budget: cross-region reads, copies, mirrored inputs
     from executor import api
     from executor.cli import ExecutorOptions
 
-    assert ExecutorOptions().cross_region_budget_gb == api.Options().cross_region_budget_gb == 10.0
+    assert ExecutorOptions().transfer_budget_gb == api.Options().transfer_budget_gb == 10.0
 
 
 def test_same_location_reads_say_nothing_on_gcs(gcs_emulator, tmp_path, monkeypatch):
@@ -99,6 +100,6 @@ def test_same_location_reads_say_nothing_on_gcs(gcs_emulator, tmp_path, monkeypa
     storage = Storage({"gs://": gcs_emulator.storage_options})  # what a run holds
     assert bucket_location(prefix, storage) == bucket_location(f"gs://{other}/data.bin", storage) == "US-CENTRAL1"
     code, out = run_file(write_experiment(tmp_path, f"gs://{other}/data.bin"), "--prefix", prefix,
-                         "--runner", "inline", "--cross-region-budget-gb", "0")
+                         "--runner", "inline", "--transfer-budget-gb", "0")
     assert code == 0, out
     assert "cross-region" not in out

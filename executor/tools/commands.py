@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 from executor.core.exit_codes import ExitCode
-from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.prefix_view import PrefixView

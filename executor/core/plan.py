@@ -192,10 +192,12 @@ def _set_aside_upstream_of_copies(graph: Graph, decisions: dict[str, Decision], 
     or failed before), is not wanted (a target, an --only match, --force-run) and is read only by
     such copies that stay complete (or by steps set aside themselves) goes to Plan.standby ("not
     needed here"). Any other missing step runs, as ever (`repair --delete-status` makes a step re-run)."""
+    if not any(d.action == Action.SKIP and d.observed.status.copied_from for d in decisions.values()):
+        return Plan(decisions)  # no copy here: nothing to set aside (a first run, a no-op re-run)
     aside = {digest for digest, d in decisions.items()
              if d.action == Action.RUN and digest not in forced
              and (d.observed.status is None or d.observed.status.state == State.FAILED)}
-    if aside:  # else a no-op re-run: nothing more to look at
+    if aside:
         wanted = set(graph.targets if only is None else match_steps(graph, only, "--only"))
         aside = _read_only_by_copies(decisions, aside - wanted)
     if not aside:

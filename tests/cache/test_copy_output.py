@@ -98,15 +98,19 @@ def test_a_shorter_file_is_rejected(tmp_path, whole_file_max):
                                whole_file_max=whole_file_max, part=MIB))
 
 
-def test_an_empty_file_is_copied(tmp_path):
+def test_an_empty_file_is_copied_and_one_that_grew_is_rejected(tmp_path):
     manifest = output_of(tmp_path / "src", {"empty": 0, "a.txt": 3})
     assert copy_output(CopyConfig(str(tmp_path / "src"), str(tmp_path / "dst"), manifest))["files"] == 2
     assert same_files(tmp_path / "src", tmp_path / "dst")
+    (tmp_path / "src" / "empty").write_bytes(b"now 12 bytes")
+    with pytest.raises(SourceRejected, match="empty: 12 bytes, the manifest says 0"):
+        copy_output(CopyConfig(str(tmp_path / "src"), str(tmp_path / "again"), manifest))
 
 
 def test_between_two_s3_endpoints_a_large_file_streams_as_a_multipart_upload_checked_by_etag():
     """S3 (two moto servers, keys of their own): a 12 MiB object in 5 MiB parts (S3's smallest),
-    checked against the source's ETag (an MD5), and a changed object rejected."""
+    checked against the source's ETag (an MD5), beside a small and an empty object; a changed object
+    rejected."""
     from executor.core.locations import Storage
     from executor.engine import location
 
@@ -115,6 +119,7 @@ def test_between_two_s3_endpoints_a_large_file_streams_as_a_multipart_upload_che
         src_fs, _ = location.url_to_fs("s3://srcbk/out", storage)
         src_fs.pipe_file("srcbk/out/big.bin", os.urandom(12 * MIB))
         src_fs.pipe_file("srcbk/out/small.txt", b"small")
+        src_fs.pipe_file("srcbk/out/empty", b"")
         manifest = tuple(outputs.manifest(src_fs, "srcbk/out"))
         assert {e["checksum"]["algorithm"] for e in manifest} == {"s3-etag-md5"}
         config = CopyConfig("s3://srcbk/out", "s3://dstbk/out", manifest, whole_file_max=5 * MIB, part=5 * MIB)
@@ -122,6 +127,7 @@ def test_between_two_s3_endpoints_a_large_file_streams_as_a_multipart_upload_che
             assert copy_output(config)["bytes"] == 12 * MIB + 5
             dst_fs, _ = location.url_to_fs("s3://dstbk/out", storage)
             assert dst_fs.cat_file("dstbk/out/big.bin") == src_fs.cat_file("srcbk/out/big.bin")
+            assert dst_fs.cat_file("dstbk/out/empty") == b"" and dst_fs.cat_file("dstbk/out/small.txt") == b"small"
             src_fs.pipe_file("srcbk/out/big.bin", os.urandom(12 * MIB))
             with pytest.raises(SourceRejected, match="big.bin: s3-etag-md5 differs from the manifest"):
                 copy_output(CopyConfig("s3://srcbk/out", "s3://dstbk/again", manifest,

@@ -60,9 +60,10 @@ def test_status_of_a_copied_step_says_where_it_came_from(hello_a, tmp_path):
 
 def test_a_later_run_without_cache_from_skips_the_copy_and_makes_nothing_upstream(hello_a, tmp_path):
     """After a copy (of the target only), a run at B without --cache-from skips it and does not make
-    the steps it was made from; the dry run says they are not needed; `verify` is clean; `gc` keeps
-    the copy and finds nothing else; its record names the outputs it was made from where they are
-    (under A), not paths under B that were never made."""
+    the steps it was made from; the dry run says they are not needed; `verify` is clean; `status`
+    (table and JSON) says it was copied and from where; `gc` keeps the copy and finds nothing else;
+    its record names the outputs it was made from where they are (under A), not paths under B that
+    were never made."""
     from tests.tools.toy import run_main
 
     b = tmp_path / "b"
@@ -78,6 +79,10 @@ def test_a_later_run_without_cache_from_skips_the_copy_and_makes_nothing_upstrea
                              "hello/count, hello/greeting, hello/shout" in " ".join(out.split()), out
     code, out = run_main("verify", "--prefix", str(b))
     assert code == 0 and "1 step(s) verified, 0 problem(s)" in out, out
+    code, out = run_main("status", "--prefix", str(b))
+    assert code == 0 and "SUCCESS" in out and f"(copied from {hello_a})" in out, out
+    code, out = run_main("status", "--prefix", str(b), "--json")
+    assert code == 0 and [row["copied_from"] for row in json.loads(out)] == [str(hello_a)], out
     code, out = run_main("gc", str(HELLO), "--prefix", str(b), "--delete", "--grace-hours", "0")
     assert code == 0 and "1 output(s) reachable" in out and "0 unreachable" in out, out
     [summary] = (b / "hello").glob("summary-*")

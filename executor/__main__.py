@@ -141,10 +141,13 @@ def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) ->
     p = command("explain", "why a step's id differs from its nearest earlier version", commands.cmd_explain)
     p.add_argument("experiment")
     p.add_argument("step", help="step name or step id")
+    _cache_from_flag(p, "also say whether a run with it would copy the step, and from where; its records count "
+                        "as earlier versions")
 
     p = command("graph", "draw an experiment's plan coloured by decision", commands.cmd_graph)
     p.add_argument("experiment")
     p.add_argument("file", help="output picture: .html, .svg or .png")
+    _cache_from_flag(p, "draw the plan of a run with it: steps it holds are copied")
 
     p = command("ids", "print an experiment's step ids and identity documents as JSON, recomputed from its file, "
                        "as its ids file (<experiment>.plan.json) holds them", commands.cmd_ids, storage=False,
@@ -166,6 +169,12 @@ def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) ->
                    help="also adopt each dependent's new id from the output that consumed the old one")
     p.add_argument("--force", action="store_true",
                    help="adopt across a different step name or config type (needs --reason)")
+
+
+def _cache_from_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--cache-from", action="append", default=[], metavar="PREFIX",
+                   help=f"a prefix a run would copy outputs of the same steps from (repeatable or comma-separated; "
+                        f"env EXECUTOR_CACHE_FROM): {what}")
 
 
 def _add_maintaining_commands(command: Callable[..., argparse.ArgumentParser]) -> None:

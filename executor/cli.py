@@ -245,11 +245,13 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
     # the default prefix is cache/ in the project holding the experiment, wherever it runs from (19.4)
     options = dataclasses.replace(options, prefix=resolve_prefix(options.prefix, environ, main_file))
     if options.explain:
-        from executor.tools.explain import run_explain
+        from executor.tools.explain import cache_from_plan, run_explain
 
         prefix = options.prefix
+        plan, sources = cache_from_plan(graph, api_options(options, storage_flag), environ)
         return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
-                           storage_options=storage_options_from_env(prefix, environ, storage_flag))
+                           storage_options=storage_options_from_env(prefix, environ, storage_flag),
+                           plan=plan, cache_from=sources)
     if options.dry_run:
         return _dry_run(graph, options, description, main_file, environ, reporter, storage_flag)
     return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 from executor.core.errors import GraphError
 from executor.core.graph import Graph, StepNode, gc_paused
@@ -119,12 +119,16 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
         if now_there is not None and now_there != consumed[dep]:
             return Decision(node, Action.RUN, f"stale: dependency {graph.nodes[dep].name} was re-run after this "
                                               f"output was made, and its output changed", observed)
+    return Decision(node, Action.SKIP, _skip_reason(graph, status, rerunning), observed, tuple(rerunning))
+
+
+def _skip_reason(graph: Graph, status: Status, rerunning: Sequence[str]) -> str:
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
+    alias += f" (copied from {status.copied_from})" if status.copied_from else ""
     if rerunning:
         names = ", ".join(graph.nodes[d].name for d in rerunning)
-        return Decision(node, Action.SKIP, f"succeeded{alias}; re-run if {names} commits a different output",
-                        observed, tuple(rerunning))
-    return Decision(node, Action.SKIP, f"succeeded{alias}", observed)
+        return f"succeeded{alias}; re-run if {names} commits a different output"
+    return f"succeeded{alias}"
 
 
 def describe_owner(status: Status, now: float | None) -> str:
@@ -181,4 +185,58 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
             decision = Decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
                                 "(--force-failed false leaves it)", observed)
         decisions[digest] = decision
-    return Plan(decisions)
+    return _set_aside_upstream_of_copies(graph, decisions, options.only, forced)
+
+
+def _set_aside_upstream_of_copies(graph: Graph, decisions: dict[str, Decision], only: str | None,
+                                  forced: set[str]) -> Plan:
+    """An output copied here by --cache-from was made elsewhere, from inputs elsewhere: the steps it
+    was made from need not be made here. A step that would run because it has no output here (new,
+    or failed before), is not wanted (a target, an --only match, --force-run) and is read only by
+    such copies that stay complete (or by steps set aside themselves) goes to Plan.standby ("not
+    needed here"). Any other missing step runs, as ever (`repair --delete-status` makes a step re-run)."""
+    if not any(d.action == Action.SKIP and d.observed.status.copied_from for d in decisions.values()):
+        return Plan(decisions)  # no copy here: nothing to set aside (a first run, a no-op re-run)
+    aside = {digest for digest, d in decisions.items()
+             if d.action == Action.RUN and digest not in forced
+             and (d.observed.status is None or d.observed.status.state == State.FAILED)}
+    if aside:
+        wanted = set(graph.targets if only is None else match_steps(graph, only, "--only"))
+        aside = _read_only_by_copies(decisions, aside - wanted)
+    if not aside:
+        return Plan(decisions)
+    kept, standby = {}, {}
+    for digest, d in decisions.items():
+        if digest in aside:
+            standby[digest] = replace(d, reason=f"not needed here ({d.reason})")
+        elif d.recheck and set(d.recheck) & aside:  # nothing to wait for from a set-aside step
+            recheck = tuple(r for r in d.recheck if r not in aside)
+            kept[digest] = replace(d, recheck=recheck, reason=_skip_reason(graph, d.observed.status, recheck))
+        else:
+            kept[digest] = d
+    return Plan(kept, standby)
+
+
+def _read_only_by_copies(decisions: dict[str, Decision], candidates: set[str]) -> set[str]:
+    """The candidates every reader of which is a skipped copy with nothing to re-check but
+    candidates (a re-check could re-run it, and it would read them), or itself such a candidate."""
+    readers: dict[str, list[str]] = {}
+    for digest, d in decisions.items():
+        for dep in (*d.node.deps, *d.node.weak_deps):
+            readers.setdefault(dep, []).append(digest)
+    aside = candidates & readers.keys()  # a step no planned step reads is wanted for itself
+    changed = bool(aside)
+    while changed:  # readers first (reverse topological order); repeated until nothing changes
+        changed = False
+        for digest in reversed(decisions):
+            if digest in aside and not all(r in aside or _copy_staying_complete(decisions[r], aside)
+                                           for r in readers[digest]):
+                aside.discard(digest)
+                changed = True
+    return aside
+
+
+def _copy_staying_complete(decision: Decision, aside: set[str]) -> bool:
+    status = decision.observed.status
+    return (decision.action == Action.SKIP and status is not None and status.copied_from is not None
+            and set(decision.recheck) <= aside)

@@ -71,10 +71,13 @@ class Status:
     function_sha256: str | None = None  # provenance of a SUCCESS: lets plans spot code drift without reading records
     content_sha256: str | None = None  # of a SUCCESS: the output's manifest digest (see output_digest)
     inputs: dict[str, str] | None = None  # of a SUCCESS: dependency digest -> its content_sha256 as consumed
+    copied_from: str | None = None  # of a SUCCESS copied by --cache-from: the source prefix (its inputs were there)
     schema: int = STATUS_SCHEMA
 
     def to_bytes(self) -> bytes:
         data = dict(self.__dict__)  # not asdict(): its deep copies cost more than the write (issue 4)
+        if data["copied_from"] is None:  # written only by copies: every other status stays as it was
+            del data["copied_from"]
         data["state"] = self.state.value
         data["owner"] = dict(self.owner.__dict__) if self.owner else None
         return json.dumps(data, sort_keys=True, indent=1).encode()
@@ -113,7 +116,7 @@ def parse_status(data: bytes, where: str, owners: dict[tuple, Owner] | None = No
             "written_at": float(raw["written_at"]), "started_at": raw.get("started_at"), "error": raw.get("error"),
             "traceback_tail": raw.get("traceback_tail"), "alias_of": raw.get("alias_of"),
             "function_sha256": raw.get("function_sha256"), "content_sha256": raw.get("content_sha256"),
-            "inputs": raw.get("inputs"), "schema": schema,
+            "inputs": raw.get("inputs"), "copied_from": raw.get("copied_from"), "schema": schema,
         })
     except StatusError:
         raise

@@ -91,13 +91,12 @@ class CacheCopies:
         ex._submit_step(t, False)
 
     def _commit(self, t: "Tracked", copied: dict[str, Any]) -> None:
-        """The source's record, saying where it came from, then the fenced SUCCESS status."""
+        """The source's record, saying where it came from, then the fenced SUCCESS status. Its
+        dependencies keep the paths the output was made from (under the source prefix): only the
+        targets are copied, so the same paths here would name outputs that were never made here."""
         ex, source = self.ex, t.sources[0]
         record = dict(source.record)
         record["run_id"] = ex.ctx.owner.run_id
-        record["dependencies"] = [{**dep, "path": outputs.join(ex.ctx.prefix, dep["path"][len(source.prefix):])
-                                   if str(dep.get("path", "")).startswith(source.prefix + "/") else dep.get("path")}
-                                  for dep in record.get("dependencies") or []]
         record["extra"] = {**(record.get("extra") or {}),
                            "copied_from": {"prefix": source.prefix, "run_id": source.run_id,
                                            "output_path": source.output_path, "timings": record.get("timings"),
@@ -110,7 +109,7 @@ class CacheCopies:
         content = source.status.content_sha256 or output_digest(source.files)
         final = t.lease.status.next(state=State.SUCCESS, written_at=ex.ctx.wall_clock(),
                                     function_sha256=source.status.function_sha256, content_sha256=content,
-                                    inputs=source.status.inputs)
+                                    inputs=source.status.inputs, copied_from=source.prefix)
         if not ex.ctx.keeper.finish(t.lease, final):
             ex.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost before commit"))
             t.state, t.lease, t.handle = Outcome.PENDING, None, None

@@ -146,4 +146,5 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
         else:
             decided[digest] = choice
     in_order = list(plan.decisions)  # topological, as the plan
-    return Plan({k: decided[k] for k in in_order if k in decided}, {k: standby[k] for k in in_order if k in standby})
+    return Plan({k: decided[k] for k in in_order if k in decided},
+                {**plan.standby, **{k: standby[k] for k in in_order if k in standby}})

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 from executor.core.exit_codes import ExitCode
-from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.prefix_view import PrefixView
@@ -106,23 +105,32 @@ def _load(args: Any, path: str | None = None):
     return load_experiment(path or args.experiment, args.experiment_args)
 
 
+def _run_options(args: Any, prefix: str) -> Any:
+    """The options of a plain run of the loaded experiment at `prefix`, with --cache-from (else
+    EXECUTOR_CACHE_FROM, read where the plan is made), as the planning commands show its plan."""
+    from executor import api
+
+    return api.Options(prefix=prefix, storage_options=args.storage_options,
+                       cache_from=tuple(p for given in args.cache_from for p in given.split(",") if p.strip()))
+
+
 def cmd_explain(args: Any) -> int:
-    from executor.tools.explain import run_explain
+    from executor.tools.explain import cache_from_plan, run_explain
 
     loaded = _load(args)
     prefix = default_prefix(args.prefix, loaded.path)
-    return run_explain(loaded.graph, args.step, prefix, loaded.path, storage_options=args.storage_options)
+    plan, sources = cache_from_plan(loaded.graph, _run_options(args, prefix), os.environ)
+    return run_explain(loaded.graph, args.step, prefix, loaded.path, storage_options=args.storage_options,
+                       plan=plan, cache_from=sources)
 
 
 def cmd_graph(args: Any) -> int:
-    from executor.core.plan import PlanOptions, plan_steps
-    from executor.engine.snapshot import read_snapshot
+    from executor import api
     from executor.tools.draw import draw_plan
 
     loaded = _load(args)
     prefix = default_prefix(args.prefix, loaded.path)
-    store = location.open_location(prefix, args.storage_options)[0]
-    plan = plan_steps(loaded.graph, read_snapshot(store, loaded.graph.nodes.values()), PlanOptions(now=time.time()))
+    plan = api.decide(loaded.graph, _run_options(args, prefix), environ=os.environ).plan
     print(f"graph of {len(plan.decisions)} step(s) against {prefix} written to {draw_plan(plan, args.file)}")
     return ExitCode.OK
 

@@ -11,7 +11,7 @@ in hello/greeting: config.greeting"). Reads only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import StatusError
@@ -32,7 +32,7 @@ class Version:
     step_id: str
     digest: str
     identity: dict[str, Any]
-    source: str  # "storage" or "ids file"
+    source: str  # "storage" (the prefix), "ids file", or "cache-from PREFIX"
     finished_at: float = 0.0
 
 
@@ -60,10 +60,15 @@ class EarlierVersions:
 
     @classmethod
     def gather(cls, names: Iterable[str], prefix: str | None, main_file: str | None,
-               storage_options: dict | None = None) -> "EarlierVersions":
+               storage_options: dict | None = None, cache_from: Sequence[str] = ()) -> "EarlierVersions":
+        """From the prefix's records, then the cache-from prefixes' (in order), then the ids file."""
         versions = cls()
+        names = sorted(set(names))
         if prefix is not None:
             for v in versions_on_storage(prefix, names, storage_options):
+                versions.add(v)
+        for other in cache_from:
+            for v in versions_on_storage(other, names, storage_options, source=f"cache-from {other}"):
                 versions.add(v)
         if main_file:
             plan = read_plan(plan_file_path(main_file))
@@ -72,7 +77,8 @@ class EarlierVersions:
         return versions
 
 
-def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict | None = None) -> list[Version]:
+def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict | None = None,
+                        source: str = "storage") -> list[Version]:
     """Records of earlier runs of these step names under the prefix (any state of their status)."""
     fs = location.open_filesystem(prefix, storage_options)
     found = []
@@ -89,7 +95,7 @@ def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict
             if record is None or record.get("name") != name or "identity" not in record:
                 continue
             finished = float((record.get("timings") or {}).get("finished_at") or 0.0)
-            found.append(Version(name, record["step_id"], record["digest"], record["identity"], "storage", finished))
+            found.append(Version(name, record["step_id"], record["digest"], record["identity"], source, finished))
     return found
 
 
@@ -200,18 +206,26 @@ def one_line(graph: Graph, e: StepExplanation) -> str:
 # -- entry points ----------------------------------------------------------------------------------
 
 def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | None, *, reporter: Any = None,
-                storage_options: dict | None = None) -> int:
+                storage_options: dict | None = None, plan: Plan | None = None,
+                cache_from: Sequence[str] = ()) -> int:
+    """Why each step named `name` has its id. With `cache_from` (and the `plan` a run with them
+    would act on): first what that run would do with the step (copy, and from where), and the
+    cache-from prefixes' records count as earlier versions too."""
     say = _printer(reporter)
     nodes = graph.node_by_name(name)
     if not nodes:
         names = ", ".join(sorted({n.name for n in graph.nodes.values()}))
         say(f"error: --explain {name!r} matches no step; steps are: {names}")
         return ExitCode.USAGE
-    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options)
+    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options,
+                                      cache_from)
     for node in nodes:
+        if plan is not None:
+            say(cache_from_line(node, plan, cache_from, storage_options))
         if node.digest in versions.by_digest:
             found = versions.by_digest[node.digest]
-            where = "on storage" if found.source == "storage" else "in the ids file"
+            where = {"storage": "on storage", "ids file": "in the ids file"}.get(found.source,
+                                                                                 f"under {found.source}")
             say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
             continue
         old = versions.nearest(node)
@@ -225,6 +239,35 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
             say(line)
         say(cascade_summary(len(explanation.readdressed()), explanation.roots()))
     return ExitCode.OK
+
+
+def cache_from_plan(graph: Graph, options: Any, environ: Mapping[str, str]) -> tuple[Plan | None, tuple[str, ...]]:
+    """The plan a run with these options (executor.api.Options) would act on, and its cache-from
+    prefixes (--cache-from, else EXECUTOR_CACHE_FROM); (None, ()) when there are none: then
+    nothing is read."""
+    from executor import api
+    from executor.engine.cache_from import ENV_VAR, cache_from_list
+
+    if not options.cache_from and not environ.get(ENV_VAR):
+        return None, ()
+    decided = api.decide(graph, options, environ=environ)
+    return decided.plan, cache_from_list(options.cache_from, environ, decided.prefix)
+
+
+def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[str], storage_options: Any = None) -> str:
+    """What a run with --cache-from would do with the step: copy it (from where), or not, and why."""
+    decision = plan.decisions.get(node.digest) or plan.standby.get(node.digest)
+    if decision is None:
+        return f"{node.name}: with --cache-from, not in the plan (not selected)"
+    if decision.action == Action.COPY or node.digest in plan.standby:
+        return f"{node.name}: with --cache-from, {decision.reason}"
+    line = f"{node.name}: with --cache-from, {decision.action}: {decision.reason}"
+    if decision.action == Action.RUN:
+        from executor.engine.cache_from import find_sources
+
+        if not find_sources([node], cache_from, storage_options):
+            line += f"; no SUCCESS of {node.step_id} under {', '.join(cache_from)}"
+    return line
 
 
 def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
@@ -266,5 +309,5 @@ def _printer(reporter: Any):
     return lambda line: reporter.info(escape(line))
 
 
-__all__ = ["EarlierVersions", "StepExplanation", "Version", "dry_run_notes", "explain_node", "print_dry_run_notes",
-           "run_explain"]
+__all__ = ["EarlierVersions", "StepExplanation", "Version", "cache_from_line", "cache_from_plan", "dry_run_notes",
+           "explain_node", "print_dry_run_notes", "run_explain"]

@@ -56,3 +56,36 @@ def test_status_of_a_copied_step_says_where_it_came_from(hello_a, tmp_path):
                            capture_output=True, text=True, timeout=120, cwd=HELLO.parents[1])
     assert shown.returncode == 0, shown.stderr
     assert f"copied from {hello_a} (run {run_id}, 43 B in" in shown.stdout, shown.stdout
+
+
+def test_a_later_run_without_cache_from_skips_the_copy_and_makes_nothing_upstream(hello_a, tmp_path):
+    """After a copy (of the target only), a run at B without --cache-from skips it and does not make
+    the steps it was made from; the dry run says they are not needed; `verify` is clean; `status`
+    (table and JSON) says it was copied and from where; `gc` keeps the copy and finds nothing else;
+    its record names the outputs it was made from where they are (under A), not paths under B that
+    were never made."""
+    from tests.tools.toy import run_main
+
+    b = tmp_path / "b"
+    code, out = run_file(HELLO, "--prefix", str(b), "--runner", "inline", "--cache-from", str(hello_a))
+    assert code == 0, out
+    made = sorted(p.relative_to(b) for p in (b / "hello").rglob("*"))
+    code, out = run_file(HELLO, "--prefix", str(b), "--runner", "inline")
+    assert code == 0 and "already succeeded; nothing to do" in out, out
+    assert sorted(p.relative_to(b) for p in (b / "hello").rglob("*")) == made  # nothing new: no upstream made
+    for again in ((), ("--cache-from", str(hello_a))):
+        code, out = run_file(HELLO, "--prefix", str(b), "--dry-run", *again)
+        assert code == 0 and "not needed here (every step that reads them is copied or complete): hello/words, " \
+                             "hello/count, hello/greeting, hello/shout" in " ".join(out.split()), out
+    code, out = run_main("verify", "--prefix", str(b))
+    assert code == 0 and "1 step(s) verified, 0 problem(s)" in out, out
+    code, out = run_main("status", "--prefix", str(b))
+    assert code == 0 and "SUCCESS" in out and f"(copied from {hello_a})" in out, out
+    code, out = run_main("status", "--prefix", str(b), "--json")
+    assert code == 0 and [row["copied_from"] for row in json.loads(out)] == [str(hello_a)], out
+    code, out = run_main("gc", str(HELLO), "--prefix", str(b), "--delete", "--grace-hours", "0")
+    assert code == 0 and "1 output(s) reachable" in out and "0 unreachable" in out, out
+    [summary] = (b / "hello").glob("summary-*")
+    record = json.loads((summary / ".executor" / "record.json").read_text())
+    assert record["dependencies"] and all(Path(d["path"]).is_relative_to(hello_a) and Path(d["path"]).exists()
+                                          for d in record["dependencies"]), record["dependencies"]

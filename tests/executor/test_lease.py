@@ -175,16 +175,18 @@ def test_the_commit_waits_for_a_heartbeat_in_flight_by_default(store):
 
 
 def test_a_status_reads_back_exactly_as_written_and_a_damaged_one_is_refused():
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     from executor.core.errors import StatusError
 
     status = Status(State.SUCCESS, "d" * 64, "s-123", 7, 2, Owner("run", "host", 42, "me"), 1.5,
                     started_at=1.0, error="e", traceback_tail="t", alias_of={"output_rel": "x"},
-                    function_sha256="f", content_sha256="c", inputs={"a": "b"})
+                    function_sha256="f", content_sha256="c", inputs={"a": "b"}, copied_from="gs://a/runs")
     assert {f.name for f in fields(Status) if getattr(status, f.name) == f.default} == {"schema"}  # all set
     parsed = parse_status(status.to_bytes(), "k")
     assert parsed == status and isinstance(parsed.state, State)
+    made_here = replace(status, copied_from=None)  # only a --cache-from copy writes the key
+    assert b"copied_from" not in made_here.to_bytes() and parse_status(made_here.to_bytes(), "k") == made_here
     with pytest.raises(Exception):  # still frozen
         parsed.seq = 8  # type: ignore[misc]
     for damaged in (b'{"schema": 1, "state": "DONE"}', status.to_bytes()[:-20], b"[]",

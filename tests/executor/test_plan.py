@@ -145,3 +145,68 @@ def test_a_json_plan_of_thousands_of_steps_is_one_document():
     stream = io.StringIO()
     write_plan_json(plan_steps(graph, {}, PlanOptions()), "/p", stream)
     assert [row["name"] for row in json.loads(stream.getvalue())["steps"]] == [f"s{i}" for i in range(2345)]
+
+
+
+def diamond():
+    """a and b, both read by top (the target)."""
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b = ExecutorStep("b", fn, Cfg(value=2))
+    top = ExecutorStep("top", fn, Cfg(dep=[output_path_of(a), output_path_of(b)]))
+    return build_graph([top]), a, b, top
+
+
+def copied(graph, step, **changes):
+    """A SUCCESS status a --cache-from copy wrote."""
+    import dataclasses
+
+    return Observed(dataclasses.replace(status(graph, step, State.SUCCESS).status, copied_from="gs://a/runs",
+                                        **changes), "gen")
+
+
+def test_steps_only_copies_read_are_set_aside_not_run():
+    """A target copied here by --cache-from, whose upstream was never made here (or failed here):
+    the upstream is neither run nor waited for, and the plan says why; `side`, a target of its own,
+    still runs. The same target made here (not copied) with its upstream gone: the upstream runs
+    (as after `repair --delete-status`)."""
+    graph, a, b, c, side = chain()
+    for b_status in ({}, {graph.digest_of(b): status(graph, b, State.FAILED, error="boom")}):
+        plan = plan_steps(graph, {graph.digest_of(c): copied(graph, c), **b_status}, PlanOptions())
+        assert actions(plan) == {"c": (Action.SKIP, "succeeded (copied from gs://a/runs)"),
+                                 "side": (Action.RUN, "new: no previous attempt")}
+        assert {d.node.name: d.reason for d in plan.standby.values()} == {
+            "a": "not needed here (new: no previous attempt)",
+            "b": "not needed here (previous attempt failed: boom)" if b_status else
+                 "not needed here (new: no previous attempt)"}
+    plan = plan_steps(graph, {graph.digest_of(c): status(graph, c, State.SUCCESS)}, PlanOptions())
+    assert [d.node.name for d in plan.by_action(Action.RUN)] == ["a", "b", "side"] and not plan.standby
+
+
+def test_a_set_aside_step_runs_when_something_will_read_it():
+    """--force-run of the copied target, --only naming the upstream, or the upstream a target
+    itself: they run."""
+    graph, a, b, c, side = chain()
+    snap = {graph.digest_of(c): copied(graph, c)}
+    plan = plan_steps(graph, snap, PlanOptions(force_run="^c$"))
+    assert [d.node.name for d in plan.by_action(Action.RUN)] == ["a", "b", "c", "side"] and not plan.standby
+    plan = plan_steps(graph, snap, PlanOptions(only="^b$"))
+    assert [d.node.name for d in plan.by_action(Action.RUN)] == ["a", "b"] and not plan.standby
+    both = build_graph([c, b])
+    plan = plan_steps(both, snap, PlanOptions())
+    assert [d.node.name for d in plan.by_action(Action.RUN)] == ["a", "b"] and not plan.standby
+
+
+def test_a_missing_step_is_run_when_its_copied_reader_may_re_run():
+    """top (copied) consumed a and b; b is re-run (--force-run), so top is re-checked and may
+    re-run, reading a: a runs. Without the re-run, a is set aside and top is a plain skip."""
+    graph, a, b, top = diamond()
+    inputs = {graph.digest_of(a): "1" * 64, graph.digest_of(b): "2" * 64}
+    snap = {graph.digest_of(b): status(graph, b, State.SUCCESS),
+            graph.digest_of(top): copied(graph, top, inputs=inputs)}
+    plan = plan_steps(graph, snap, PlanOptions(force_run="^b$"))
+    assert [d.node.name for d in plan.by_action(Action.RUN)] == ["a", "b"] and not plan.standby
+    assert set(plan.decisions[graph.digest_of(top)].recheck) == {graph.digest_of(a), graph.digest_of(b)}
+    plan = plan_steps(graph, snap, PlanOptions())
+    assert actions(plan) == {"b": (Action.SKIP, "succeeded"),
+                             "top": (Action.SKIP, "succeeded (copied from gs://a/runs)")}
+    assert plan.decisions[graph.digest_of(top)].recheck == () and list(plan.standby) == [graph.digest_of(a)]

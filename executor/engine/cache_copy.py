@@ -97,6 +97,9 @@ class CacheCopies:
         ex, source = self.ex, t.sources[0]
         record = dict(source.record)
         record["run_id"] = ex.ctx.owner.run_id
+        here = outputs.join(ex.ctx.prefix, t.node.output_rel)
+        for key in ("result", "config"):  # a path into the source's output names the copy here
+            record[key] = rehomed(record.get(key), source.output_path, here)
         record["extra"] = {**(record.get("extra") or {}),
                            "copied_from": {"prefix": source.prefix, "run_id": source.run_id,
                                            "output_path": source.output_path, "timings": record.get("timings"),
@@ -117,3 +120,17 @@ class CacheCopies:
         t.state, t.content, t.sources = Outcome.SUCCEEDED, content, ()
         ex.ctx.events.emit(StepFinished(t.node, Outcome.SUCCEEDED, seconds=ex.ctx.clock() - t.started,
                                         result=record.get("result")))
+
+
+def rehomed(value: Any, source_output: str, output: str) -> Any:
+    """`value` (a record's result or config, as stored) with every string naming the source's output
+    directory, or a path inside it, naming the same place in `output`."""
+    if isinstance(value, str):
+        if value == source_output or value.startswith(source_output.rstrip("/") + "/"):
+            return output + value[len(source_output):]
+        return value
+    if isinstance(value, dict):
+        return {k: rehomed(v, source_output, output) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rehomed(v, source_output, output) for v in value]
+    return value

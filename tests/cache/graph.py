@@ -64,7 +64,7 @@ def make_notes(config: NotesConfig) -> dict:
     for name in ("a.txt", "sub/b.txt"):
         with open_file(f"{config.output_path}/{name}", "w") as f:
             f.write(f"{name}: {config.text}\n")
-    return {"notes": 2}
+    return {"notes": 2, "first": f"{config.output_path}/a.txt"}
 
 
 def build(seed: str = "abc") -> list[ExecutorStep]:

@@ -63,6 +63,9 @@ def test_targets_are_copied_checked_and_verified_and_upstream_is_left(source, tm
     assert (output_dir(b, "cache/report") / "report.txt").read_bytes() == \
         (output_dir(a, "cache/report") / "report.txt").read_bytes()
     assert (output_dir(b, "cache/notes") / "sub" / "b.txt").read_text() == "sub/b.txt: abc\n"
+    notes = record(b, "cache/notes")  # paths into A's output name the copy here, in its result and config
+    assert notes["result"]["first"] == f"{output_dir(b, 'cache/notes')}/a.txt"
+    assert notes["config"]["output_path"] == str(output_dir(b, "cache/notes"))
     assert not list((b / "cache").glob("raw-*")) and not list((b / "cache").glob("upper-*"))  # not needed
     checked = verify_path(str(b))
     assert len(checked) == 2 and all(v.ok for v in checked)

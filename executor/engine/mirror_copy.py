@@ -199,13 +199,15 @@ class MirrorCopies:
     def _commit(self, job: _Job, copied: dict[str, Any]) -> None:
         """The record (where it came from, every file as its store reported it), then the fenced SUCCESS."""
         ctx, source = self.ex.ctx, job.candidates[0]
+        copied = dict(copied)
+        manifest = copied.pop("manifest", None) or list(source.files)  # checksums of the bytes copied
         record = {"schema": RECORD_SCHEMA, "step_id": job.input.rel, "digest": job.input.digest,
                   "name": f"mirror {job.input.logical}", "logical": job.input.logical, "source": source.url,
-                  "manifest": list(source.files), "run_id": ctx.owner.run_id, "copied": copied,
+                  "manifest": manifest, "run_id": ctx.owner.run_id, "copied": copied,
                   "copied_at": ctx.wall_clock()}
         outputs.write_json(ctx.fs, outputs.join(ctx.prefix, record_key(job.input.rel)), to_json_bytes(record))
         final = job.lease.status.next(state=State.SUCCESS, written_at=ctx.wall_clock(),
-                                      content_sha256=output_digest(list(source.files)))
+                                      content_sha256=output_digest(manifest))
         if not ctx.keeper.finish(job.lease, final):
             self._lost(job)
             return

@@ -7,6 +7,7 @@ copy before cache copies."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -109,22 +110,50 @@ def test_what_a_copy_that_never_finished_left_is_removed_before_copying(regions,
     assert executor.load_result(build()[0].config.count_path.step, prefix=str(prefix), environ={})["lines"] == 3000
 
 
+def test_planning_a_local_source_reads_no_bytes_and_the_copy_records_their_sha256(regions, tmp_path, monkeypatch):
+    """Planning lists a local source's files (size, mtime) without opening one; the copy hashes what it
+    streams, and the record holds those sha256s."""
+    import hashlib
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    us, eu = regions
+    opened: list[str] = []
+    real_open = LocalFileSystem._open
+    monkeypatch.setattr(LocalFileSystem, "_open", lambda self, path, mode="rb", **kw: (
+        opened.append(str(path)), real_open(self, path, mode, **kw))[1])
+    planned = executor.plan(build(), prefix=str(tmp_path / "p"), environ={}, mirror_sources=(str(us), str(eu)))
+    [mirror] = planned.plan.mirrors.values()
+    assert [c.url for c in mirror.candidates] == [f"{us}/raw/corpus", f"{eu}/raw/corpus"]
+    assert mirror.bytes_to_copy == CORPUS_BYTES
+    assert not [p for p in opened if p.startswith((str(us), str(eu)))], opened
+    monkeypatch.undo()
+    prefix = tmp_path / "p"
+    assert run(prefix, [us]).ok
+    assert {e["path"]: e["checksum"] for e in mirror_record(prefix)["manifest"]} == {
+        name: {"algorithm": "sha256", "value": hashlib.sha256(text.encode()).hexdigest()} for name, text in FILES.items()}
+
+
 def test_a_source_with_a_changed_file_is_refused_and_the_next_source_used(regions, tmp_path):
+    """The plan listed the local file's size and mtime; it is rewritten (same size) before the copy: the stat
+    after copying differs, so that source is dropped and the next one used."""
     us, eu = regions
     damaged = us / "raw/corpus/sub/part-1.txt"
 
     def damage_after_planning(event) -> None:  # the plan listed it intact; one byte changes before the copy
         if isinstance(event, PlanMade):
+            listed = damaged.stat().st_mtime_ns
             data = bytearray(damaged.read_bytes())
             data[100] ^= 0x01
             damaged.write_bytes(bytes(data))
+            os.utime(damaged, ns=(listed + 10**9, listed + 10**9))  # a coarse clock: still one second later
 
     prefix, events = tmp_path / "p", []
     result = run(prefix, [us, eu], subscribers=[damage_after_planning, events.append])
     assert result.ok, result.steps
     assert mirror_record(prefix)["source"] == f"{eu}/raw/corpus"
     warned = [e.text for e in events if isinstance(e, LogLine) and e.level == "warning"]
-    assert any(f"not copied from {us}/raw/corpus: SourceRejected: sub/part-1.txt: sha256 differs from the manifest" in w
+    assert any(f"not copied from {us}/raw/corpus: SourceRejected: sub/part-1.txt: changed since it was listed" in w
                for w in warned), warned
     assert (prefix / MIRROR / "sub/part-1.txt").read_text() == FILES["sub/part-1.txt"]
 

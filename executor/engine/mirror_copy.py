@@ -23,6 +23,7 @@ from executor.core.record import RECORD_SCHEMA, State, Status, output_digest, to
 from executor.core.step import MirroredPath, Resources
 from executor.engine import outputs
 from executor.engine.copy_output import CopyConfig, copy_output
+from executor.engine.events import MirrorCopied
 from executor.engine.lease import Lease
 from executor.engine.mirror import (Candidate, MirrorInput, coordination_rel, find_candidates, human_bytes,
                                     mirrored_fields, record_key, status_key)
@@ -58,6 +59,9 @@ class MirrorCopies:
 
     def prepare(self) -> None:
         """Copy (or wait for) every mirrored input the plan needs that is not complete here yet."""
+        for m in self.ex.plan.mirrors.values():
+            if m.logical in self.ready:
+                self.ex.ctx.events.emit(MirrorCopied(m.logical, m.rel, "already complete"))
         pending = [m for m in self.ex.plan.mirrors.values() if m.logical not in self.ready]
         if pending:
             self._obtain(pending)
@@ -98,6 +102,7 @@ class MirrorCopies:
         for job in jobs:
             if job.error:
                 self.failed[job.input.logical] = job.error
+                self.ex.ctx.events.emit(MirrorCopied(job.input.logical, job.input.rel, "failed", error=job.error))
             else:
                 self.ready.add(job.input.logical)
 
@@ -114,8 +119,8 @@ class MirrorCopies:
             return
         if status is not None and status.state == State.SUCCESS:
             job.done = True
-            if job.announced:
-                self.ex._note(f"mirror {job.input.logical}: copied by another runner")
+            how = "copied by another runner" if job.announced else "already complete"
+            self.ex.ctx.events.emit(MirrorCopied(job.input.logical, job.input.rel, how))
             return
         if status is not None and status.state == State.RUNNING:
             ours = status.owner is not None and status.owner.run_id == ctx.owner.run_id
@@ -212,8 +217,8 @@ class MirrorCopies:
             self._lost(job)
             return
         job.done, job.lease = True, None
-        self.ex._note(f"mirror {job.input.logical}: copied from {source.url} and checked "
-                      f"({human_bytes(source.bytes)} in {copied.get('seconds', 0):.1f}s)")
+        ctx.events.emit(MirrorCopied(job.input.logical, job.input.rel, "copied", source.url, copied.get("bytes"),
+                                     copied.get("files"), copied.get("seconds")))
 
     def _give_up(self, job: _Job, why: str) -> None:
         ctx = self.ex.ctx

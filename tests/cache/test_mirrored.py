@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import executor
-from executor.engine.events import LogLine, PlanMade, StepStarted
+from executor.engine.events import LogLine, MirrorCopied, PlanMade, StepStarted
 from tests.cache import graph as cache_graph
 from tests.cache.mirror_graph import CORPUS, FILES, build, write_corpus
 from tests.tools.toy import run_file
@@ -214,6 +214,38 @@ def test_dry_run_shows_the_copy_with_sources_and_size_and_writes_nothing(regions
     assert not prefix.exists()
 
 
+def test_the_run_file_the_report_and_the_console_show_each_mirror_copy(regions, tmp_path):
+    """The command line prints one line per mirrored input from its event (the library prints nothing); the
+    run file lists it (copied: source, bytes, files, seconds; or already complete), the report's table shows it."""
+    import re
+
+    us, _ = regions
+    path, prefix = tmp_path / "exp.py", tmp_path / "p"
+    path.write_text(EXPERIMENT)
+    for force, how in (((), "copied"), (("--force-run", "mirrored/count"), "already complete")):
+        code, out = run_file(path, "--prefix", str(prefix), "--runner", "inline", "--mirror-sources", str(us), *force)
+        flat = " ".join(out.split())
+        assert code == 0, out
+        [mirror] = json.loads(next((prefix / "runs").glob(f"*{_run_id(flat)}.json")).read_text())["mirrors"]
+        assert (mirror["logical"], mirror["path"], mirror["how"]) == (CORPUS, MIRROR, how)
+        report = Path(re.search(r"report: (\S+\.html)", flat).group(1)).read_text()
+        [row] = re.findall(r'<tr class="mirror">.*?</tr>', report)
+        assert CORPUS in row and f"<td>{how}</td>" in row, row
+        if how == "copied":
+            assert (mirror["source"], mirror["bytes"], mirror["files"]) == (f"{us}/raw/corpus", CORPUS_BYTES, 2)
+            assert mirror["seconds"] >= 0 and f"{us}/raw/corpus" in row and "2 files" in row
+            assert (f"mirror {CORPUS}: copied from {us}/raw/corpus and checked ({CORPUS_BYTES / 1024:.1f} KiB, "
+                    f"2 files, in") in flat, out
+        else:
+            assert mirror["source"] is None and f"mirror {CORPUS}: already complete at {MIRROR}" in flat, out
+
+
+def _run_id(console: str) -> str:
+    import re
+
+    return re.search(r"run record: \S+-([0-9a-z-]+?)\.json", console).group(1)
+
+
 def test_a_cache_copy_that_falls_back_to_running_gets_its_mirrored_input_then(regions, tmp_path):
     """The steps reading the mirrored input are copied from a cache-from prefix, so the plan copies no
     mirror; both sources turn out damaged, the step runs here, and its input is copied just before."""
@@ -392,7 +424,9 @@ def test_a_runner_waits_for_the_copy_another_runner_holds_and_uses_it(regions, t
     runner.join(timeout=120)
     assert results and results[0].ok, results
     assert not [line for line in lines_of(events) if "copying" in line]
-    assert f"mirror {CORPUS}: copied by another runner" in lines_of(events)
+    assert [(e.how, e.source) for e in events if isinstance(e, MirrorCopied)] == [("copied by another runner", None)]
+    assert [m["how"] for m in json.loads(Path(results[0].run_file).read_text())["mirrors"]] == [
+        "copied by another runner"]
 
 
 def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tmp_path):

@@ -9,7 +9,8 @@ its store reported at planning. A rejected source is dropped and the next tried 
 with none left the lease ends FAILED and the steps reading the input fail, saying why. Only after a copy
 returns are its record (source and manifest) and the fenced SUCCESS written. A step that runs unplanned
 (a cache copy that fell back to running, a step taken over) gets its mirrored inputs the same way just
-before it starts.
+before it starts. A copy the plan did not count (unplanned, or taken over from a silent runner) is
+counted on the run's transfer budget when this runner takes it, and not made past it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class _Job:
     error: str | None = None
     done: bool = False
     announced: bool = False  # said once that another runner is copying it
+    charged: bool = False  # counted on the run's transfer budget after planning (once, whatever the retries)
 
     @property
     def ended(self) -> bool:
@@ -148,6 +150,12 @@ class MirrorCopies:
             if not found:
                 self._give_up(job, f"found in no source (tried: {'; '.join(tried)})")
                 return
+        if not job.charged and job.input.bytes_to_copy == 0:  # the plan did not count it: count it now
+            over = ctx.transfers.charge(f"copying mirrored input {job.input.logical}", job.candidates[0].bytes)
+            if over is not None:
+                self._give_up(job, f"not copied: {over}")
+                return
+            job.charged = True
         self._submit(job)
 
     def _submit(self, job: _Job) -> None:

@@ -263,6 +263,29 @@ def test_a_cache_copy_that_falls_back_to_running_gets_its_mirrored_input_then(re
     assert mirror_record(b)["source"] == f"{us}/raw/corpus"
 
 
+def test_an_unplanned_mirror_copy_counts_against_the_transfer_budget(regions, tmp_path):
+    """As above, the plan copies no mirror (the steps are cache copies of a few bytes); the copies fall back to
+    running, and the mirrored input they then need (59.6 KiB) is over the 50 kB budget: refused with the
+    sizes, its reader fails, nothing is copied. With 100 kB it is copied."""
+    us, _ = regions
+    a = tmp_path / "a"
+    assert run(a, [us]).ok
+    for name, output in (("count", "count.txt"), ("total", "total.txt")):
+        [path] = a.glob(f"mirrored/{name}-*/{output}")
+        path.write_text(path.read_text() + "changed\n")
+    b = tmp_path / "b"
+    result = run(b, [us], cache_from=(str(a),), transfer_budget_gb=0.00005)
+    count = result.step("mirrored/count")
+    assert (count.decision, str(count.status)) == ("copy", "failed"), result.steps
+    assert (f"mirrored input {CORPUS}: not copied: copying mirrored input {CORPUS} ({CORPUS_BYTES / 1024:.1f} KiB) "
+            f"would take the transfer budget past 5e-05 GB (") in count.error, count.error
+    assert "already counted in this run); raise it with --transfer-budget-gb" in count.error, count.error
+    assert result.step("mirrored/total").error == "dependency mirrored/count failed"
+    assert not list((b / "mirror").rglob("*.txt"))
+    again = run(b, [us], cache_from=(str(a),), transfer_budget_gb=0.0001)
+    assert again.ok and mirror_record(b)["source"] == f"{us}/raw/corpus", again.steps
+
+
 def test_the_environment_variable_names_the_sources(regions, tmp_path):
     planned = executor.plan(build(), prefix=str(tmp_path / "p"), environ={"EXECUTOR_MIRROR_SOURCES": f"{regions[1]},"})
     [mirror] = planned.plan.mirrors.values()
@@ -437,6 +460,19 @@ def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tm
     said = lines_of(events)
     assert any("waiting for it" in line for line in said) and any("copying" in line for line in said), said
     assert mirror_record(prefix)["run_id"] == result.run_id
+
+
+def test_a_copy_taken_over_counts_against_the_transfer_budget(regions, tmp_path):
+    """Planned as another runner's copy (nothing counted), taken over after the TTL: counted then, and
+    refused past a 50 kB budget, with the sizes."""
+    prefix = tmp_path / "p"
+    _held_by_another_runner(prefix)
+    result = run(prefix, [regions[0]], lease_ttl=2, heartbeat_interval=0.5, transfer_budget_gb=0.00005)
+    count = result.step("mirrored/count")
+    assert str(count.status) == "failed" and result.step("mirrored/other").ran_here, result.steps
+    assert (f"copying mirrored input {CORPUS} ({CORPUS_BYTES / 1024:.1f} KiB) would take the transfer budget past "
+            f"5e-05 GB (0 B already counted in this run)") in count.error, count.error
+    assert not list((prefix / "mirror").rglob("*.txt"))
 
 
 def test_an_interrupted_copy_releases_its_lease_and_the_next_run_copies_it(regions, tmp_path):

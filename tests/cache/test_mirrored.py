@@ -17,7 +17,7 @@ import executor
 from executor.engine.events import LogLine, MirrorCopied, PlanMade, StepStarted
 from tests.cache import graph as cache_graph
 from tests.cache.mirror_graph import CORPUS, FILES, build, write_corpus
-from tests.tools.toy import run_file
+from tests.tools.toy import run_file, run_main
 
 MIRROR = "mirror/corpus-bucket/raw/corpus"  # where the copy lands under the prefix
 CORPUS_BYTES = sum(len(t) for t in FILES.values())
@@ -238,6 +238,10 @@ def test_the_run_file_the_report_and_the_console_show_each_mirror_copy(regions, 
                     f"2 files, in") in flat, out
         else:
             assert mirror["source"] is None and f"mirror {CORPUS}: already complete at {MIRROR}" in flat, out
+    code, out = run_main("status", "--prefix", str(prefix))  # the copy's state and where it came from
+    assert code == 0, out
+    assert (f"{CORPUS}  SUCCESS  from {us}/raw/corpus, {CORPUS_BYTES / 1024:.1f} KiB in 2 files, run "
+            f"{mirror_record(prefix)['run_id']}  -> {MIRROR}") in out, out
 
 
 def _run_id(console: str) -> str:

@@ -119,5 +119,5 @@ def copy_output(config: CopyConfig) -> dict[str, Any]:
         if isinstance(e, SourceRejected):
             raise
         raise SourceRejected(f"reading it failed: {type(e).__name__}: {e}") from e
-    return {"files": len(jobs), "bytes": sum(e["size"] for e in checked), "seconds": round(time.monotonic() - started, 3),
-            "manifest": checked}
+    return {"files": len(jobs), "bytes": sum(e["size"] for e in checked),
+            "seconds": round(time.monotonic() - started, 3), "manifest": checked}

@@ -161,5 +161,5 @@ class Events:
         self.emit(LogLine("warning", text))
 
 
-__all__ = ["Event", "Events", "LeaseLost", "LogLine", "MirrorCopied", "PlanMade", "RunFinished", "RunStarted", "StepFinished",
-           "StepRetried", "StepStarted", "StepWaiting", "Subscriber"]
+__all__ = ["Event", "Events", "LeaseLost", "LogLine", "MirrorCopied", "PlanMade", "RunFinished", "RunStarted",
+           "StepFinished", "StepRetried", "StepStarted", "StepWaiting", "Subscriber"]

@@ -131,7 +131,8 @@ def test_planning_a_local_source_reads_no_bytes_and_the_copy_records_their_sha25
     prefix = tmp_path / "p"
     assert run(prefix, [us]).ok
     assert {e["path"]: e["checksum"] for e in mirror_record(prefix)["manifest"]} == {
-        name: {"algorithm": "sha256", "value": hashlib.sha256(text.encode()).hexdigest()} for name, text in FILES.items()}
+        name: {"algorithm": "sha256", "value": hashlib.sha256(text.encode()).hexdigest()}
+        for name, text in FILES.items()}
 
 
 def test_a_source_with_a_changed_file_is_refused_and_the_next_source_used(regions, tmp_path):

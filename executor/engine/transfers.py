@@ -13,7 +13,7 @@ that went silent) is counted on the run's TransferLedger and refused, with the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from executor.core.errors import ExecutorError
@@ -82,7 +82,6 @@ class TransferLedger:
 
     budget_gb: float = float("inf")
     spent: int = 0
-    unforeseen: list[str] = field(default_factory=list)  # what was counted after planning, with its size
 
     def charge(self, what: str, n: int) -> str | None:
         """Count `n` more bytes for `what`; None if within the budget, else why not (then nothing is counted)."""
@@ -91,5 +90,4 @@ class TransferLedger:
                     f"({human_bytes(self.spent)} already counted in this run); raise it with {FLAG} "
                     f"{max((self.spent + n) / GB * 1.1, 0.01):.2g}")
         self.spent += n
-        self.unforeseen.append(f"{what} ({human_bytes(n)})")
         return None

@@ -423,7 +423,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
         raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
     check_run_region(prefix, planned.storage_options, environ, options.allow_cross_region, events)
     reads = note_cross_region_reads(planned.plan, prefix, planned.storage_options, events)
-    check_transfer_budget(planned.plan, reads, options.transfer_budget_gb)
+    planned_transfers = check_transfer_budget(planned.plan, reads, options.transfer_budget_gb)
     runner = _RunnerSlot(options, events, environ, prefix, guard)
     try:
         _check_runner(runner, planned, options)
@@ -436,7 +436,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
         raise
     with contextlib.ExitStack() as cleanup:  # whatever fails from here, the runner is shut down
         cleanup.callback(runner.shutdown)
-        ctx = _run_context(planned, options, events, guard, runner, call, environ)
+        ctx = _run_context(planned, options, events, guard, runner, call, environ, planned_transfers.total)
         cleanup.callback(ctx.keeper.stop)  # Execution.run stops it too; this covers a failure before it started
         run_file = _begin_run_file(planned, ctx, events, guard, call)
         summary = Execution(graph, planned.plan, ctx).run()
@@ -444,7 +444,7 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
 
 
 def _run_context(planned: PlanResult, options: Options, events: Events, guard: Any, runner: _RunnerSlot,
-                 call: _Call, environ: Mapping[str, str]) -> Any:
+                 call: _Call, environ: Mapping[str, str], planned_bytes: int) -> Any:
     import secrets
 
     from executor.engine.mirror import mirror_sources_list
@@ -453,6 +453,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
     from executor.engine.provenance import invocation
     from executor.engine.signals import reason_for
+    from executor.engine.transfers import TransferLedger
 
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(call.main_file, call.secret_flags)
@@ -464,7 +465,8 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
                       owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s), runner_factory=runner,
                       events=events, invocation=info, main_file=call.main_file,
                       max_concurrent=options.max_concurrent,
-                      mirror_sources=mirror_sources_list(options.mirror_sources, environ))
+                      mirror_sources=mirror_sources_list(options.mirror_sources, environ),
+                      transfers=TransferLedger(options.transfer_budget_gb, planned_bytes))
 
 
 def _begin_run_file(planned: PlanResult, ctx: Any, events: Events, guard: Any, call: _Call) -> Any:

@@ -8,7 +8,9 @@ the fewest requests a store can serve, as a plain copy makes. A larger one is st
 at a time (ranged reads, a multipart write), its size and checksum computed from the very bytes
 written. The file bytes held at once by all parallel copies stay under `memory` (a copy waits
 until its file, or its part, fits; the stores' clients may hold one more copy of what they send), so
-memory is bounded whatever the output's or a file's size. A file that is
+memory is bounded whatever the output's or a file's size. A local file listed with its mtime
+instead of a checksum (a mirror source, not read at planning) is hashed here, then stat'ed again to
+see it unchanged. A file that is
 missing, changed or unreadable rejects the whole source: what was written is removed and the call
 fails with the reason, so the executor tries the next source or runs the step. Nothing is committed
 here; the executor writes the record and the SUCCESS status only after this returns.
@@ -90,14 +92,18 @@ class _FileCopy:
         checksum = entry.get("checksum") or {}
         self.hasher, self.value_of = _hasher(str(checksum.get("algorithm")))
 
-    def run(self, config: CopyConfig, budget: _MemoryBudget) -> int:
+    def run(self, config: CopyConfig, budget: _MemoryBudget) -> dict[str, Any]:
+        """The file copied and checked; its manifest entry as copied (the checksum of the bytes written)."""
         streamed = self.size > config.whole_file_max
         try:
             with budget.hold(config.part if streamed else self.size):
-                return self.streamed(config.part) if streamed else self.whole()
+                size = self.streamed(config.part) if streamed else self.whole()
         except FileNotFoundError:
             raise SourceRejected(f"{self.entry['path']} is missing (the source is incomplete or was "
                                  f"deleted)") from None
+        algorithm = (self.entry.get("checksum") or {}).get("algorithm")
+        return {"path": self.entry["path"], "size": size,
+                "checksum": {"algorithm": algorithm, "value": self.value_of(self.hasher)}}
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the source, in one request (a range past the end gives what is there)."""
@@ -135,11 +141,19 @@ class _FileCopy:
         return written
 
     def check(self, size: int) -> None:
-        checksum = self.entry.get("checksum") or {}
+        """The bytes read against the manifest entry. An entry listed with an mtime and no checksum
+        value (a local file, not read at planning) is checked by a stat after reading instead: the
+        size and mtime it was listed with, else it changed meanwhile."""
+        entry, checksum = self.entry, self.entry.get("checksum") or {}
         if size != self.size:
-            raise SourceRejected(f"{self.entry['path']}: {size} bytes, the manifest says {self.entry.get('size')}")
-        if self.value_of(self.hasher) != checksum.get("value"):
-            raise SourceRejected(f"{self.entry['path']}: {checksum.get('algorithm')} differs from the manifest "
+            raise SourceRejected(f"{entry['path']}: {size} bytes, the manifest says {entry.get('size')}")
+        if "mtime" in entry and "value" not in checksum:
+            now = self.src_fs.info(self.src)
+            if (int(now.get("size") or 0), float(now.get("mtime") or 0)) != (size, float(entry["mtime"])):
+                raise SourceRejected(f"{entry['path']}: changed since it was listed (size {now.get('size')}, "
+                                     f"mtime {now.get('mtime')}; listed {entry['size']}, {entry['mtime']})")
+        elif self.value_of(self.hasher) != checksum.get("value"):
+            raise SourceRejected(f"{entry['path']}: {checksum.get('algorithm')} differs from the manifest "
                                  f"(the source file was changed)")
 
 
@@ -166,7 +180,7 @@ def copy_output(config: CopyConfig) -> dict[str, Any]:
     ordered = sorted(copies, key=lambda c: -c.size)  # a long file started last would leave threads idle at the end
     pool = ThreadPoolExecutor(max(1, min(config.parallel, len(copies) or 1)))
     try:
-        sizes = list(pool.map(lambda c: c.run(config, budget), ordered))
+        checked = list(pool.map(lambda c: c.run(config, budget), ordered))
     except Exception as e:
         pool.shutdown(cancel_futures=True)  # the files not started are not copied; the started ones end
         _remove(dst_fs, [c.dst for c in copies])
@@ -175,4 +189,7 @@ def copy_output(config: CopyConfig) -> dict[str, Any]:
         raise SourceRejected(f"reading it failed: {type(e).__name__}: {e}") from e
     finally:
         pool.shutdown()
-    return {"files": len(copies), "bytes": sum(sizes), "seconds": round(time.monotonic() - started, 3)}
+    by_path = {e["path"]: e for e in checked}
+    return {"files": len(copies), "bytes": sum(e["size"] for e in checked),
+            "seconds": round(time.monotonic() - started, 3),
+            "manifest": [by_path[e["path"]] for e in config.files]}  # in the manifest's order

@@ -108,6 +108,22 @@ class StepFinished:
 
 
 @dataclass(frozen=True)
+class MirrorCopied:
+    """One mirrored input this run needed (executor.engine.mirror_copy), once settled: `how` is "copied"
+    (here, from `source`: bytes, files, seconds), "already complete" (under the prefix before this run
+    looked), "copied by another runner" (while this run waited) or "failed" (`error`)."""
+
+    logical: str  # the URL as written in mirrored(...)
+    path: str  # mirror/<bucket>/<key>, relative to the prefix
+    how: str
+    source: Optional[str] = None
+    bytes: Optional[int] = None
+    files: Optional[int] = None
+    seconds: Optional[float] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A note (`info`) or a `warning` of the run itself; text may hold rich markup (escaped values)."""
 
@@ -123,7 +139,8 @@ class RunFinished:
     seconds: float = 0.0
 
 
-Event = PlanMade | RunStarted | StepStarted | StepWaiting | StepRetried | LeaseLost | StepFinished | LogLine | RunFinished
+Event = (PlanMade | RunStarted | StepStarted | StepWaiting | StepRetried | LeaseLost | StepFinished | MirrorCopied
+         | LogLine | RunFinished)
 Subscriber = Callable[[Event], None]
 
 
@@ -144,5 +161,5 @@ class Events:
         self.emit(LogLine("warning", text))
 
 
-__all__ = ["Event", "Events", "LeaseLost", "LogLine", "PlanMade", "RunFinished", "RunStarted", "StepFinished",
-           "StepRetried", "StepStarted", "StepWaiting", "Subscriber"]
+__all__ = ["Event", "Events", "LeaseLost", "LogLine", "MirrorCopied", "PlanMade", "RunFinished", "RunStarted",
+           "StepFinished", "StepRetried", "StepStarted", "StepWaiting", "Subscriber"]

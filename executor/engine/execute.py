@@ -18,6 +18,7 @@ from typing import Any, Callable
 from executor.engine import outputs
 from executor.engine.cache_copy import CacheCopies
 from executor.engine.mirror_copy import MirrorCopies
+from executor.engine.transfers import TransferLedger
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.graph import Graph, StepNode
@@ -77,6 +78,7 @@ class RunContext:
     main_file: str | None
     max_concurrent: int = 8
     mirror_sources: tuple[str, ...] = ()  # where mirrored inputs the plan did not foresee are looked for
+    transfers: TransferLedger = field(default_factory=TransferLedger)  # the run's budget, for unforeseen copies
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time

@@ -6,7 +6,9 @@ reads that copy. Here, at planning: for each mirrored input of a step the plan w
 status under the prefix (`mirror/.executor/<bucket>/<key>/status.json`, the lease and SUCCESS
 marker of the copy) is read; unless it is complete there, the logical URL itself and then
 `<source>/<key>` for each mirror source are listed, each file with the size and checksum its store
-reports, so the copy can check every byte and the transfer budget can count them. An input found in
+reports, so the copy can check every byte and the transfer budget can count them. A local file (its
+store reports no checksum) is listed with its size and mtime only: planning reads no bytes, and the copy
+hashes it as it streams and refuses it if a stat after the copy differs from the listing. An input found in
 no source is an error naming the step, the field, the URL and every place tried.
 """
 
@@ -158,15 +160,22 @@ def _listing(url: str, storage: Storage) -> tuple[Candidate | None, str]:
     bare = location.bare_path(path)
     if list(found) == [path] or [location.bare_path(k) for k in found] == [bare]:  # one file
         [(full, info)] = found.items()
-        entry = {"path": url.rsplit("/", 1)[1], "size": int(info.get("size") or 0),
-                 "checksum": outputs.file_checksum(fs, full, info)}
-        return Candidate(url, url.rsplit("/", 1)[0], (entry,)), ""
-    entries = []
-    for full, info in sorted(found.items()):
-        rel = location.bare_path(full)[len(bare) + 1:]
-        entries.append({"path": rel, "size": int(info.get("size") or 0),
-                        "checksum": outputs.file_checksum(fs, full, info)})
+        return Candidate(url, url.rsplit("/", 1)[0], (_entry(fs, full, url.rsplit("/", 1)[1], info),)), ""
+    entries = [_entry(fs, full, location.bare_path(full)[len(bare) + 1:], info) for full, info in sorted(found.items())]
     return Candidate(url, url, tuple(entries)), ""
+
+
+def _entry(fs: Any, full: str, rel: str, info: dict[str, Any]) -> dict[str, Any]:
+    """One listed file as the copy checks it: the checksum its store reports; for a local file (none
+    reported) its size and mtime only, so planning reads no bytes: the copy hashes it as it streams and
+    stats it again after (executor.engine.copy_output); elsewhere sha256 of its bytes."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    entry: dict[str, Any] = {"path": rel, "size": int(info.get("size") or 0)}
+    stored = outputs.store_checksum(info)
+    if stored is None and info.get("mtime") is not None and isinstance(location.opened(fs), LocalFileSystem):
+        return {**entry, "mtime": float(info["mtime"]), "checksum": {"algorithm": "sha256"}}
+    return {**entry, "checksum": stored or outputs.file_checksum(fs, full, info)}
 
 
 def find_candidates(placeholder: MirroredPath, sources: Sequence[str],

@@ -9,7 +9,8 @@ its store reported at planning. A rejected source is dropped and the next tried 
 with none left the lease ends FAILED and the steps reading the input fail, saying why. Only after a copy
 returns are its record (source and manifest) and the fenced SUCCESS written. A step that runs unplanned
 (a cache copy that fell back to running, a step taken over) gets its mirrored inputs the same way just
-before it starts.
+before it starts. A copy the plan did not count (unplanned, or taken over from a silent runner) is
+counted on the run's transfer budget when this runner takes it, and not made past it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from executor.core.record import RECORD_SCHEMA, State, Status, output_digest, to
 from executor.core.step import MirroredPath, Resources
 from executor.engine import outputs
 from executor.engine.copy_output import CopyConfig, copy_output
+from executor.engine.events import MirrorCopied
 from executor.engine.lease import Lease
 from executor.engine.mirror import (Candidate, MirrorInput, coordination_rel, find_candidates, human_bytes,
                                     mirrored_fields, record_key, status_key)
@@ -44,6 +46,7 @@ class _Job:
     error: str | None = None
     done: bool = False
     announced: bool = False  # said once that another runner is copying it
+    charged: bool = False  # counted on the run's transfer budget after planning (once, whatever the retries)
 
     @property
     def ended(self) -> bool:
@@ -58,6 +61,9 @@ class MirrorCopies:
 
     def prepare(self) -> None:
         """Copy (or wait for) every mirrored input the plan needs that is not complete here yet."""
+        for m in self.ex.plan.mirrors.values():
+            if m.logical in self.ready:
+                self.ex.ctx.events.emit(MirrorCopied(m.logical, m.rel, "already complete"))
         pending = [m for m in self.ex.plan.mirrors.values() if m.logical not in self.ready]
         if pending:
             self._obtain(pending)
@@ -98,6 +104,7 @@ class MirrorCopies:
         for job in jobs:
             if job.error:
                 self.failed[job.input.logical] = job.error
+                self.ex.ctx.events.emit(MirrorCopied(job.input.logical, job.input.rel, "failed", error=job.error))
             else:
                 self.ready.add(job.input.logical)
 
@@ -114,8 +121,8 @@ class MirrorCopies:
             return
         if status is not None and status.state == State.SUCCESS:
             job.done = True
-            if job.announced:
-                self.ex._note(f"mirror {job.input.logical}: copied by another runner")
+            how = "copied by another runner" if job.announced else "already complete"
+            self.ex.ctx.events.emit(MirrorCopied(job.input.logical, job.input.rel, how))
             return
         if status is not None and status.state == State.RUNNING:
             ours = status.owner is not None and status.owner.run_id == ctx.owner.run_id
@@ -143,6 +150,12 @@ class MirrorCopies:
             if not found:
                 self._give_up(job, f"found in no source (tried: {'; '.join(tried)})")
                 return
+        if not job.charged and job.input.bytes_to_copy == 0:  # the plan did not count it: count it now
+            over = ctx.transfers.charge(f"copying mirrored input {job.input.logical}", job.candidates[0].bytes)
+            if over is not None:
+                self._give_up(job, f"not copied: {over}")
+                return
+            job.charged = True
         self._submit(job)
 
     def _submit(self, job: _Job) -> None:
@@ -199,19 +212,21 @@ class MirrorCopies:
     def _commit(self, job: _Job, copied: dict[str, Any]) -> None:
         """The record (where it came from, every file as its store reported it), then the fenced SUCCESS."""
         ctx, source = self.ex.ctx, job.candidates[0]
+        copied = dict(copied)
+        manifest = copied.pop("manifest", None) or list(source.files)  # checksums of the bytes copied
         record = {"schema": RECORD_SCHEMA, "step_id": job.input.rel, "digest": job.input.digest,
                   "name": f"mirror {job.input.logical}", "logical": job.input.logical, "source": source.url,
-                  "manifest": list(source.files), "run_id": ctx.owner.run_id, "copied": copied,
+                  "manifest": manifest, "run_id": ctx.owner.run_id, "copied": copied,
                   "copied_at": ctx.wall_clock()}
         outputs.write_json(ctx.fs, outputs.join(ctx.prefix, record_key(job.input.rel)), to_json_bytes(record))
         final = job.lease.status.next(state=State.SUCCESS, written_at=ctx.wall_clock(),
-                                      content_sha256=output_digest(list(source.files)))
+                                      content_sha256=output_digest(manifest))
         if not ctx.keeper.finish(job.lease, final):
             self._lost(job)
             return
         job.done, job.lease = True, None
-        self.ex._note(f"mirror {job.input.logical}: copied from {source.url} and checked "
-                      f"({human_bytes(source.bytes)} in {copied.get('seconds', 0):.1f}s)")
+        ctx.events.emit(MirrorCopied(job.input.logical, job.input.rel, "copied", source.url, copied.get("bytes"),
+                                     copied.get("files"), copied.get("seconds")))
 
     def _give_up(self, job: _Job, why: str) -> None:
         ctx = self.ex.ctx

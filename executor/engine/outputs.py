@@ -104,14 +104,22 @@ def read_run_file(fs: "fsspec.AbstractFileSystem", path: str) -> dict[str, Any] 
     return None if data is None else parse_run_file(data, path)
 
 
-def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
-    """A checksum from object metadata where the store has one, otherwise sha256 of the bytes."""
+def store_checksum(info: dict[str, Any]) -> dict[str, str] | None:
+    """The checksum an object store reports in a file's metadata (crc32c, MD5, a single-part ETag), if any."""
     for key, algorithm in (("crc32c", "crc32c"), ("md5Hash", "md5-base64")):
         if info.get(key):
             return {"algorithm": algorithm, "value": str(info[key])}
     etag = info.get("ETag") or info.get("etag")
     if etag and "-" not in str(etag).strip('"'):
         return {"algorithm": "s3-etag-md5", "value": str(etag).strip('"')}
+    return None
+
+
+def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
+    """A checksum from object metadata where the store has one, otherwise sha256 of the bytes."""
+    stored = store_checksum(info)
+    if stored is not None:
+        return stored
     digest = hashlib.sha256()
     with fs.open(path, "rb") as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):

@@ -33,6 +33,7 @@ Times are writers' wall clocks (informational: nothing here decides anything).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
@@ -227,6 +228,15 @@ class StepDetail:
 
 # -- the reader ---------------------------------------------------------------------------------
 
+def _json_object(read: Versioned | None) -> dict[str, Any]:
+    """A small JSON file read from the store as a dict ({} when absent or unreadable: shown as such)."""
+    try:
+        data = json.loads(read.data) if read is not None else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class PrefixView:
     """Reads a prefix through its coordination store (see the module docstring)."""
 
@@ -260,6 +270,25 @@ class PrefixView:
         read = self.store.read_many([status_key(rel) for rel in rels])
         rows = [self._row(rel, versioned, names) for rel, versioned in zip(rels, read)]
         return self._with_timings(rows) if timings else rows
+
+    def mirror_copies(self) -> list[dict[str, Any]]:
+        """Each mirrored input's copy under the prefix (executor.engine.mirror): where it is, its state, and
+        from its record where it came from (source, bytes, files); one listing, then a read of each."""
+        from executor.engine.mirror import record_key
+
+        root, suffix = f"mirror/{EXECUTOR_DIR}/", "/status.json"
+        keys = sorted(k for k in self.store.list_generations(root, suffix) if k.endswith(suffix))
+        rels = ["mirror/" + k[len(root):-len(suffix)] for k in keys]
+        statuses = list(self.store.read_many(keys))
+        records = list(self.store.read_many([record_key(rel) for rel in rels]))
+        rows = []
+        for rel, status, record in zip(rels, statuses, records):
+            state = _json_object(status).get("state", "unreadable" if status is not None else None)
+            made = _json_object(record)
+            copied = made.get("copied") or {}
+            rows.append({"path": rel, "state": state, "logical": made.get("logical"), "source": made.get("source"),
+                         "bytes": copied.get("bytes"), "files": copied.get("files"), "run_id": made.get("run_id")})
+        return rows
 
     def refresh(self, previous: Iterable[StepRow], *, timings: bool = False) -> list[StepRow]:
         """Every status under the prefix, from one listing, reading only those whose generation

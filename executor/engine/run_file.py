@@ -1,7 +1,9 @@
 """The run file `<prefix>/runs/<experiment>-<run id>.json`: what one invocation that ran steps did.
 
 Written before the first step starts (the prefix, the plan, where every output is) and again when
-the run finishes (each step's final outcome, errors, the timeline), or with `forced_exit` when a
+the run finishes (each step's final outcome, errors, the timeline, and under `mirrors` each mirrored
+input the run needed: copied here from which source, how many bytes and files in how long, already
+complete, copied by another runner, or failed), or with `forced_exit` when a
 second signal ends the process early. A subscriber of the run's events: it records the timeline
 and writes the file at RunFinished, before the subscribers after it (the command line's run report
 reads the file) see that event.
@@ -15,7 +17,7 @@ from typing import Any
 from executor.core.plan import Plan
 from executor.core.record import RUN_SCHEMA, RunRecordRef, to_json_bytes
 from executor.engine import outputs
-from executor.engine.events import Event, Events, RunFinished
+from executor.engine.events import Event, Events, MirrorCopied, RunFinished
 from executor.engine.timeline import TimelineRecorder
 
 
@@ -25,6 +27,12 @@ def step_entry(report: Any) -> dict[str, Any]:
     return {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
             "decision": report.decision, "reason": report.reason, "status": status,
             "error": report.error, "ran_here": report.ran_here}
+
+
+def mirror_entry(event: MirrorCopied) -> dict[str, Any]:
+    """One mirrored input as the run file's `mirrors` list holds it."""
+    return {"logical": event.logical, "path": event.path, "how": event.how, "source": event.source,
+            "bytes": event.bytes, "files": event.files, "seconds": event.seconds, "error": event.error}
 
 
 class RunFile:
@@ -52,7 +60,9 @@ class RunFile:
 
     def __call__(self, event: Event) -> None:
         self.timeline(event)
-        if isinstance(event, RunFinished) and event.result is not None:
+        if isinstance(event, MirrorCopied):  # each mirrored input the run needed: how it came to be complete here
+            self.data.setdefault("mirrors", []).append(mirror_entry(event))
+        elif isinstance(event, RunFinished) and event.result is not None:
             self.finish(event.result)
 
     def finish(self, result: Any) -> None:

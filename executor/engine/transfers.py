@@ -6,7 +6,9 @@ reads of steps that will run (executor.engine.regions) and cache copies (executo
 first two are needed for the steps to run at all, so the plan reserves them first and a cache copy gets
 what is left (over it, the step runs here instead; its reason says so). Before anything runs, a run whose
 needed transfers exceed the budget is refused with every amount named; a cross-region read of unknown size
-counts as over any finite budget.
+counts as over any finite budget. While the run goes on, a transfer the plan did not foresee (a mirrored
+input copied for a step whose cache copy fell back to running, or for a copy taken over from a runner
+that went silent) is counted on the run's TransferLedger and refused, with the sizes, past the budget.
 """
 
 from __future__ import annotations
@@ -72,3 +74,20 @@ def check_transfer_budget(plan: Plan, reads: Sequence[Any], budget_gb: float) ->
                             f"prefix's location, or raise the budget with {FLAG} "
                             f"{max(transfers.total / GB * 1.1, 0.01):.2g}")
     return transfers
+
+
+@dataclass
+class TransferLedger:
+    """One run's transfer budget as the run spends it: what the plan counted, then each unforeseen transfer."""
+
+    budget_gb: float = float("inf")
+    spent: int = 0
+
+    def charge(self, what: str, n: int) -> str | None:
+        """Count `n` more bytes for `what`; None if within the budget, else why not (then nothing is counted)."""
+        if self.spent + n > self.budget_gb * GB:
+            return (f"{what} ({human_bytes(n)}) would take the transfer budget past {self.budget_gb:g} GB "
+                    f"({human_bytes(self.spent)} already counted in this run); raise it with {FLAG} "
+                    f"{max((self.spent + n) / GB * 1.1, 0.01):.2g}")
+        self.spent += n
+        return None

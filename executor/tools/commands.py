@@ -288,6 +288,7 @@ def cmd_status(args: Any) -> int:
     else:
         print(f"prefix {prefix}")
         overview.print_step_table(rows)
+        overview.print_mirror_copies(PrefixView.open(prefix, args.storage_options).mirror_copies())
     return ExitCode.FAILED if any(r.is_problem for r in rows) else ExitCode.OK
 
 

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from executor.core.outcome import Outcome
 from executor.core.plan import Action
-from executor.engine.events import (Event, LeaseLost, LogLine, PlanMade, RunFinished, StepFinished, StepRetried,
-                                    StepStarted, StepWaiting)
+from executor.engine.events import (Event, LeaseLost, LogLine, MirrorCopied, PlanMade, RunFinished, StepFinished,
+                                    StepRetried, StepStarted, StepWaiting)
 from executor.engine.report import Reporter
 
 NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs
@@ -98,6 +98,19 @@ class ConsoleView:
     def _lease_lost(self, e: LeaseLost) -> None:
         self.reporter.lease_lost(e.node, e.reason)
 
+    def _mirror_copied(self, e: MirrorCopied) -> None:
+        from executor.engine.report import escape
+
+        if e.how == "failed":
+            self.reporter.warning(escape(e.error or f"mirror {e.logical}: not copied"))
+        elif e.how == "copied":
+            from executor.engine.mirror import human_bytes
+
+            self.reporter.info(escape(f"mirror {e.logical}: copied from {e.source} and checked "
+                                      f"({human_bytes(e.bytes or 0)}, {e.files} files, in {e.seconds or 0:.1f}s)"))
+        else:
+            self.reporter.info(escape(f"mirror {e.logical}: {e.how} at {e.path}"))
+
     def _log_line(self, e: LogLine) -> None:
         (self.reporter.warning if e.level == "warning" else self.reporter.info)(e.text)
 
@@ -151,4 +164,5 @@ _HANDLERS: dict[type, Callable[[ConsoleView, Any], None]] = {
     PlanMade: ConsoleView._plan_made, StepStarted: ConsoleView._step_started,
     StepFinished: ConsoleView._step_finished, StepWaiting: ConsoleView._step_waiting,
     StepRetried: ConsoleView._step_retried, LeaseLost: ConsoleView._lease_lost, LogLine: ConsoleView._log_line,
+    MirrorCopied: ConsoleView._mirror_copied,
     RunFinished: ConsoleView._run_finished}

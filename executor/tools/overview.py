@@ -50,6 +50,18 @@ def print_step_table(rows: Sequence[StepRow], say: Callable[[str], Any] = print)
     say(f"{len(rows)} step(s): " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())))
 
 
+def print_mirror_copies(rows: Sequence[dict], say: Callable[[str], Any] = print) -> None:
+    """The mirrored inputs' copies under the prefix (PrefixView.mirror_copies), one line each; none: nothing."""
+    from executor.engine.mirror import human_bytes
+
+    if rows:
+        say("mirrored inputs (copies under the prefix):")
+    for r in rows:
+        made = (f"from {r['source']}, {human_bytes(r['bytes'] or 0)} in {r['files']} files, run {r['run_id']}"
+                if r.get("source") else "no record")
+        say(f"  {r.get('logical') or r['path']}  {r.get('state') or 'no status'}  {made}  -> {r['path']}")
+
+
 def print_run_table(rows: Sequence[RunRow], say: Callable[[str], Any] = print, width: int | None = None) -> None:
     """One line per run; `width` (default: the terminal's, or COLUMNS) bounds each line where the
     experiment's path can be shortened — flags are never cut, so a line may still be longer."""

@@ -186,6 +186,25 @@ def step_curves(name: str, step_id: str, metrics: list[dict[str, Any]], results:
     return curves
 
 
+def mirrors_table(run_file: dict[str, Any]) -> str:
+    """The mirrored inputs the run needed (the run file's `mirrors`): how each came to be complete here."""
+    from executor.engine.mirror import human_bytes
+
+    rows = []
+    for m in run_file.get("mirrors") or []:
+        copied = m.get("how") == "copied"
+        size = f"{human_bytes(m.get('bytes') or 0)}, {m.get('files')} files" if copied else "–"
+        took = f"{m.get('seconds') or 0:.1f} s" if copied else "–"
+        rows.append(f'<tr class="mirror"><td><code>{html.escape(str(m.get("logical")))}</code></td>'
+                    f'<td>{html.escape(str(m.get("how")))}</td>'
+                    f'<td>{html.escape(str(m.get("source") or m.get("error") or "–"))}</td><td>{size}</td>'
+                    f'<td>{took}</td><td><code>{html.escape(str(m.get("path")))}</code></td></tr>')
+    if not rows:
+        return ""
+    return ("<h2>Mirrored inputs</h2><table id='mirrors'><tr><th>input</th><th>how</th><th>source</th>"
+            f"<th>size</th><th>time</th><th>copy</th></tr>{''.join(rows)}</table>")
+
+
 def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
     prefix = run_file.get("prefix", "")
     title = f"{run_file.get('experiment', 'run')} — run {run_file.get('run_id', '?')}"
@@ -225,6 +244,7 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
             f"<h2>Timeline</h2>{_timeline_svg(views, start, end)}"
             "<h2>Steps</h2><table id='steps'><tr><th>step</th><th>outcome</th><th>plan</th><th>start</th>"
             f"<th>end</th><th>attempts</th><th>lease wait</th><th>files</th></tr>{''.join(rows)}</table>"
+            f"{mirrors_table(run_file)}"
             f"<h2>Curves</h2>{''.join(curves) or '<p>no train or eval steps in this run</p>'}"
             "</body></html>\n")
 

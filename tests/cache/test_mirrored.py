@@ -7,16 +7,17 @@ copy before cache copies."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
 import pytest
 
 import executor
-from executor.engine.events import LogLine, PlanMade, StepStarted
+from executor.engine.events import LogLine, MirrorCopied, PlanMade, StepStarted
 from tests.cache import graph as cache_graph
 from tests.cache.mirror_graph import CORPUS, FILES, build, write_corpus
-from tests.tools.toy import run_file
+from tests.tools.toy import run_file, run_main
 
 MIRROR = "mirror/corpus-bucket/raw/corpus"  # where the copy lands under the prefix
 CORPUS_BYTES = sum(len(t) for t in FILES.values())
@@ -109,22 +110,51 @@ def test_what_a_copy_that_never_finished_left_is_removed_before_copying(regions,
     assert executor.load_result(build()[0].config.count_path.step, prefix=str(prefix), environ={})["lines"] == 3000
 
 
+def test_planning_a_local_source_reads_no_bytes_and_the_copy_records_their_sha256(regions, tmp_path, monkeypatch):
+    """Planning lists a local source's files (size, mtime) without opening one; the copy hashes what it
+    streams, and the record holds those sha256s."""
+    import hashlib
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    us, eu = regions
+    opened: list[str] = []
+    real_open = LocalFileSystem._open
+    monkeypatch.setattr(LocalFileSystem, "_open", lambda self, path, mode="rb", **kw: (
+        opened.append(str(path)), real_open(self, path, mode, **kw))[1])
+    planned = executor.plan(build(), prefix=str(tmp_path / "p"), environ={}, mirror_sources=(str(us), str(eu)))
+    [mirror] = planned.plan.mirrors.values()
+    assert [c.url for c in mirror.candidates] == [f"{us}/raw/corpus", f"{eu}/raw/corpus"]
+    assert mirror.bytes_to_copy == CORPUS_BYTES
+    assert not [p for p in opened if p.startswith((str(us), str(eu)))], opened
+    monkeypatch.undo()
+    prefix = tmp_path / "p"
+    assert run(prefix, [us]).ok
+    assert {e["path"]: e["checksum"] for e in mirror_record(prefix)["manifest"]} == {
+        name: {"algorithm": "sha256", "value": hashlib.sha256(text.encode()).hexdigest()}
+        for name, text in FILES.items()}
+
+
 def test_a_source_with_a_changed_file_is_refused_and_the_next_source_used(regions, tmp_path):
+    """The plan listed the local file's size and mtime; it is rewritten (same size) before the copy: the stat
+    after copying differs, so that source is dropped and the next one used."""
     us, eu = regions
     damaged = us / "raw/corpus/sub/part-1.txt"
 
     def damage_after_planning(event) -> None:  # the plan listed it intact; one byte changes before the copy
         if isinstance(event, PlanMade):
+            listed = damaged.stat().st_mtime_ns
             data = bytearray(damaged.read_bytes())
             data[100] ^= 0x01
             damaged.write_bytes(bytes(data))
+            os.utime(damaged, ns=(listed + 10**9, listed + 10**9))  # a coarse clock: still one second later
 
     prefix, events = tmp_path / "p", []
     result = run(prefix, [us, eu], subscribers=[damage_after_planning, events.append])
     assert result.ok, result.steps
     assert mirror_record(prefix)["source"] == f"{eu}/raw/corpus"
     warned = [e.text for e in events if isinstance(e, LogLine) and e.level == "warning"]
-    assert any(f"not copied from {us}/raw/corpus: SourceRejected: sub/part-1.txt: sha256 differs from the manifest" in w
+    assert any(f"not copied from {us}/raw/corpus: SourceRejected: sub/part-1.txt: changed since it was listed" in w
                for w in warned), warned
     assert (prefix / MIRROR / "sub/part-1.txt").read_text() == FILES["sub/part-1.txt"]
 
@@ -185,6 +215,42 @@ def test_dry_run_shows_the_copy_with_sources_and_size_and_writes_nothing(regions
     assert not prefix.exists()
 
 
+def test_the_run_file_the_report_and_the_console_show_each_mirror_copy(regions, tmp_path):
+    """The command line prints one line per mirrored input from its event (the library prints nothing); the
+    run file lists it (copied: source, bytes, files, seconds; or already complete), the report's table shows it."""
+    import re
+
+    us, _ = regions
+    path, prefix = tmp_path / "exp.py", tmp_path / "p"
+    path.write_text(EXPERIMENT)
+    for force, how in (((), "copied"), (("--force-run", "mirrored/count"), "already complete")):
+        code, out = run_file(path, "--prefix", str(prefix), "--runner", "inline", "--mirror-sources", str(us), *force)
+        flat = " ".join(out.split())
+        assert code == 0, out
+        [mirror] = json.loads(next((prefix / "runs").glob(f"*{_run_id(flat)}.json")).read_text())["mirrors"]
+        assert (mirror["logical"], mirror["path"], mirror["how"]) == (CORPUS, MIRROR, how)
+        report = Path(re.search(r"report: (\S+\.html)", flat).group(1)).read_text()
+        [row] = re.findall(r'<tr class="mirror">.*?</tr>', report)
+        assert CORPUS in row and f"<td>{how}</td>" in row, row
+        if how == "copied":
+            assert (mirror["source"], mirror["bytes"], mirror["files"]) == (f"{us}/raw/corpus", CORPUS_BYTES, 2)
+            assert mirror["seconds"] >= 0 and f"{us}/raw/corpus" in row and "2 files" in row
+            assert (f"mirror {CORPUS}: copied from {us}/raw/corpus and checked ({CORPUS_BYTES / 1024:.1f} KiB, "
+                    f"2 files, in") in flat, out
+        else:
+            assert mirror["source"] is None and f"mirror {CORPUS}: already complete at {MIRROR}" in flat, out
+    code, out = run_main("status", "--prefix", str(prefix))  # the copy's state and where it came from
+    assert code == 0, out
+    assert (f"{CORPUS}  SUCCESS  from {us}/raw/corpus, {CORPUS_BYTES / 1024:.1f} KiB in 2 files, run "
+            f"{mirror_record(prefix)['run_id']}  -> {MIRROR}") in out, out
+
+
+def _run_id(console: str) -> str:
+    import re
+
+    return re.search(r"run record: \S+-([0-9a-z-]+?)\.json", console).group(1)
+
+
 def test_a_cache_copy_that_falls_back_to_running_gets_its_mirrored_input_then(regions, tmp_path):
     """The steps reading the mirrored input are copied from a cache-from prefix, so the plan copies no
     mirror; both sources turn out damaged, the step runs here, and its input is copied just before."""
@@ -200,6 +266,29 @@ def test_a_cache_copy_that_falls_back_to_running_gets_its_mirrored_input_then(re
     said = lines_of(events)
     assert f"mirrored/count: obtaining mirrored inputs the plan did not copy: {CORPUS}" in said, said
     assert mirror_record(b)["source"] == f"{us}/raw/corpus"
+
+
+def test_an_unplanned_mirror_copy_counts_against_the_transfer_budget(regions, tmp_path):
+    """As above, the plan copies no mirror (the steps are cache copies of a few bytes); the copies fall back to
+    running, and the mirrored input they then need (59.6 KiB) is over the 50 kB budget: refused with the
+    sizes, its reader fails, nothing is copied. With 100 kB it is copied."""
+    us, _ = regions
+    a = tmp_path / "a"
+    assert run(a, [us]).ok
+    for name, output in (("count", "count.txt"), ("total", "total.txt")):
+        [path] = a.glob(f"mirrored/{name}-*/{output}")
+        path.write_text(path.read_text() + "changed\n")
+    b = tmp_path / "b"
+    result = run(b, [us], cache_from=(str(a),), transfer_budget_gb=0.00005)
+    count = result.step("mirrored/count")
+    assert (count.decision, str(count.status)) == ("copy", "failed"), result.steps
+    assert (f"mirrored input {CORPUS}: not copied: copying mirrored input {CORPUS} ({CORPUS_BYTES / 1024:.1f} KiB) "
+            f"would take the transfer budget past 5e-05 GB (") in count.error, count.error
+    assert "already counted in this run); raise it with --transfer-budget-gb" in count.error, count.error
+    assert result.step("mirrored/total").error == "dependency mirrored/count failed"
+    assert not list((b / "mirror").rglob("*.txt"))
+    again = run(b, [us], cache_from=(str(a),), transfer_budget_gb=0.0001)
+    assert again.ok and mirror_record(b)["source"] == f"{us}/raw/corpus", again.steps
 
 
 def test_the_environment_variable_names_the_sources(regions, tmp_path):
@@ -363,7 +452,9 @@ def test_a_runner_waits_for_the_copy_another_runner_holds_and_uses_it(regions, t
     runner.join(timeout=120)
     assert results and results[0].ok, results
     assert not [line for line in lines_of(events) if "copying" in line]
-    assert f"mirror {CORPUS}: copied by another runner" in lines_of(events)
+    assert [(e.how, e.source) for e in events if isinstance(e, MirrorCopied)] == [("copied by another runner", None)]
+    assert [m["how"] for m in json.loads(Path(results[0].run_file).read_text())["mirrors"]] == [
+        "copied by another runner"]
 
 
 def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tmp_path):
@@ -374,6 +465,19 @@ def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tm
     said = lines_of(events)
     assert any("waiting for it" in line for line in said) and any("copying" in line for line in said), said
     assert mirror_record(prefix)["run_id"] == result.run_id
+
+
+def test_a_copy_taken_over_counts_against_the_transfer_budget(regions, tmp_path):
+    """Planned as another runner's copy (nothing counted), taken over after the TTL: counted then, and
+    refused past a 50 kB budget, with the sizes."""
+    prefix = tmp_path / "p"
+    _held_by_another_runner(prefix)
+    result = run(prefix, [regions[0]], lease_ttl=2, heartbeat_interval=0.5, transfer_budget_gb=0.00005)
+    count = result.step("mirrored/count")
+    assert str(count.status) == "failed" and result.step("mirrored/other").ran_here, result.steps
+    assert (f"copying mirrored input {CORPUS} ({CORPUS_BYTES / 1024:.1f} KiB) would take the transfer budget past "
+            f"5e-05 GB (0 B already counted in this run)") in count.error, count.error
+    assert not list((prefix / "mirror").rglob("*.txt"))
 
 
 def test_an_interrupted_copy_releases_its_lease_and_the_next_run_copies_it(regions, tmp_path):

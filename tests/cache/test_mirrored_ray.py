@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import executor
-from executor.engine.events import LogLine
+from executor.engine.events import LogLine, MirrorCopied
 from tests.cache.mirror_graph import CORPUS, build, write_corpus
 from tests.cache.test_mirrored import MIRROR
 
@@ -18,8 +18,8 @@ def test_on_the_ray_runner_the_copy_is_a_task_and_the_step_reads_it(tmp_path, ra
     result = executor.run(build(), prefix=str(prefix), runner="ray", mirror_sources=(str(source),), environ={},
                           subscribers=[events.append])
     assert result.ok, result.steps
-    said = [e.text for e in events if isinstance(e, LogLine)]
-    assert any(line.startswith(f"mirror {CORPUS}: copied from {source}/raw/corpus and checked") for line in said), said
+    [copied] = [e for e in events if isinstance(e, MirrorCopied)]
+    assert (copied.how, copied.source, copied.files) == ("copied", f"{source}/raw/corpus", 2)
     coordination = prefix / "mirror/.executor/corpus-bucket/raw/corpus"
     assert (coordination / ".executor/logs/attempt-1.log").exists()  # a Ray task made the copy
     assert json.loads((coordination / "record.json").read_text())["source"] == f"{source}/raw/corpus"

@@ -300,4 +300,5 @@ except SystemExit:
 
     before = gc.get_freeze_count()
     assert executor.run(hello.build(hello.HelloOptions()), prefix=str(tmp_path / "api"), runner="inline").ok
-    assert gc.isenabled() and gc.get_freeze_count() == before
+    # never more frozen (a command-line run earlier in this process froze objects that may be freed since)
+    assert gc.isenabled() and gc.get_freeze_count() <= before

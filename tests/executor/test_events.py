@@ -191,13 +191,16 @@ def test_the_console_view_hears_every_kind_of_event():
 def test_the_library_leaves_the_garbage_collector_alone(tmp_path, monkeypatch):
     """A notebook's collector: never frozen by a run, left disabled or enabled as the caller had it."""
     def refuse() -> None:
-        raise AssertionError("the library froze the collector")
+        raise AssertionError("the library froze or unfroze the collector")
 
     monkeypatch.setattr(gc, "freeze", refuse)
+    monkeypatch.setattr(gc, "unfreeze", refuse)
     frozen = gc.get_freeze_count()
     assert gc.isenabled()
     executor.run(dag(), prefix=str(tmp_path), runner="inline")
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    # Not "==": objects an earlier command-line run in this process froze may be freed meanwhile
+    # (the count then drops); it never grows unless something froze the collector.
+    assert gc.isenabled() and gc.get_freeze_count() <= frozen
     gc.disable()
     try:
         executor.run(dag(), prefix=str(tmp_path / "b"), runner="inline")

@@ -56,8 +56,8 @@ class ExecutorOptions:
     mirror_sources: Optional[str] = _flag(None, "a bucket or prefix that may hold the mirrored(...) inputs, each "
                                                 "under its key; repeat the flag or separate them with commas "
                                                 "(default: env EXECUTOR_MIRROR_SOURCES)")
-    allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION) is not "
-                                            "the location of the prefix's bucket")
+    allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION, else the "
+                                            "cloud's metadata server) is not the location of the prefix's bucket")
     check: bool = _flag(False, "CI: compare ids with the committed ids file <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite the ids file <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")

@@ -19,6 +19,10 @@ os.environ.update(
     RAY_AUTH_MODE="disabled",
     RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",
     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+    # No cloud metadata server is asked where the runner is (executor/engine/runner_region.py): its
+    # address is not loopback. The tests that ask serve one on loopback themselves.
+    AWS_EC2_METADATA_DISABLED="true",
+    NO_GCE_CHECK="true",
 )
 # One console width for every test and the processes it starts: rich tables and argparse help wrap
 # at the terminal's width (COLUMNS), and no assertion may depend on the terminal the suite runs in

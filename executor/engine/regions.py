@@ -25,6 +25,7 @@ from executor.core.locations import Storage
 from executor.core.step import MirroredPath
 from executor.core.urls import is_object_store, protocol_of, split_url
 from executor.engine import location
+from executor.engine.runner_region import runner_region
 
 GB = 10**9
 
@@ -149,9 +150,6 @@ def survey(plan: Plan, prefix: str, storage: Storage) -> tuple[list[CrossRegionR
     return found, unknown
 
 
-REGION_VAR = "EXECUTOR_REGION"
-
-
 def same_region(bucket_location_: str, region: str) -> bool:
     """A bucket in `bucket_location_` (GCS location or S3 region) is local to a runner in `region`
     (a multi-region such as GCS's US holds its regions: US-CENTRAL1)."""
@@ -160,17 +158,20 @@ def same_region(bucket_location_: str, region: str) -> bool:
 
 
 def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, reporter: Any) -> None:
-    """Before anything runs: the runner's region (EXECUTOR_REGION) against the prefix's bucket
-    location; a mismatch is refused naming both unless `allow` (--allow-cross-region). Without the
-    variable, or for a local prefix, there is nothing to compare (no metadata server is asked)."""
-    region = (environ.get(REGION_VAR) or "").strip()
-    if not region or not is_object_store(prefix):
+    """Before anything runs: the runner's region (EXECUTOR_REGION, else the cloud's metadata server:
+    runner_region.py) against the prefix's bucket location; a mismatch is refused naming both unless
+    `allow` (--allow-cross-region). For a local prefix nothing is compared (and nothing asked); with
+    no region known, nothing is compared either."""
+    if not is_object_store(prefix):
+        return
+    region, source = runner_region(environ)
+    if not region:
         return
     where, why = locate_bucket(prefix, storage)
     if where is None:
-        reporter.warning(f"region check: could not tell whether the prefix is in {region} ({REGION_VAR}): {why}")
+        reporter.warning(f"region check: could not tell whether the prefix is in {region} ({source}): {why}")
     elif not same_region(where, region):
-        message = (f"this runner is in {region} ({REGION_VAR}) and the prefix {prefix} is in {where}: every "
+        message = (f"this runner is in {region} ({source}) and the prefix {prefix} is in {where}: every "
                    f"read and write would cross regions")
         if not allow:
             raise ExecutorError(f"{message}; nothing was started. Use a prefix in {region}, or pass "

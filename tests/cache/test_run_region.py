@@ -47,3 +47,22 @@ def test_a_runner_in_the_prefix_region_runs_without_a_word(experiment, monkeypat
     monkeypatch.setenv("EXECUTOR_REGION", S3_REGION)
     code, out = run_file(path, "--prefix", prefix, "--runner", "inline")
     assert code == 0 and "region" not in out.replace(prefix, ""), out
+
+
+def test_without_the_variable_the_metadata_servers_region_is_compared(experiment, monkeypatch):
+    """The runner's region from its cloud's metadata server (EC2's here, on loopback) when
+    EXECUTOR_REGION is not set: a mismatch names the server as its source."""
+    from tests.cache.metadata_server import metadata_server
+
+    path, prefix, _ = experiment
+    monkeypatch.delenv("EXECUTOR_REGION", raising=False)
+    with metadata_server(ec2_region="ap-south-1") as server:
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", f"http://{server.address}")
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
+        code, out = run_file(path, "--prefix", prefix, "--runner", "inline")
+        flat = " ".join(out.split())
+        assert code == 2 and f"this runner is in ap-south-1 (the EC2 metadata server) and the prefix {prefix} is " \
+            f"in {S3_REGION.upper()}" in flat, out
+        server.ec2_region = S3_REGION
+        code, out = run_file(path, "--prefix", prefix, "--runner", "inline")
+        assert code == 0 and "region" not in out.replace(prefix, ""), out

@@ -105,6 +105,9 @@ class TargetScore:
     target: Target
     baseline: Baseline
     mutants: list[Mutant] = field(default_factory=list)
+    seconds: float = 0.0            # the whole target: coverage run, then every mutant
+    coverage_seconds: float = 0.0   # the coverage run that selects each mutant's tests
+    covered_lines: int = 0
 
     def counts(self) -> Counter:
         return Counter(m.outcome for m in self.mutants)
@@ -163,22 +166,26 @@ def score_session(target: Target, baseline: Baseline, session: Path, equivalents
     return score
 
 
-def render_report(scores: list[TargetScore], sampled: int | None) -> str:
+def render_report(scores: list[TargetScore], sampled: int | None, header: list[str] = ()) -> str:
     kind = f"a seeded sample of {sampled} mutants per target" if sampled else "every mutant (a full run)"
-    lines = [f"# Mutation report ({kind})", "",
-             "| target | baseline | mutants | killed | survived | equivalent | timed out | errors | score |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"# Mutation report ({kind})", "", *header,
+             "| target | baseline | mutants | killed | survived | equivalent | timed out | errors | score | run |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
         if not s.baseline.trusted(s.target.timeout_s):
-            lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} | | | | | | | |")
+            lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} | | | | | | | | |")
             continue
         c = s.counts()
         scored = c[Outcome.KILLED] + c[Outcome.SURVIVED]
         pct = f"{100 * c[Outcome.KILLED] / scored:.1f}%" if scored else "-"
         lines.append(f"| {s.target.name} | {s.baseline.seconds:.0f} s of {s.target.timeout_s:.0f} | "
                      f"{sum(c.values()) - c[Outcome.SKIPPED]} | {c[Outcome.KILLED]} | {c[Outcome.SURVIVED]} | "
-                     f"{c[Outcome.EQUIVALENT]} | {c[Outcome.TIMED_OUT]} | {c[Outcome.ERROR]} | {pct} |")
-    lines += ["", "Score = killed / (killed + survived): equivalents, timeouts and errors are not kills.", ""]
+                     f"{c[Outcome.EQUIVALENT]} | {c[Outcome.TIMED_OUT]} | {c[Outcome.ERROR]} | {pct} | "
+                     f"{s.seconds:.0f} s |")
+    lines += ["", "Score = killed / (killed + survived): equivalents, timeouts and errors are not kills. "
+              "Baseline: the target's tests, unmutated, of the timeout. Run: the whole target (a coverage run "
+              "of its tests, then each mutant: the tests covering the mutated line, and all its tests if "
+              "those pass; scripts/mutation_select.py).", ""]
     for s in scores:
         for m in s.mutants:
             if m.outcome in (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR):

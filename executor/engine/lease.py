@@ -32,8 +32,8 @@ def _held(lock: threading.Lock) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class LeaseSettings:
-    ttl_s: float = 60.0
-    heartbeat_s: float = 15.0
+    ttl_s: float        # no defaults here: the command line's and RunOptions' are the only ones
+    heartbeat_s: float
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_s < self.ttl_s / 2:

@@ -76,6 +76,28 @@ def test_takeover_fences_out_the_old_holder(store):
     assert final.state == State.SUCCESS and final.owner.run_id == "new"
 
 
+def test_confirm_reads_the_status_back_and_a_takeover_or_a_deleted_status_loses_the_lease(store):
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    assert keeper.confirm(lease) and not lease.lost  # unchanged: still ours
+    other = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    assert other.acquire("k", running("b").next(attempt=2), store.read("k")) is not None
+    assert not keeper.confirm(lease) and "taken over" in lease.lost_reason
+    gone = keeper.acquire("g", running(), None)
+    store.delete("g")
+    assert not keeper.confirm(gone) and "taken over" in gone.lost_reason
+
+
+def test_staleness_counts_from_the_first_sight_and_any_new_generation_resets_it():
+    clock = FakeClock()
+    watch = StalenessWatch(60, clock)
+    assert watch.observe("k", "g2") == 0.0
+    clock.now += 60
+    assert watch.is_stale("k", "g2")  # a full TTL unchanged is stale
+    assert watch.observe("k", "g1") == 0.0  # generations are compared for equality, not order
+
+
 def test_staleness_resets_when_the_generation_moves():
     clock = FakeClock()
     watch = StalenessWatch(60, clock)
@@ -89,8 +111,32 @@ def test_staleness_resets_when_the_generation_moves():
 
 
 def test_settings_are_validated():
-    with pytest.raises(ValueError, match="half the TTL"):
-        LeaseSettings(ttl_s=10, heartbeat_s=6)
+    for heartbeat_s in (6, 0, -1):
+        with pytest.raises(ValueError, match="positive and under half the TTL"):
+            LeaseSettings(ttl_s=10, heartbeat_s=heartbeat_s)
+    with pytest.raises(AttributeError):  # validated once: settings cannot change afterwards
+        LeaseSettings(10, 4).heartbeat_s = 6  # type: ignore[misc]
+
+
+def test_the_heartbeat_thread_renews_on_its_own_and_never_keeps_the_process_alive(store):
+    import threading
+    import time
+
+    keeper = LeaseKeeper(store, LeaseSettings(ttl_s=1.0, heartbeat_s=0.02))
+    lease = keeper.acquire("k", running(), None)
+    first, before = lease.generation, set(threading.enumerate())
+    keeper.start()
+    try:
+        deadline = time.monotonic() + 10
+        while lease.generation == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lease.generation != first
+        [heartbeat] = [t for t in threading.enumerate() if t not in before and t.name == "lease-heartbeat"]
+        assert heartbeat.daemon
+    finally:
+        keeper.stop()
+    assert not heartbeat.is_alive()
+    LeaseKeeper(store, LeaseSettings(60, 15)).stop()  # stopping a keeper never started is fine
 
 
 class SlowStore(MemoryStore):
@@ -168,10 +214,22 @@ def test_the_commit_waits_for_a_heartbeat_in_flight_by_default(store):
     clock = FakeClock()
     keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
     lease = keeper.acquire("k", running(), None)
-    lease.lock.acquire()  # a renewal in flight
-    threading.Timer(0.2, lease.lock.release).start()
+    lease.lock.acquire()  # a renewal in flight, longer than any short timeout
+    threading.Timer(1.2, lease.lock.release).start()
     assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is True
     assert parse_status(store.read("k").data, "k").state == State.SUCCESS
+
+
+def test_release_all_waits_two_seconds_for_a_renewal_in_flight(store):
+    """Ctrl-C during a heartbeat: the release waits for it (up to 2 s) instead of leaving a stale lease."""
+    import threading
+
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
+    lease = keeper.acquire("k", running(), None)
+    lease.lock.acquire()
+    threading.Timer(1.4, lease.lock.release).start()
+    assert keeper.release_all("interrupted (Ctrl-C)") == []
+    assert parse_status(store.read("k").data, "k").state == State.FAILED
 
 
 def test_a_status_reads_back_exactly_as_written_and_a_damaged_one_is_refused():

@@ -48,7 +48,9 @@ def test_holder_that_cannot_renew_for_half_the_ttl_gives_up(store):
     clock = FakeClock()
     keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
     lease = keeper.acquire("k", running(), None)
-    clock.now += 31  # paused: no renewals happened
+    clock.now += 29  # just under half the TTL: still ours
+    assert keeper.is_valid(lease)
+    clock.now += 2  # paused: no renewals happened
     assert not keeper.is_valid(lease)
     assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is False
     assert parse_status(store.read("k").data, "k").state == State.RUNNING
@@ -87,6 +89,32 @@ def test_confirm_reads_the_status_back_and_a_takeover_or_a_deleted_status_loses_
     gone = keeper.acquire("g", running(), None)
     store.delete("g")
     assert not keeper.confirm(gone) and "taken over" in gone.lost_reason
+    silent = keeper.acquire("s", running(), None)
+    clock.now += 31  # no renewal for over half the TTL: lost without asking the store
+    assert not keeper.confirm(silent)
+
+
+def test_confirm_with_the_store_unreachable_answers_from_the_lease_alone(request):
+    clock = FakeClock()
+    store = FailingStore(f"memory://confirm-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    store.failing = True
+    assert keeper.confirm(lease) and not lease.lost  # the fenced commit still refuses a lost lease
+    clock.now += 31
+    assert not keeper.confirm(lease)
+
+
+def test_a_commit_refused_by_the_store_is_not_a_publish(store):
+    """The lease still looks valid to its holder, but another runner wrote the status meanwhile."""
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running("a"), None)
+    LeaseKeeper(store, LeaseSettings(60, 15), clock).acquire("k", running("b").next(attempt=2), store.read("k"))
+    assert keeper.is_valid(lease)
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is False
+    assert "before commit" in lease.lost_reason
+    assert parse_status(store.read("k").data, "k").owner.run_id == "b"
 
 
 def test_staleness_counts_from_the_first_sight_and_any_new_generation_resets_it():
@@ -177,6 +205,13 @@ class FailingStore(MemoryStore):
             raise TransientStoreError(f"{key}: 503 from the test store")
         return super().replace_if_generation(key, data, generation)
 
+    def read(self, key):
+        if self.failing:
+            from executor.engine.store.base import TransientStoreError
+
+            raise TransientStoreError(f"{key}: 503 from the test store")
+        return super().read(key)
+
 
 def test_a_failed_renewal_keeps_the_lease_until_half_the_ttl_then_loses_it(request):
     clock = FakeClock()
@@ -200,8 +235,8 @@ def test_release_all_reports_the_leases_it_could_not_release(request):
     keeper.acquire("b", running(), None)
     store.failing = True
     assert sorted(keeper.release_all("interrupted (Ctrl-C)")) == ["a", "b"]  # they go stale after the TTL
-    assert parse_status(store.read("a").data, "a").state == State.RUNNING
     store.failing = False
+    assert parse_status(store.read("a").data, "a").state == State.RUNNING
     keeper.acquire("c", running(), None)
     assert keeper.release_all("interrupted (Ctrl-C)") == []
     assert parse_status(store.read("c").data, "c").state == State.FAILED

@@ -110,11 +110,12 @@ def gc_paused() -> Iterator[None]:
 
 
 class _DigestFirst(Exception):
-    """Dependencies nest too deeply to recurse further: digest `step` from the top first."""
+    """Dependencies nest too deeply to recurse further: digest `step` from the top first. `path`
+    is the walk that reached it (kept to name a cycle through it in full)."""
 
-    def __init__(self, step: ExecutorStep):
+    def __init__(self, step: ExecutorStep, path: list[ExecutorStep]):
         super().__init__()
-        self.step = step
+        self.step, self.path = step, path
 
 
 # Dependencies are digested recursively from inside the encoder; past this many nested steps the
@@ -134,7 +135,7 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
     nodes: dict[str, StepNode] = {}
     in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
     on_path: set[int] = set()
-    waiting: list[ExecutorStep] = []  # steps set aside until a deep dependency is digested from the top
+    waiting: list[list[ExecutorStep]] = []  # walks set aside until a deep dependency is digested from the top
     collecting: list[tuple[dict[str, None], dict[str, None]]] = []  # (blocking, weak) deps of in_progress
 
     def dependency_digest(placeholder: OutputPathOf) -> str:
@@ -154,11 +155,11 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
         if key in on_path:
-            chain = waiting + in_progress
+            chain = [s for path in waiting for s in path] + in_progress
             cycle = chain[[s is step for s in chain].index(True):] + [step]
             raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
         if len(in_progress) >= MAX_NESTED_STEPS:
-            raise _DigestFirst(step)
+            raise _DigestFirst(step, list(in_progress))
         in_progress.append(step)
         on_path.add(key)
         deps: dict[str, None] = {}
@@ -187,14 +188,14 @@ def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
             try:
                 digest = visit(stack[-1])
             except _DigestFirst as deeper:
-                waiting.append(stack[-1])
+                waiting.append(deeper.path)  # it starts with stack[-1]
                 on_path.add(id(stack[-1]))
                 stack.append(deeper.step)
                 continue
             stack.pop()
             if not stack:
                 return digest
-            on_path.discard(id(waiting.pop()))
+            on_path.discard(id(waiting.pop()[0]))
 
     targets = tuple(dict.fromkeys(visit_from_top(s) for s in steps))
     _check_output_paths(nodes.values())

@@ -164,7 +164,8 @@ class LeaseKeeper:
 
     def release_all(self, reason: str, lock_timeout_s: float = 2.0) -> list[str]:
         """End every lease still held as FAILED with `reason` (Ctrl-C, SIGTERM, a runner error, a
-        forced exit). Returns the keys that could not be released (they go stale after the TTL)."""
+        forced exit), waiting up to `lock_timeout_s` a lease for a renewal in flight. Returns the keys
+        that could not be released (they go stale after the TTL)."""
         left = []
         for lease in self.held():
             final = lease.status.next(state=State.FAILED, error=reason, written_at=self.wall_clock())

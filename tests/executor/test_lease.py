@@ -6,6 +6,7 @@ import pytest
 
 from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.core.record import Owner, State, Status, parse_status
+from executor.engine.store.base import Versioned
 from executor.engine.store.memory import MemoryStore
 
 
@@ -48,9 +49,9 @@ def test_holder_that_cannot_renew_for_half_the_ttl_gives_up(store):
     clock = FakeClock()
     keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
     lease = keeper.acquire("k", running(), None)
-    clock.now += 29  # just under half the TTL: still ours
+    clock.now += 30  # half the TTL exactly: still ours
     assert keeper.is_valid(lease)
-    clock.now += 2  # paused: no renewals happened
+    clock.now += 1  # paused: no renewals happened
     assert not keeper.is_valid(lease)
     assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is False
     assert parse_status(store.read("k").data, "k").state == State.RUNNING
@@ -92,6 +93,40 @@ def test_confirm_reads_the_status_back_and_a_takeover_or_a_deleted_status_loses_
     silent = keeper.acquire("s", running(), None)
     clock.now += 31  # no renewal for over half the TTL: lost without asking the store
     assert not keeper.confirm(silent)
+
+
+class DescendingStore(MemoryStore):
+    """Generations are opaque tokens: here each write's is *smaller* than the last (as strings and as
+    numbers), and every read returns a fresh string object, as a store parsing a response would."""
+
+    @staticmethod
+    def _token(generation):
+        return None if generation is None else str(10**15 - int(generation))
+
+    def create_if_absent(self, key, data):
+        return self._token(super().create_if_absent(key, data))
+
+    def replace_if_generation(self, key, data, generation):
+        return self._token(super().replace_if_generation(key, data, self._token(generation)))
+
+    def read(self, key):
+        found = super().read(key)
+        return None if found is None else Versioned(found.data, self._token(found.generation))
+
+
+def test_generations_are_compared_as_opaque_tokens_never_ordered_or_by_identity(request):
+    clock = FakeClock()
+    store = DescendingStore(f"memory://descending-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    keeper.renew(lease)
+    assert keeper.confirm(lease) and not lease.lost  # an equal token read back is ours
+    LeaseKeeper(store, LeaseSettings(60, 15), clock).acquire("k", running("b").next(attempt=2), store.read("k"))
+    assert not keeper.confirm(lease) and "taken over" in lease.lost_reason  # a smaller one is not
+    watch = StalenessWatch(60, clock)
+    watch.observe("k", store.read("k").generation)
+    clock.now += 60
+    assert watch.is_stale("k", store.read("k").generation)  # equal, though another string object
 
 
 def test_confirm_with_the_store_unreachable_answers_from_the_lease_alone(request):
@@ -139,7 +174,7 @@ def test_staleness_resets_when_the_generation_moves():
 
 
 def test_settings_are_validated():
-    for heartbeat_s in (6, 0, -1):
+    for heartbeat_s in (6, 5, 0, -1):
         with pytest.raises(ValueError, match="positive and under half the TTL"):
             LeaseSettings(ttl_s=10, heartbeat_s=heartbeat_s)
     with pytest.raises(AttributeError):  # validated once: settings cannot change afterwards
@@ -256,15 +291,39 @@ def test_the_commit_waits_for_a_heartbeat_in_flight_by_default(store):
 
 
 def test_release_all_waits_two_seconds_for_a_renewal_in_flight(store):
-    """Ctrl-C during a heartbeat: the release waits for it (up to 2 s) instead of leaving a stale lease."""
+    """Ctrl-C during a heartbeat: the release waits for it (up to 2 s a lease) instead of leaving a
+    lease to go stale, and gives up on one stuck longer."""
     import threading
+    import time
 
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
+    brief, stuck = keeper.acquire("brief", running(), None), keeper.acquire("stuck", running(), None)
+    brief.lock.acquire()
+    stuck.lock.acquire()
+    threading.Timer(0.5, brief.lock.release).start()
+    start = time.monotonic()
+    assert keeper.release_all("interrupted (Ctrl-C)") == ["stuck"]
+    assert 2.4 <= time.monotonic() - start < 3.2  # 0.5 s for the brief one, then 2 s for the stuck one
+    assert parse_status(store.read("brief").data, "brief").state == State.FAILED
+    stuck.lock.release()
+
+
+def test_a_commit_stuck_behind_a_renewal_past_its_timeout_gives_up_and_writes_nothing(store):
     keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
     lease = keeper.acquire("k", running(), None)
     lease.lock.acquire()
-    threading.Timer(1.4, lease.lock.release).start()
-    assert keeper.release_all("interrupted (Ctrl-C)") == []
-    assert parse_status(store.read("k").data, "k").state == State.FAILED
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS), lock_timeout_s=0.05) is False
+    lease.lock.release()
+    assert parse_status(store.read("k").data, "k").state == State.RUNNING
+
+
+def test_a_finished_lease_is_never_renewed(store):
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
+    lease = keeper.acquire("k", running(), None)
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS))
+    committed = store.read("k").generation
+    keeper.renew(lease)
+    assert store.read("k").generation == committed
 
 
 def test_a_status_reads_back_exactly_as_written_and_a_damaged_one_is_refused():

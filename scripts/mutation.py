@@ -26,6 +26,7 @@ A score can be trusted only if it counts what the tests found:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import concurrent.futures
 import json
 import os
@@ -40,7 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
-                               list_mutants, load_equivalents, render_report, score_session)
+                               list_mutants, load_equivalents, render_report, score_from_json,
+                               score_session, score_to_json)
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tests" / "mutation" / "equivalent.json"
@@ -159,11 +161,33 @@ def sample(session: Path, keep: int, seed: int) -> None:
                 db.set_result(job_id, WorkResult(output="not sampled", worker_outcome=WorkerOutcome.SKIPPED))
 
 
-def run_target(target: Target, work: Path, keep: int | None, seed: int) -> TargetScore:
+def exec_until(command: list[str], work: Path, env: dict, deadline: float | None) -> bool:
+    """cosmic-ray exec; False if the deadline (time.monotonic()) came first, when it and the test run
+    it started are ended (the copy may then hold a mutant: it must not be used again)."""
+    proc = subprocess.Popen(command, cwd=work, env=env)
+    try:
+        proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        tree = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+        for p in tree:  # the test command runs in its own session: ending cosmic-ray alone leaves it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        proc.wait()
+        return False
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, command)
+    return True
+
+
+def run_target(target: Target, work: Path, keep: int | None, seed: int,
+               deadline: float | None = None) -> tuple[TargetScore, bool]:
+    """The target's score, and whether its working copy is still clean (no deadline came mid-run)."""
     python = str(work / ".venv" / "bin" / "python")
     baseline = run_baseline(target, work, python)
     if not baseline.trusted(target.timeout_s):
-        return TargetScore(target=target, baseline=baseline)
+        return TargetScore(target=target, baseline=baseline), True
     start = time.monotonic()
     (work / SELECT_DIR).mkdir(exist_ok=True)
     covered_lines = prepare_selection(target, work, python)
@@ -177,10 +201,10 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int) -> Targe
                    cwd=work, check=True, env=env)
     if keep is not None:
         sample(session, keep, seed)
-    subprocess.run([*cr, "exec", str(config), str(session)], cwd=work, check=True, env=env)
+    clean = exec_until([*cr, "exec", str(config), str(session)], work, env, deadline)
     score = score_session(target, baseline, session, load_equivalents(EQUIVALENTS))
     score.seconds, score.coverage_seconds, score.covered_lines = time.monotonic() - start, coverage_s, covered_lines
-    return score
+    return score, clean
 
 
 def copy_tree(dest: Path, rev: str | None) -> None:
@@ -209,24 +233,37 @@ def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Names
                        env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
         while True:
             with lock:
-                if not queue:
+                if not queue or (args.deadline_at is not None and time.monotonic() >= args.deadline_at):
                     return
                 target = queue.pop(0)
-            finished(run_target(target, work, args.sample, args.seed))
+            score, clean = run_target(target, work, args.sample, args.seed, args.deadline_at)
+            finished(score)
+            if not clean:
+                return
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report_header(argv: list[str], note: str | None) -> list[str]:
+def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore]) -> str:
+    """The report over every kept target result (so runs of some targets update the report), or over
+    this run's scores for a sample."""
+    if sampled is None:
+        kept = {p.stem: score_from_json(json.loads(p.read_text()), TARGETS) for p in sorted(results.glob("*.json"))}
+        order = DECIDING + [t.name for t in TARGETS if t.name not in DECIDING]
+        return render_report([kept[n] for n in order if n in kept], sampled=None)
+    return render_report(list(scores.values()), sampled=sampled)
+
+
+def report_header(argv: list[str], note: str | None) -> str:
     """Where and when the figures were measured: they are times on a shared machine."""
     rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                          text=True).stdout.strip()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    lines = [f"Command: `scripts/mutation.sh {' '.join(argv)}` on {rev}, started "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-             f"load average {load} at the start."]
-    return lines + ([note] if note else []) + [""]
+    line = (f"`scripts/mutation.sh {' '.join(argv)}` on {rev}, started "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+            f"load average {load} at the start.")
+    return line + (f" {note}" if note else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -240,11 +277,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rev", default=None, help="score a commit's code and tests instead of the working tree")
     parser.add_argument("--report", type=Path, default=None,
                         help="write the Markdown report here (rewritten after each target)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="MINUTES",
+                        help="stop after this long: the running targets are scored as far as they got "
+                             "(marked in the report), targets not started are left out")
+    parser.add_argument("--results", type=Path, default=ROOT / "tests" / "mutation" / "results",
+                        help="each target's result is kept here as JSON; --report renders all of them")
     parser.add_argument("--jobs", type=int, default=1, help="targets scored at once, each in its own copy")
     parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
                         help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
     args = parser.parse_args(argv)
+    args.deadline_at = None if args.deadline is None else time.monotonic() + 60 * args.deadline
     args.targets = [n for name in args.targets for n in (DECIDING if name == "deciding" else [name])]
     unknown = [n for n in args.targets if n not in {t.name for t in TARGETS}]
     if unknown:
@@ -265,24 +308,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     by_name = {t.name: t for t in TARGETS}
     chosen = [by_name[n] for n in dict.fromkeys(args.targets)] or TARGETS
-    header = report_header(sys.argv[1:] if argv is None else argv, args.note)
+    provenance = report_header(sys.argv[1:] if argv is None else argv, args.note)
     scores: dict[str, TargetScore] = {}
     done = threading.Lock()
 
     def finished(score: TargetScore) -> None:
         with done:
+            score.provenance = provenance
             scores[score.target.name] = score
             print(render_report([score], sampled=args.sample), flush=True)
+            if args.sample is None:  # a sample is no result to keep
+                args.results.mkdir(parents=True, exist_ok=True)
+                (args.results / f"{score.target.name}.json").write_text(json.dumps(score_to_json(score), indent=1))
             if args.report is not None:  # after each target: a long run's finished targets are kept
-                ordered = [scores[t.name] for t in chosen if t.name in scores]
-                args.report.write_text(render_report(ordered, sampled=args.sample, header=header))
+                args.report.write_text(report_from_results(args.results, args.sample, scores))
 
     queue = list(chosen)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for f in [pool.submit(work_through, queue, done, args, finished) for _ in range(args.jobs)]:
             f.result()
-    scores_in_order = [scores[t.name] for t in chosen]
-    print(render_report(scores_in_order, sampled=args.sample, header=header))
+    scores_in_order = [scores[t.name] for t in chosen if t.name in scores]
+    print(render_report(scores_in_order, sampled=args.sample))
     return 0 if all(s.baseline.trusted(s.target.timeout_s) for s in scores_in_order) else 1
 
 

@@ -74,7 +74,7 @@ class RunContext:
     events: Events
     invocation: dict[str, Any]
     main_file: str | None
-    max_concurrent: int = 8
+    max_concurrent: int  # no default: RunOptions' is the only one
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time

@@ -31,6 +31,7 @@ import concurrent.futures
 import json
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -260,10 +261,10 @@ def report_header(argv: list[str], note: str | None) -> str:
     rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                          text=True).stdout.strip()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    line = (f"`scripts/mutation.sh {' '.join(argv)}` on {rev}, started "
+    line = (f"`scripts/mutation.sh {shlex.join(argv)}` on {rev}, started "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
             f"load average {load} at the start.")
-    return line + (f" {note}" if note else "")
+    return line + (f" Note: {note}" if note else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -172,6 +172,7 @@ def test_building_a_graph_leaves_the_garbage_collector_as_it_found_it():
         (gc.enable if was else gc.disable)()
 
 
+@pytest.mark.timeout(30)  # a walk that loses its place never ends: fail it, well before the suite's limit
 def test_a_chain_deeper_than_the_recursion_bound_is_ordered_and_its_cycle_named():
     steps = [ExecutorStep("s0", fn, Cfg())]
     for i in range(1, 80):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
-                               list_mutants, load_equivalents, render_report, score_from_json,
+                               list_mutants, load_equivalents, reclassify, render_report, score_from_json,
                                score_session, score_to_json)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,9 +250,13 @@ def report_from_results(results: Path, sampled: int | None, scores: dict[str, Ta
     """The report over every kept target result (so runs of some targets update the report), or over
     this run's scores for a sample."""
     if sampled is None:
-        kept = {p.stem: score_from_json(json.loads(p.read_text()), TARGETS) for p in sorted(results.glob("*.json"))}
+        equivalents = load_equivalents(EQUIVALENTS)
+        kept = {p.stem: reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
+                for p in sorted(results.glob("*.json"))}
         order = DECIDING + [t.name for t in TARGETS if t.name not in DECIDING]
-        return render_report([kept[n] for n in order if n in kept], sampled=None)
+        missing = [n for n in DECIDING if n not in kept]
+        note = f"\nDeciding targets with no result yet: {', '.join(missing)}.\n" if missing else ""
+        return render_report([kept[n] for n in order if n in kept], sampled=None) + note
     return render_report(list(scores.values()), sampled=sampled)
 
 
@@ -283,6 +287,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(marked in the report), targets not started are left out")
     parser.add_argument("--results", type=Path, default=ROOT / "tests" / "mutation" / "results",
                         help="each target's result is kept here as JSON; --report renders all of them")
+    parser.add_argument("--render", action="store_true",
+                        help="only write --report from the kept results (after editing the equivalents, say)")
     parser.add_argument("--jobs", type=int, default=1, help="targets scored at once, each in its own copy")
     parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
@@ -302,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         for m in list_mutants(args.show):
             print(json.dumps({"module": m.module, "function": m.function, "operator": m.operator,
                               "mutated_line": m.mutated_line, "line": m.line}, ensure_ascii=False))
+        return 0
+    if args.render:
+        if args.report is None:
+            print("--render needs --report FILE", file=sys.stderr)
+            return 2
+        args.report.write_text(report_from_results(args.results, None, {}))
         return 0
     if args.list:
         for t in TARGETS:

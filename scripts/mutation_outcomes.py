@@ -239,3 +239,14 @@ def score_from_json(data: dict, targets: list[Target]) -> TargetScore:
     return TargetScore(target=target, baseline=Baseline(**data["baseline"]), mutants=mutants,
                        seconds=data["seconds"], coverage_seconds=data["coverage_seconds"],
                        covered_lines=data["covered_lines"], pending=data["pending"], provenance=data["provenance"])
+
+
+def reclassify(score: TargetScore, equivalents: list[dict]) -> TargetScore:
+    """A kept score against the equivalents listed now: a survivor listed since is equivalent, an
+    equivalent no longer listed is a survivor again."""
+    def judged(m: Mutant) -> Mutant:
+        if m.outcome in (Outcome.SURVIVED, Outcome.EQUIVALENT):
+            outcome = Outcome.EQUIVALENT if is_listed_equivalent(m, equivalents) else Outcome.SURVIVED
+            return Mutant(**{**m.__dict__, "outcome": outcome})
+        return m
+    return TargetScore(**{**score.__dict__, "mutants": [judged(m) for m in score.mutants]})

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from mutation_outcomes import (TARGETS, Baseline, Outcome, Target, classify, list_mutants,  # noqa: E402
-                               load_equivalents, render_report, score_from_json, score_session,
+                               load_equivalents, reclassify, render_report, score_from_json, score_session,
                                score_to_json)
 
 EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
@@ -70,6 +70,9 @@ def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_pa
     assert "## survived" in report and "## timed out" in report and "## error" in report
     kept = score_from_json(json.loads(json.dumps(score_to_json(score))), [target])  # as tests/mutation/results/ keep it
     assert kept == score and render_report([kept], sampled=None) == report
+    assert reclassify(kept, [equivalent]) == kept  # judged again against the same list: the same
+    unlisted = reclassify(kept, []).counts()  # its equivalent taken off the list: a survivor again
+    assert (unlisted[Outcome.SURVIVED], unlisted[Outcome.EQUIVALENT]) == (2, 0)
 
 
 @pytest.mark.parametrize("baseline, why", [(Baseline(False, 3.0, "1 failed"), "baseline failed"),

@@ -230,7 +230,9 @@ def score_to_json(score: TargetScore) -> dict:
     return {"target": score.target.name, "baseline": asdict(score.baseline), "seconds": score.seconds,
             "coverage_seconds": score.coverage_seconds, "covered_lines": score.covered_lines,
             "pending": score.pending, "provenance": score.provenance,
-            "mutants": [{**asdict(m), "outcome": m.outcome.value} for m in score.mutants]}
+            "mutants": [{**asdict(m), "outcome": m.outcome.value,
+                         "diff": "" if m.outcome is Outcome.KILLED else m.diff}  # the report shows no killed diff
+                        for m in score.mutants]}
 
 
 def score_from_json(data: dict, targets: list[Target]) -> TargetScore:

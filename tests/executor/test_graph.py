@@ -200,6 +200,8 @@ def test_graph_and_nodes_are_values_compared_without_the_shared_digest_table():
     assert "digests" not in repr(node)
     with pytest.raises(FrozenInstanceError):
         alone.targets = ()  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):  # nodes are shared by plans and tools: none may change one
+        node.output_rel = "elsewhere"  # type: ignore[misc]
 
 
 def test_a_config_changed_after_planning_is_refused_whichever_way_its_digest_moves():

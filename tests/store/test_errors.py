@@ -95,6 +95,14 @@ def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
+def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend):
+    server.always(400)
+    with pytest.raises(StoreError, match="HTTP 400") as raised:
+        CLIENTS[backend](server.url).create_if_absent("k", b"x")
+    assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
 def test_an_object_not_found_reads_as_absent_and_its_delete_is_done(server, backend):
     """A 404 about the object (not the bucket), with or without an error code in the body."""
     store = CLIENTS[backend](server.url)

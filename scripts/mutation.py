@@ -2,11 +2,14 @@
 
     scripts/mutation.sh                          # every target, every mutant (the full run)
     scripts/mutation.sh --sample 25 lease        # 25 seeded random mutants of one target (minutes)
-    scripts/mutation.sh --report tests/mutation/report.md   # the full run, and the committed report
+    scripts/mutation.sh --report tests/mutation/report.md deciding   # the committed report
     scripts/mutation.sh --list                   # the targets and the tests each is scored against
     scripts/mutation.sh --show executor/engine/lease.py   # every mutant of a module, as equivalents list them
 
-Each target is a set of modules and the tests that guard them. The work happens in a copy of the
+Each target is a set of modules and the tests that guard them. A full run stays affordable by
+running, per mutant, first only the tests that execute the mutated line (recorded once per target by
+a coverage run with test contexts), and all the target's tests only when those pass: the outcome is
+the full run's, at the cost of the covering tests for most mutants (scripts/mutation_select.py). The work happens in a copy of the
 tracked tree under a temporary directory with its own `uv sync`ed environment, because cosmic-ray
 mutates files on disk in place (which is also what lets subprocess, Ray and CLI tests see the
 mutant).
@@ -23,26 +26,40 @@ A score can be trusted only if it counts what the tests found:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import concurrent.futures
 import json
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
-                               list_mutants, load_equivalents, render_report, score_session)
+                               list_mutants, load_equivalents, reclassify, render_report, score_from_json,
+                               score_session, score_to_json)
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tests" / "mutation" / "equivalent.json"
+# The modules that decide things, smallest runs first (`deciding` on the command line).
+DECIDING = ["graph", "lease", "record", "plan", "stores", "execute", "regions", "retry", "verify-gc", "identity",
+            "location"]
+SELECT_DIR = ".mutation"  # in the working copy: pristine modules, coverage, each target's selection config
 
 
 def test_command(target: Target, python: str) -> str:
     return f"{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {' '.join(target.tests)}"
+
+
+def select_command(target: Target, python: str) -> str:
+    """What cosmic-ray runs per mutant: the covering tests first, then all (scripts/mutation_select.py)."""
+    return f"{python} scripts/mutation_select.py {SELECT_DIR}/{target.name}.json"
 
 
 def config_text(target: Target, python: str) -> str:
@@ -52,7 +69,7 @@ def config_text(target: Target, python: str) -> str:
 module-path = [{modules}]
 timeout = {target.timeout_s}
 excluded-modules = []
-test-command = "{test_command(target, python)}"
+test-command = "{select_command(target, python)}"
 
 [cosmic-ray.distributor]
 name = "local"
@@ -75,6 +92,59 @@ def run_baseline(target: Target, work: Path, python: str) -> Baseline:
                     tail=(proc.stdout + proc.stderr)[-2000:])
 
 
+def module_files(target: Target, work: Path) -> list[str]:
+    """The target's modules as files (a directory stands for the .py files under it)."""
+    files = []
+    for module in target.modules:
+        path = work / module
+        files += sorted(str(p.relative_to(work)) for p in path.rglob("*.py")) if path.is_dir() else [module]
+    return files
+
+
+def record_coverage(target: Target, work: Path, python: str, files: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Which tests execute which lines of the target's modules, on the unmutated code: module ->
+    line -> pytest node ids ("" for import time). Empty if the coverage run fails (then every
+    mutant runs all the target's tests)."""
+    select = work / SELECT_DIR
+    rc, data_file = select / f"{target.name}.coveragerc", select / f"{target.name}.coverage"
+    rc.write_text("[run]\nrelative_files = True\ninclude =\n" + "".join(f"    {f}\n" for f in files))
+    command = [*test_command(target, python).split(), "--cov", f"--cov-config={rc}", "--cov-context=test",
+               "--cov-report="]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COVERAGE_FILE=str(data_file))
+    try:
+        proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=3 * target.timeout_s)
+    except subprocess.TimeoutExpired:
+        return {}
+    if proc.returncode != 0:
+        return {}
+    from coverage import CoverageData
+
+    data = CoverageData(basename=str(data_file))
+    data.read()
+    covered: dict[str, dict[str, list[str]]] = {}
+    for measured in data.measured_files():
+        by_line = data.contexts_by_lineno(measured)
+        covered[measured] = {str(line): sorted({c.rsplit("|", 1)[0] for c in contexts})
+                             for line, contexts in by_line.items()}
+    return covered
+
+
+def prepare_selection(target: Target, work: Path, python: str) -> int:
+    """Pristine copies of the modules, their coverage, and scripts/mutation_select.py's config;
+    returns how many lines some test covers."""
+    files = module_files(target, work)
+    pristine = work / SELECT_DIR / "pristine" / target.name
+    for f in files:
+        (pristine / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / f, pristine / f)
+    covered = record_coverage(target, work, python, files)
+    config = {"python": python, "modules": files, "tests": list(target.tests), "pristine": str(pristine),
+              "covered": covered}
+    (work / SELECT_DIR / f"{target.name}.json").write_text(json.dumps(config))
+    return sum(len(lines) for lines in covered.values())
+
+
 def sample(session: Path, keep: int, seed: int) -> None:
     """Keep `keep` seeded random pending mutants; mark the rest skipped (cosmic-ray's filter API)."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -92,11 +162,37 @@ def sample(session: Path, keep: int, seed: int) -> None:
                 db.set_result(job_id, WorkResult(output="not sampled", worker_outcome=WorkerOutcome.SKIPPED))
 
 
-def run_target(target: Target, work: Path, keep: int | None, seed: int) -> TargetScore:
+def exec_until(command: list[str], work: Path, env: dict, deadline: float | None) -> bool:
+    """cosmic-ray exec; False if the deadline (time.monotonic()) came first, when it and the test run
+    it started are ended (the copy may then hold a mutant: it must not be used again)."""
+    proc = subprocess.Popen(command, cwd=work, env=env)
+    try:
+        proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        tree = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+        for p in tree:  # the test command runs in its own session: ending cosmic-ray alone leaves it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        proc.wait()
+        return False
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, command)
+    return True
+
+
+def run_target(target: Target, work: Path, keep: int | None, seed: int,
+               deadline: float | None = None) -> tuple[TargetScore, bool]:
+    """The target's score, and whether its working copy is still clean (no deadline came mid-run)."""
     python = str(work / ".venv" / "bin" / "python")
     baseline = run_baseline(target, work, python)
     if not baseline.trusted(target.timeout_s):
-        return TargetScore(target=target, baseline=baseline)
+        return TargetScore(target=target, baseline=baseline), True
+    start = time.monotonic()
+    (work / SELECT_DIR).mkdir(exist_ok=True)
+    covered_lines = prepare_selection(target, work, python)
+    coverage_s = time.monotonic() - start
     config, session = work / f"mutation-{target.name}.toml", work / f"mutation-{target.name}.sqlite"
     config.write_text(config_text(target, python))
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
@@ -106,8 +202,10 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int) -> Targe
                    cwd=work, check=True, env=env)
     if keep is not None:
         sample(session, keep, seed)
-    subprocess.run([*cr, "exec", str(config), str(session)], cwd=work, check=True, env=env)
-    return score_session(target, baseline, session, load_equivalents(EQUIVALENTS))
+    clean = exec_until([*cr, "exec", str(config), str(session)], work, env, deadline)
+    score = score_session(target, baseline, session, load_equivalents(EQUIVALENTS))
+    score.seconds, score.coverage_seconds, score.covered_lines = time.monotonic() - start, coverage_s, covered_lines
+    return score, clean
 
 
 def copy_tree(dest: Path, rev: str | None) -> None:
@@ -125,18 +223,79 @@ def copy_tree(dest: Path, rev: str | None) -> None:
             shutil.copy2(src, dest / rel)
 
 
+def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Namespace, finished) -> None:
+    """One worker: its own working copy (a mutant is a file changed in place, so two targets never
+    share one), taking targets from the queue in order."""
+    work = Path(tempfile.mkdtemp(prefix="stepgraph-mutation-"))
+    print(f"working copy: {work}", flush=True)
+    try:
+        copy_tree(work, args.rev)
+        subprocess.run(["uv", "sync", "--quiet", "--frozen"], cwd=work, check=True,
+                       env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
+        while True:
+            with lock:
+                if not queue or (args.deadline_at is not None and time.monotonic() >= args.deadline_at):
+                    return
+                target = queue.pop(0)
+            score, clean = run_target(target, work, args.sample, args.seed, args.deadline_at)
+            finished(score)
+            if not clean:
+                return
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore]) -> str:
+    """The report over every kept target result (so runs of some targets update the report), or over
+    this run's scores for a sample."""
+    if sampled is None:
+        equivalents = load_equivalents(EQUIVALENTS)
+        kept = {p.stem: reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
+                for p in sorted(results.glob("*.json"))}
+        order = DECIDING + [t.name for t in TARGETS if t.name not in DECIDING]
+        missing = [n for n in DECIDING if n not in kept]
+        note = f"\nDeciding targets with no result yet: {', '.join(missing)}.\n" if missing else ""
+        return render_report([kept[n] for n in order if n in kept], sampled=None) + note
+    return render_report(list(scores.values()), sampled=sampled)
+
+
+def report_header(argv: list[str], note: str | None) -> str:
+    """Where and when the figures were measured: they are times on a shared machine."""
+    rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                         text=True).stdout.strip()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    line = (f"`scripts/mutation.sh {shlex.join(argv)}` on {rev}, started "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+            f"load average {load} at the start.")
+    return line + (f" Note: {note}" if note else "")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("targets", nargs="*", help="target names (default: all)")
+    parser.add_argument("targets", nargs="*",
+                        help=f"target names, or `deciding` for {' '.join(DECIDING)} (default: all)")
     parser.add_argument("--sample", type=int, default=None, help="mutants per target, seeded random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the working copy (its path is printed)")
     parser.add_argument("--rev", default=None, help="score a commit's code and tests instead of the working tree")
-    parser.add_argument("--report", type=Path, default=None, help="write the Markdown report here")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="write the Markdown report here (rewritten after each target)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="MINUTES",
+                        help="stop after this long: the running targets are scored as far as they got "
+                             "(marked in the report), targets not started are left out")
+    parser.add_argument("--results", type=Path, default=ROOT / "tests" / "mutation" / "results",
+                        help="each target's result is kept here as JSON; --report renders all of them")
+    parser.add_argument("--render", action="store_true",
+                        help="only write --report from the kept results (after editing the equivalents, say)")
+    parser.add_argument("--jobs", type=int, default=1, help="targets scored at once, each in its own copy")
+    parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
                         help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
     args = parser.parse_args(argv)
+    args.deadline_at = None if args.deadline is None else time.monotonic() + 60 * args.deadline
+    args.targets = [n for name in args.targets for n in (DECIDING if name == "deciding" else [name])]
     unknown = [n for n in args.targets if n not in {t.name for t in TARGETS}]
     if unknown:
         parser.error(f"unknown target(s) {unknown}; choose from {sorted(t.name for t in TARGETS)}")
@@ -150,29 +309,40 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"module": m.module, "function": m.function, "operator": m.operator,
                               "mutated_line": m.mutated_line, "line": m.line}, ensure_ascii=False))
         return 0
+    if args.render:
+        if args.report is None:
+            print("--render needs --report FILE", file=sys.stderr)
+            return 2
+        args.report.write_text(report_from_results(args.results, None, {}))
+        return 0
     if args.list:
         for t in TARGETS:
             print(f"{t.name:12} {' '.join(t.modules)}\n{'':12} tests: {' '.join(t.tests)} (timeout {t.timeout_s:.0f} s)")
         return 0
-    chosen = [t for t in TARGETS if t.name in args.targets] or TARGETS
-    work = Path(tempfile.mkdtemp(prefix="stepgraph-mutation-"))
-    print(f"working copy: {work}", flush=True)
-    copy_tree(work, args.rev)
-    subprocess.run(["uv", "sync", "--quiet", "--frozen"], cwd=work, check=True,
-                   env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
-    scores = []
-    try:
-        for target in chosen:
-            scores.append(run_target(target, work, args.sample, args.seed))
-            print(render_report(scores[-1:], sampled=args.sample), flush=True)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    report = render_report(scores, sampled=args.sample)
-    print(report)
-    if args.report is not None:
-        args.report.write_text(report)
-    return 0 if all(s.baseline.trusted(s.target.timeout_s) for s in scores) else 1
+    by_name = {t.name: t for t in TARGETS}
+    chosen = [by_name[n] for n in dict.fromkeys(args.targets)] or TARGETS
+    provenance = report_header(sys.argv[1:] if argv is None else argv, args.note)
+    scores: dict[str, TargetScore] = {}
+    done = threading.Lock()
+
+    def finished(score: TargetScore) -> None:
+        with done:
+            score.provenance = provenance
+            scores[score.target.name] = score
+            print(render_report([score], sampled=args.sample), flush=True)
+            if args.sample is None:  # a sample is no result to keep
+                args.results.mkdir(parents=True, exist_ok=True)
+                (args.results / f"{score.target.name}.json").write_text(json.dumps(score_to_json(score), indent=1))
+            if args.report is not None:  # after each target: a long run's finished targets are kept
+                args.report.write_text(report_from_results(args.results, args.sample, scores))
+
+    queue = list(chosen)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for f in [pool.submit(work_through, queue, done, args, finished) for _ in range(args.jobs)]:
+            f.result()
+    scores_in_order = [scores[t.name] for t in chosen if t.name in scores]
+    print(render_report(scores_in_order, sampled=args.sample))
+    return 0 if all(s.baseline.trusted(s.target.timeout_s) for s in scores_in_order) else 1
 
 
 if __name__ == "__main__":

@@ -111,11 +111,12 @@ def gc_paused() -> Iterator[None]:
 
 
 class _DigestFirst(Exception):
-    """Dependencies nest too deeply to recurse further: digest `step` from the top first."""
+    """Dependencies nest too deeply to recurse further: digest `step` from the top first. `path`
+    is the walk that reached it (kept to name a cycle through it in full)."""
 
-    def __init__(self, step: ExecutorStep):
+    def __init__(self, step: ExecutorStep, path: list[ExecutorStep]):
         super().__init__()
-        self.step = step
+        self.step, self.path = step, path
 
 
 # Dependencies are digested recursively from inside the encoder; past this many nested steps the
@@ -146,7 +147,7 @@ class _GraphBuilder:
         self.nodes: dict[str, StepNode] = {}
         self.in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
         self.on_path: set[int] = set()
-        self.waiting: list[ExecutorStep] = []  # set aside until a deep dependency is digested from the top
+        self.waiting: list[list[ExecutorStep]] = []  # walks set aside until a deep dependency is digested from the top
         # (blocking deps, weak deps, mirrored inputs) of each step in in_progress
         self.collecting: list[tuple[dict[str, None], dict[str, None], dict[str, None]]] = []
         self.encoder = CanonicalEncoder(self.dependency_digest, self.note_mirrored)  # shared sub-configs: once
@@ -168,11 +169,11 @@ class _GraphBuilder:
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
         if key in self.on_path:
-            chain = self.waiting + self.in_progress
+            chain = [s for path in self.waiting for s in path] + self.in_progress
             cycle = chain[[s is step for s in chain].index(True):] + [step]
             raise GraphError("dependency cycle: " + " -> ".join(s.name for s in cycle))
         if len(self.in_progress) >= MAX_NESTED_STEPS:
-            raise _DigestFirst(step)
+            raise _DigestFirst(step, list(self.in_progress))
         self.in_progress.append(step)
         self.on_path.add(key)
         deps: dict[str, None] = {}
@@ -206,14 +207,14 @@ class _GraphBuilder:
             try:
                 digest = self.visit(stack[-1])
             except _DigestFirst as deeper:
-                self.waiting.append(stack[-1])
+                self.waiting.append(deeper.path)  # it starts with stack[-1]
                 self.on_path.add(id(stack[-1]))
                 stack.append(deeper.step)
                 continue
             stack.pop()
             if not stack:
                 return digest
-            self.on_path.discard(id(self.waiting.pop()))
+            self.on_path.discard(id(self.waiting.pop()[0]))
 
 
 def _check_override(step: ExecutorStep) -> None:

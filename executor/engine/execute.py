@@ -76,7 +76,7 @@ class RunContext:
     events: Events
     invocation: dict[str, Any]
     main_file: str | None
-    max_concurrent: int = 8
+    max_concurrent: int  # no default: RunOptions' is the only one
     mirror_sources: tuple[str, ...] = ()  # where mirrored inputs the plan did not foresee are looked for
     transfers: TransferLedger = field(default_factory=TransferLedger)  # the run's budget, for unforeseen copies
     poll_s: float = 0.5

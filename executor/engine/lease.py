@@ -32,8 +32,8 @@ def _held(lock: threading.Lock) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class LeaseSettings:
-    ttl_s: float = 60.0
-    heartbeat_s: float = 15.0
+    ttl_s: float        # no defaults here: the command line's and RunOptions' are the only ones
+    heartbeat_s: float
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_s < self.ttl_s / 2:
@@ -164,7 +164,8 @@ class LeaseKeeper:
 
     def release_all(self, reason: str, lock_timeout_s: float = 2.0) -> list[str]:
         """End every lease still held as FAILED with `reason` (Ctrl-C, SIGTERM, a runner error, a
-        forced exit). Returns the keys that could not be released (they go stale after the TTL)."""
+        forced exit), waiting up to `lock_timeout_s` a lease for a renewal in flight. Returns the keys
+        that could not be released (they go stale after the TTL)."""
         left = []
         for lease in self.held():
             final = lease.status.next(state=State.FAILED, error=reason, written_at=self.wall_clock())

@@ -132,3 +132,105 @@ def _append_to_shared(config):
 
 def _note_run(config):
     _RAN.append(config)
+
+
+def _copy(text: str) -> str:
+    """An equal string that is not the same object: lookups must compare by value."""
+    return "".join(list(text))
+
+
+def test_a_step_is_found_by_its_name_or_its_id_and_no_other_is():
+    a, b, c = (ExecutorStep(n, fn, Cfg(value=i)) for i, n in enumerate(["aaa", "bbb", "ccc"]))
+    graph = build_graph([a, b, c])
+    node_b, node_c = graph.nodes[graph.digest_of(b)], graph.nodes[graph.digest_of(c)]
+    assert graph.node_by_name(_copy("bbb")) == [node_b]
+    assert graph.node_by_name(_copy(node_c.step_id)) == [node_c]
+    assert graph.node_by_name("bb") == []
+
+
+def test_dependents_lists_every_blocking_user_of_a_step():
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    b, c = (ExecutorStep(n, fn, Cfg(deps=[output_path_of(a)], value=i)) for i, n in enumerate("bc"))
+    graph = build_graph([b, c])
+    users = graph.dependents()
+    assert sorted(users[graph.digest_of(a)]) == sorted([graph.digest_of(b), graph.digest_of(c)])
+    assert users[graph.digest_of(b)] == [] and len(users) == 3
+
+
+def test_building_a_graph_leaves_the_garbage_collector_as_it_found_it():
+    import gc
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        build_graph([ExecutorStep("a", fn, Cfg())])
+        assert gc.isenabled()
+        gc.disable()
+        build_graph([ExecutorStep("a", fn, Cfg())])
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.timeout(30)  # a walk that loses its place never ends: fail it, well before the suite's limit
+def test_a_chain_deeper_than_the_recursion_bound_is_ordered_and_its_cycle_named():
+    steps = [ExecutorStep("s0", fn, Cfg())]
+    for i in range(1, 80):
+        steps.append(ExecutorStep(f"s{i}", fn, Cfg(deps=[output_path_of(steps[-1])])))
+    graph = build_graph([steps[-1]])
+    assert [n.name for n in graph.nodes.values()] == [s.name for s in steps]
+    assert all(graph.nodes[graph.digest_of(s)].deps == (graph.digest_of(p),) for p, s in zip(steps, steps[1:]))
+    for closing in (79, 47):  # the loop closes at the top, or deep inside the chain
+        steps[0].config.deps[:] = [output_path_of(steps[closing])]
+        with pytest.raises(GraphError, match="dependency cycle: ") as cycle:
+            build_graph([steps[-1]])
+        named = str(cycle.value).removeprefix("dependency cycle: ").split(" -> ")
+        expected = [f"s{i}" for i in range(closing, -1, -1)]  # every step of the loop, in order
+        start = expected.index(named[0])
+        assert named == expected[start:] + expected[:start] + [named[0]]
+
+
+def test_graph_and_nodes_are_values_compared_without_the_shared_digest_table():
+    from dataclasses import FrozenInstanceError
+
+    a = ExecutorStep("a", fn, Cfg(value=1))
+    alone, with_other = build_graph([a]), build_graph([a, ExecutorStep("z", fn, Cfg(value=2))])
+    node = alone.nodes[alone.digest_of(a)]
+    assert node == with_other.nodes[with_other.digest_of(a)]  # the digest table differs between the graphs
+    assert "digests" not in repr(node)
+    with pytest.raises(FrozenInstanceError):
+        alone.targets = ()  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):  # nodes are shared by plans and tools: none may change one
+        node.output_rel = "elsewhere"  # type: ignore[misc]
+
+
+def test_a_config_changed_after_planning_is_refused_whichever_way_its_digest_moves():
+    a = ExecutorStep("a", fn, Cfg(value=0))
+    node = build_graph([a]).nodes[build_graph([a]).digest_of(a)]
+    for value in range(1, 12):  # new digests both above and below the old one
+        a.config.value = value
+        with pytest.raises(GraphError, match="its config changed"):
+            node.identity_bytes
+
+
+@pytest.mark.parametrize("override, error", [("/abs/out", "is absolute"), ("gs://bucket/out", "is absolute"),
+                                             ("a/../b", "override_output_path")])
+def test_an_absolute_or_unsafe_override_output_path_is_a_graph_error(override, error):
+    with pytest.raises(GraphError, match=error):
+        build_graph([ExecutorStep("a", fn, Cfg(), override_output_path=override)])
+
+
+def test_a_clash_names_both_steps_by_sixteen_hex_and_nested_outputs_are_refused():
+    a = ExecutorStep("a", fn, Cfg(value=1), override_output_path="shared/out")
+    b = ExecutorStep("b", fn, Cfg(value=2), override_output_path="shared/out")
+    with pytest.raises(GraphError) as clash:
+        build_graph([a, b])
+    import re
+
+    assert re.fullmatch(r"steps 'a' \([0-9a-f]{16}…\) and 'b' \([0-9a-f]{16}…\) differ .*", str(clash.value))
+    outer = ExecutorStep("outer", fn, Cfg(), override_output_path="p")
+    inner = ExecutorStep("inner", fn, Cfg(), override_output_path="p/q")
+    other = ExecutorStep("other", fn, Cfg(), override_output_path="z")
+    for steps in ([outer, inner], [outer, inner, other]):
+        with pytest.raises(GraphError, match=r"'p/q' \('inner'\) lies inside 'p' \('outer'\)"):
+            build_graph(steps)

@@ -6,6 +6,7 @@ import pytest
 
 from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.core.record import Owner, State, Status, parse_status
+from executor.engine.store.base import Versioned
 from executor.engine.store.memory import MemoryStore
 
 
@@ -48,7 +49,9 @@ def test_holder_that_cannot_renew_for_half_the_ttl_gives_up(store):
     clock = FakeClock()
     keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
     lease = keeper.acquire("k", running(), None)
-    clock.now += 31  # paused: no renewals happened
+    clock.now += 30  # half the TTL exactly: still ours
+    assert keeper.is_valid(lease)
+    clock.now += 1  # paused: no renewals happened
     assert not keeper.is_valid(lease)
     assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is False
     assert parse_status(store.read("k").data, "k").state == State.RUNNING
@@ -76,6 +79,88 @@ def test_takeover_fences_out_the_old_holder(store):
     assert final.state == State.SUCCESS and final.owner.run_id == "new"
 
 
+def test_confirm_reads_the_status_back_and_a_takeover_or_a_deleted_status_loses_the_lease(store):
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    assert keeper.confirm(lease) and not lease.lost  # unchanged: still ours
+    other = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    assert other.acquire("k", running("b").next(attempt=2), store.read("k")) is not None
+    assert not keeper.confirm(lease) and "taken over" in lease.lost_reason
+    gone = keeper.acquire("g", running(), None)
+    store.delete("g")
+    assert not keeper.confirm(gone) and "taken over" in gone.lost_reason
+    silent = keeper.acquire("s", running(), None)
+    clock.now += 31  # no renewal for over half the TTL: lost without asking the store
+    assert not keeper.confirm(silent)
+
+
+class DescendingStore(MemoryStore):
+    """Generations are opaque tokens: here each write's is *smaller* than the last (as strings and as
+    numbers), and every read returns a fresh string object, as a store parsing a response would."""
+
+    @staticmethod
+    def _token(generation):
+        return None if generation is None else str(10**15 - int(generation))
+
+    def create_if_absent(self, key, data):
+        return self._token(super().create_if_absent(key, data))
+
+    def replace_if_generation(self, key, data, generation):
+        return self._token(super().replace_if_generation(key, data, self._token(generation)))
+
+    def read(self, key):
+        found = super().read(key)
+        return None if found is None else Versioned(found.data, self._token(found.generation))
+
+
+def test_generations_are_compared_as_opaque_tokens_never_ordered_or_by_identity(request):
+    clock = FakeClock()
+    store = DescendingStore(f"memory://descending-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    keeper.renew(lease)
+    assert keeper.confirm(lease) and not lease.lost  # an equal token read back is ours
+    LeaseKeeper(store, LeaseSettings(60, 15), clock).acquire("k", running("b").next(attempt=2), store.read("k"))
+    assert not keeper.confirm(lease) and "taken over" in lease.lost_reason  # a smaller one is not
+    watch = StalenessWatch(60, clock)
+    watch.observe("k", store.read("k").generation)
+    clock.now += 60
+    assert watch.is_stale("k", store.read("k").generation)  # equal, though another string object
+
+
+def test_confirm_with_the_store_unreachable_answers_from_the_lease_alone(request):
+    clock = FakeClock()
+    store = FailingStore(f"memory://confirm-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    store.failing = True
+    assert keeper.confirm(lease) and not lease.lost  # the fenced commit still refuses a lost lease
+    clock.now += 31
+    assert not keeper.confirm(lease)
+
+
+def test_a_commit_refused_by_the_store_is_not_a_publish(store):
+    """The lease still looks valid to its holder, but another runner wrote the status meanwhile."""
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running("a"), None)
+    LeaseKeeper(store, LeaseSettings(60, 15), clock).acquire("k", running("b").next(attempt=2), store.read("k"))
+    assert keeper.is_valid(lease)
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is False
+    assert "before commit" in lease.lost_reason
+    assert parse_status(store.read("k").data, "k").owner.run_id == "b"
+
+
+def test_staleness_counts_from_the_first_sight_and_any_new_generation_resets_it():
+    clock = FakeClock()
+    watch = StalenessWatch(60, clock)
+    assert watch.observe("k", "g2") == 0.0
+    clock.now += 60
+    assert watch.is_stale("k", "g2")  # a full TTL unchanged is stale
+    assert watch.observe("k", "g1") == 0.0  # generations are compared for equality, not order
+
+
 def test_staleness_resets_when_the_generation_moves():
     clock = FakeClock()
     watch = StalenessWatch(60, clock)
@@ -89,8 +174,32 @@ def test_staleness_resets_when_the_generation_moves():
 
 
 def test_settings_are_validated():
-    with pytest.raises(ValueError, match="half the TTL"):
-        LeaseSettings(ttl_s=10, heartbeat_s=6)
+    for heartbeat_s in (6, 5, 0, -1):
+        with pytest.raises(ValueError, match="positive and under half the TTL"):
+            LeaseSettings(ttl_s=10, heartbeat_s=heartbeat_s)
+    with pytest.raises(AttributeError):  # validated once: settings cannot change afterwards
+        LeaseSettings(10, 4).heartbeat_s = 6  # type: ignore[misc]
+
+
+def test_the_heartbeat_thread_renews_on_its_own_and_never_keeps_the_process_alive(store):
+    import threading
+    import time
+
+    keeper = LeaseKeeper(store, LeaseSettings(ttl_s=1.0, heartbeat_s=0.02))
+    lease = keeper.acquire("k", running(), None)
+    first, before = lease.generation, set(threading.enumerate())
+    keeper.start()
+    try:
+        deadline = time.monotonic() + 10
+        while lease.generation == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lease.generation != first
+        [heartbeat] = [t for t in threading.enumerate() if t not in before and t.name == "lease-heartbeat"]
+        assert heartbeat.daemon
+    finally:
+        keeper.stop()
+    assert not heartbeat.is_alive()
+    LeaseKeeper(store, LeaseSettings(60, 15)).stop()  # stopping a keeper never started is fine
 
 
 class SlowStore(MemoryStore):
@@ -131,6 +240,13 @@ class FailingStore(MemoryStore):
             raise TransientStoreError(f"{key}: 503 from the test store")
         return super().replace_if_generation(key, data, generation)
 
+    def read(self, key):
+        if self.failing:
+            from executor.engine.store.base import TransientStoreError
+
+            raise TransientStoreError(f"{key}: 503 from the test store")
+        return super().read(key)
+
 
 def test_a_failed_renewal_keeps_the_lease_until_half_the_ttl_then_loses_it(request):
     clock = FakeClock()
@@ -154,8 +270,8 @@ def test_release_all_reports_the_leases_it_could_not_release(request):
     keeper.acquire("b", running(), None)
     store.failing = True
     assert sorted(keeper.release_all("interrupted (Ctrl-C)")) == ["a", "b"]  # they go stale after the TTL
-    assert parse_status(store.read("a").data, "a").state == State.RUNNING
     store.failing = False
+    assert parse_status(store.read("a").data, "a").state == State.RUNNING
     keeper.acquire("c", running(), None)
     assert keeper.release_all("interrupted (Ctrl-C)") == []
     assert parse_status(store.read("c").data, "c").state == State.FAILED
@@ -168,10 +284,46 @@ def test_the_commit_waits_for_a_heartbeat_in_flight_by_default(store):
     clock = FakeClock()
     keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
     lease = keeper.acquire("k", running(), None)
-    lease.lock.acquire()  # a renewal in flight
-    threading.Timer(0.2, lease.lock.release).start()
+    lease.lock.acquire()  # a renewal in flight, longer than any short timeout
+    threading.Timer(1.2, lease.lock.release).start()
     assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is True
     assert parse_status(store.read("k").data, "k").state == State.SUCCESS
+
+
+def test_release_all_waits_two_seconds_for_a_renewal_in_flight(store):
+    """Ctrl-C during a heartbeat: the release waits for it (up to 2 s a lease) instead of leaving a
+    lease to go stale, and gives up on one stuck longer."""
+    import threading
+    import time
+
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
+    brief, stuck = keeper.acquire("brief", running(), None), keeper.acquire("stuck", running(), None)
+    brief.lock.acquire()
+    stuck.lock.acquire()
+    threading.Timer(0.5, brief.lock.release).start()
+    start = time.monotonic()
+    assert keeper.release_all("interrupted (Ctrl-C)") == ["stuck"]
+    assert 2.4 <= time.monotonic() - start < 3.2  # 0.5 s for the brief one, then 2 s for the stuck one
+    assert parse_status(store.read("brief").data, "brief").state == State.FAILED
+    stuck.lock.release()
+
+
+def test_a_commit_stuck_behind_a_renewal_past_its_timeout_gives_up_and_writes_nothing(store):
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
+    lease = keeper.acquire("k", running(), None)
+    lease.lock.acquire()
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS), lock_timeout_s=0.05) is False
+    lease.lock.release()
+    assert parse_status(store.read("k").data, "k").state == State.RUNNING
+
+
+def test_a_finished_lease_is_never_renewed(store):
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), FakeClock())
+    lease = keeper.acquire("k", running(), None)
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS))
+    committed = store.read("k").generation
+    keeper.renew(lease)
+    assert store.read("k").generation == committed
 
 
 def test_a_status_reads_back_exactly_as_written_and_a_damaged_one_is_refused():

@@ -210,3 +210,91 @@ def test_a_missing_step_is_run_when_its_copied_reader_may_re_run():
     assert actions(plan) == {"b": (Action.SKIP, "succeeded"),
                              "top": (Action.SKIP, "succeeded (copied from gs://a/runs)")}
     assert plan.decisions[graph.digest_of(top)].recheck == () and list(plan.standby) == [graph.digest_of(a)]
+
+
+def _two_deps():
+    """a and b independent; c needs a, then b."""
+    a, b = ExecutorStep("a", fn, Cfg(value=1)), ExecutorStep("b", fn, Cfg(value=2))
+    c = ExecutorStep("c", fn, Cfg(dep=[output_path_of(a), output_path_of(b)]))
+    return build_graph([c]), a, b, c
+
+
+def _consumed(graph, c, inputs):
+    import dataclasses
+
+    return Observed(dataclasses.replace(status(graph, c, State.SUCCESS).status, inputs=inputs), "g")
+
+
+def test_a_succeeded_step_rechecks_a_rerunning_dependency_and_still_sees_a_stale_one_after_it():
+    import dataclasses
+
+    graph, a, b, c = _two_deps()
+    da, db = graph.digest_of(a), graph.digest_of(b)
+    b_now = lambda content: Observed(dataclasses.replace(status(graph, b, State.SUCCESS).status,  # noqa: E731
+                                                          content_sha256=content), "g")
+    same = "".join(["1"] * 64)  # equal to what c consumed, another string object
+    snap = {db: b_now(same), graph.digest_of(c): _consumed(graph, c, {da: "0" * 64, db: "1" * 64})}
+    decision = plan_steps(graph, snap, PlanOptions()).decisions[graph.digest_of(c)]  # a runs: it is new
+    assert (decision.action, decision.recheck) == (Action.SKIP, (da,))
+    assert decision.reason == "succeeded; re-run if a commits a different output"
+    snap[db] = b_now("2" * 64)  # b's output changed: stale, whatever a does
+    assert actions(plan_steps(graph, snap, PlanOptions()))["c"][0] == Action.RUN
+    snap[graph.digest_of(c)] = _consumed(graph, c, {db: "1" * 64})  # a not among the inputs it recorded
+    assert actions(plan_steps(graph, snap, PlanOptions()))["c"][0] == Action.RUN
+
+
+def test_a_succeeded_step_does_not_recheck_a_blocked_dependency_and_blocks_name_the_first_failure():
+    graph, a, b, c = _two_deps()
+    da, db = graph.digest_of(a), graph.digest_of(b)
+    failed = {da: status(graph, a, State.FAILED, error="x"), db: status(graph, b, State.FAILED, error="y")}
+    acts = actions(plan_steps(graph, failed, PlanOptions(force_failed=False)))
+    assert acts["c"] == (Action.BLOCKED, "dependency a failed")  # the first of its failed dependencies
+    graph, a, b, c, _ = chain()
+    snap = {graph.digest_of(a): status(graph, a, State.FAILED, error="x"),
+            graph.digest_of(c): _consumed(graph, c, {graph.digest_of(b): "1" * 64})}
+    plan = plan_steps(graph, snap, PlanOptions(force_failed=False))
+    assert actions(plan)["b"] == (Action.BLOCKED, "dependency a failed")
+    assert plan.decisions[graph.digest_of(c)].recheck == () and actions(plan)["c"] == (Action.SKIP, "succeeded")
+    side = ExecutorStep("d", fn, Cfg(dep=output_path_of(b)))
+    graph = build_graph([side])
+    acts = actions(plan_steps(graph, {graph.digest_of(a): status(graph, a, State.FAILED)}, PlanOptions(force_failed=False)))
+    assert acts["d"] == (Action.BLOCKED, "dependency b is blocked")
+
+
+def test_decisions_are_listed_by_action_and_a_plan_of_skips_needs_no_runner():
+    from dataclasses import FrozenInstanceError
+
+    graph, a, b, c, side = chain()
+    snap = {graph.digest_of(a): status(graph, a, State.SUCCESS), graph.digest_of(b): status(graph, b, State.RUNNING)}
+    plan = plan_steps(graph, snap, PlanOptions())
+    assert [d.node.name for d in plan.by_action(Action.RUN)] == ["c", "side"]
+    assert [d.node.name for d in plan.by_action(Action.SKIP)] == ["a"]
+    assert [d.node.name for d in plan.by_action(Action.WAIT)] == ["b"] and plan.needs_runner is True
+    skips = plan_steps(graph, {d: status(graph, n.step, State.SUCCESS) for d, n in graph.nodes.items()}, PlanOptions())
+    assert skips.needs_runner is False
+    for frozen in (plan, plan.decisions[graph.digest_of(a)], PlanOptions()):
+        with pytest.raises(FrozenInstanceError):
+            frozen.reason = "x"  # type: ignore[misc]
+
+
+def test_a_heartbeat_age_is_exact_and_never_negative():
+    graph, a, b, c, side = chain()
+    snap = {graph.digest_of(b): status(graph, b, State.RUNNING)}  # written at 100.0
+    assert actions(plan_steps(graph, snap, PlanOptions(now=112.0)))["b"][1].endswith(", heartbeat 12s ago")
+    assert actions(plan_steps(graph, snap, PlanOptions(now=95.0)))["b"][1].endswith(", heartbeat 0s ago")  # skew
+
+
+def test_a_status_of_another_digest_is_refused_whichever_digest_is_larger():
+    import re
+
+    graph, a, b, *_ = chain()
+    for here, there in ((a, b), (b, a)):
+        with pytest.raises(GraphError) as refused:
+            plan_steps(graph, {graph.digest_of(here): status(graph, there, State.SUCCESS)}, PlanOptions())
+        assert re.search(r"digest [0-9a-f]{16}… but this step's digest is [0-9a-f]{16}… \(a 48-bit", str(refused.value))
+
+
+def test_a_bad_regular_expression_is_a_graph_error():
+    graph, *_ = chain()
+    with pytest.raises(GraphError, match="names no step and is not a valid regular expression"):
+        plan_steps(graph, {}, PlanOptions(only="(unclosed"))

@@ -114,7 +114,8 @@ def test_failure_blocks_dependents_other_branches_finish_then_force_failed(tmp_p
     assert "hello/summary blocked" in out and "failed or blocked" in out
     # --force-failed false stops at the failure and names it
     assert hello_run(tmp_path, "--force-failed", "false") == 1
-    assert "hello/shout" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "hello/shout" in out and "failing on purpose" in out and "--force-failed false leaves it" in out
     # default: the failed step is retried (same id: fail_for_demo is execution-only)
     failed_seq = by_name(tmp_path)["hello/shout"][0].seq
     assert hello_run(tmp_path) == 0
@@ -234,3 +235,16 @@ def test_runs_in_one_process_probe_a_new_prefix_at_once_without_tripping_each_ot
         t.join()
     assert not errors, errors[:2]
     assert not list((tmp_path / "new-prefix").iterdir())  # no probe left behind
+
+
+def test_a_failure_left_by_force_failed_false_keeps_its_reason_beside_steps_that_run(tmp_path):
+    """The stopped step's reason reaches the result even when other steps run (the run loop tracks it)."""
+    from executor import run as run_steps
+
+    assert hello_run(tmp_path, "--fail-shout") == 1
+    other_text = hello.build(hello.HelloOptions(text="other words here"))  # words and count run again
+    result = run_steps(other_text, prefix=str(tmp_path), runner="inline", force_failed=False)
+    by_step = {s.name: s for s in result.steps}
+    assert by_step["hello/words"].ran_here and not by_step["hello/shout"].ran_here
+    assert "failing on purpose" in by_step["hello/shout"].error
+    assert "--force-failed false leaves it" in by_step["hello/shout"].error

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from mutation_outcomes import (TARGETS, Baseline, Outcome, Target, classify, list_mutants,  # noqa: E402
-                               load_equivalents, render_report, score_session)
+                               load_equivalents, reclassify, render_report, score_from_json, score_session,
+                               score_to_json)
 
 EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
 
@@ -62,9 +63,16 @@ def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_pa
     counts = score.counts()
     assert (counts[Outcome.KILLED], counts[Outcome.TIMED_OUT], counts[Outcome.SURVIVED], counts[Outcome.ERROR],
             counts[Outcome.EQUIVALENT]) == (1, 1, 1, 1, 1)
+    assert score.pending > 0  # the module's other mutants were never run: as when a --deadline comes
     report = render_report([score], sampled=None)
-    assert "| toy | 10 s of 100 | 5 | 1 | 1 | 1 | 1 | 1 | 50.0% |" in report   # killed / (killed + survived)
+    row = f"| toy | 10 s of 100 | 5 of {5 + score.pending} (deadline) | 1 | 1 | 1 | 1 | 1 | 50.0% |"
+    assert row in report   # killed / (killed + survived)
     assert "## survived" in report and "## timed out" in report and "## error" in report
+    kept = score_from_json(json.loads(json.dumps(score_to_json(score))), [target])  # as tests/mutation/results/ keep it
+    assert render_report([kept], sampled=None) == report  # killed mutants' diffs are not kept: never shown
+    assert reclassify(kept, [equivalent]) == kept  # judged again against the same list: the same
+    unlisted = reclassify(kept, []).counts()  # its equivalent taken off the list: a survivor again
+    assert (unlisted[Outcome.SURVIVED], unlisted[Outcome.EQUIVALENT]) == (2, 0)
 
 
 @pytest.mark.parametrize("baseline, why", [(Baseline(False, 3.0, "1 failed"), "baseline failed"),

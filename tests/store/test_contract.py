@@ -130,6 +130,7 @@ def test_list_generations_filters_by_prefix_and_suffix(store):
     b_key = "b-2/.executor/status.json"
     assert store.list_generations("b-", "/.executor/status.json") == {b_key: expected[b_key]}
     assert store.list_generations("zzz/", "status.json") == {}
+    assert store.list_generations("b-2/.exec", "status.json") == {b_key: expected[b_key]}  # a name's start
     for key, generation in expected.items():
         assert store.read(key).generation == generation
 

@@ -73,22 +73,54 @@ CLIENTS = {"gcs": gcs, "s3": s3}
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
-@pytest.mark.parametrize("status", [500, 503, 429])
+@pytest.mark.parametrize("status", [500, 501, 503, 429, 408])
 def test_server_errors_and_throttling_are_transient(server, backend, status):
     server.always(status)
     store = CLIENTS[backend](server.url)
     for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
-                 lambda: store.list_generations("", "")):
+                 lambda: store.list_generations("", ""), lambda: store.delete("k")):
         with pytest.raises(TransientStoreError, match=str(status)):
             call()
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
-def test_forbidden_is_permanent_and_names_the_bucket(server, backend):
-    server.always(403)
-    with pytest.raises(StoreError, match="bucket 'bucket'") as raised:
+@pytest.mark.parametrize("status", [401, 403])
+def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
+    server.always(status)
+    with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
         CLIENTS[backend](server.url).create_if_absent("k", b"x")
     assert not isinstance(raised.value, TransientStoreError)
+    if backend == "gcs":  # GCS's JSON error message is quoted as it came
+        assert f"HTTP {status} scripted:" in str(raised.value)
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend):
+    server.always(400)
+    with pytest.raises(StoreError, match="HTTP 400") as raised:
+        CLIENTS[backend](server.url).create_if_absent("k", b"x")
+    assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_an_object_not_found_reads_as_absent_and_its_delete_is_done(server, backend):
+    """A 404 about the object (not the bucket), with or without an error code in the body."""
+    store = CLIENTS[backend](server.url)
+    for body in (b"", b'{"error": {"message": "No such object: bucket/prefix/k"}}',
+                 b"<Error><Code>NotFound</Code><Message>no such key</Message></Error>"):
+        server.always(404, body)
+        assert store.read("k") is None
+        store.delete("k")
+
+
+def test_gcs_listing_uses_match_glob_while_the_server_accepts_it(server):
+    listing = json.dumps({"items": [{"name": "prefix/a/status.json", "generation": "7"}]}).encode()
+    server.always(200, listing)
+    server.paths.clear()
+    store = gcs(server.url)
+    assert store.list_generations("", "status.json") == {"a/status.json": "7"}
+    assert store.list_generations("", "status.json") == {"a/status.json": "7"}
+    assert ["matchGlob" in p for p in server.paths] == [True, True]
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
@@ -107,9 +139,22 @@ def test_gcs_read_without_a_generation_header_is_refused(server):
 def test_missing_bucket_is_a_permanent_error_naming_it(gcs_emulator, s3_emulator):
     for emulator in (gcs_emulator, s3_emulator):
         store = open_store(f"{emulator.scheme}://no-such-bucket/p", emulator.storage_options)
-        with pytest.raises(StoreError, match="no-such-bucket") as raised:
-            store.create_if_absent("k", b"x")
-        assert not isinstance(raised.value, TransientStoreError)
+        calls = [lambda: store.create_if_absent("k", b"x")]
+        if emulator.scheme == "s3":  # fake-gcs-server's 404 does not say it is the bucket: see the next test
+            calls += [lambda: store.read("k"), lambda: store.delete("k")]
+        for call in calls:
+            with pytest.raises(StoreError, match="no-such-bucket") as raised:  # never "absent", never done
+                call()
+            assert not isinstance(raised.value, TransientStoreError)
+
+
+def test_a_gcs_404_about_the_bucket_is_an_error_not_an_absent_object(server):
+    """Real GCS says which: "The specified bucket does not exist." (an object's 404 says "No such object")."""
+    server.always(404, b'{"error": {"code": 404, "message": "The specified bucket does not exist."}}')
+    store = gcs(server.url)
+    for call in (lambda: store.read("k"), lambda: store.delete("k")):
+        with pytest.raises(StoreError, match="bucket 'bucket' does not exist"):
+            call()
 
 
 @pytest.mark.parametrize("prefix", ["gs://", "gs:///path", "s3://"])

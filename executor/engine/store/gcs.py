@@ -27,7 +27,7 @@ from fsspec.asyn import sync
 from executor.engine.store.base import READ_PARALLELISM, StoreError, TransientStoreError, Versioned, read_concurrently
 from executor.engine.store.fs import BucketPrefix
 
-_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_RETRYABLE_STATUS = frozenset({408, 429})  # and every 5xx
 _PAGE_SIZE = 1000
 _GLOB_SPECIAL = set("*?[]{}\\")
 

@@ -24,7 +24,7 @@ from fsspec.asyn import sync
 from executor.engine.store.base import READ_PARALLELISM, StoreError, TransientStoreError, Versioned, read_concurrently
 from executor.engine.store.fs import BucketPrefix
 
-_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_RETRYABLE_STATUS = frozenset({408, 429})  # and every 5xx
 _RETRYABLE_CODES = frozenset({"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
                               "Throttling", "ThrottlingException", "RequestTimeTooSkewed"})
 _LOST_RACE_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
@@ -63,7 +63,7 @@ class S3Store:
         try:
             return self._run("read", name, get)
         except botocore.exceptions.ClientError as e:
-            if _code(e) == "NoSuchKey" or (_status(e) == 404 and _code(e) != "NoSuchBucket"):
+            if _object_absent(e):
                 return None
             self._fail("read", name, e)
 
@@ -86,7 +86,7 @@ class S3Store:
         try:
             self._run("delete", name, delete)
         except botocore.exceptions.ClientError as e:
-            if _code(e) != "NoSuchKey":
+            if not _object_absent(e):  # S3 deletes a missing key with 204; some servers answer 404
                 self._fail("delete", name, e)
 
     def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
@@ -173,6 +173,11 @@ class S3Store:
 
 def _status(e: botocore.exceptions.ClientError) -> int:
     return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _object_absent(e: botocore.exceptions.ClientError) -> bool:
+    """The object is not there (the bucket is): NoSuchKey, or a 404 with no code saying otherwise."""
+    return _code(e) == "NoSuchKey" or (_status(e) == 404 and _code(e) != "NoSuchBucket")
 
 
 def _code(e: botocore.exceptions.ClientError) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from executor.core.plan import Action
 from executor.engine.events import StepStarted
 from executor.engine.report import write_plan_json
 from executor.tools.verify import verify_path
+from tests.cache.at_once import run_at_once
 from tests.cache.graph import MIB, build
 
 
@@ -159,26 +159,8 @@ def test_the_own_prefix_is_refused_as_a_source(source):
 def test_two_runners_racing_for_the_same_copies_make_one_copy_each_and_both_succeed(source, tmp_path):
     b = tmp_path / "b"
     started: list = []
-    results: list = []
-    barrier = threading.Barrier(2)
-
-    errors: list = []
-
-    def one_runner() -> None:
-        barrier.wait()
-        try:
-            results.append(run(b, cache_from=(str(source[0]),), subscribers=[started.append], lease_ttl=20,
-                               heartbeat_interval=2))
-        except BaseException as e:  # shown by the assert below, not lost on the thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one_runner) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a runner did not finish in 300 s"
+    results = run_at_once(2, lambda: run(b, cache_from=(str(source[0]),), subscribers=[started.append],
+                                         lease_ttl=20, heartbeat_interval=2))
     assert len(results) == 2 and all(r.ok for r in results), [r.steps for r in results]
     copies = [e.name for e in started if isinstance(e, StepStarted)]
     assert sorted(copies) == ["cache/notes", "cache/report"]  # each output copied once, by one runner

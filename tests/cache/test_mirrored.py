@@ -16,6 +16,7 @@ import pytest
 import executor
 from executor.engine.events import LogLine, MirrorCopied, PlanMade, StepStarted
 from tests.cache import graph as cache_graph
+from tests.cache.at_once import run_at_once
 from tests.cache.mirror_graph import CORPUS, FILES, build, write_corpus
 from tests.tools.toy import run_file, run_main
 
@@ -74,23 +75,9 @@ def test_the_step_reads_a_checked_copy_under_the_prefix_made_from_the_first_sour
 
 def test_five_runners_at_once_make_one_copy_and_all_succeed(regions, tmp_path):
     us, _ = regions
-    prefix, events, results, errors = tmp_path / "p", [], [], []
-    barrier = threading.Barrier(5)
-
-    def one_runner() -> None:
-        barrier.wait()
-        try:
-            results.append(run(prefix, [us], subscribers=[events.append], lease_ttl=20, heartbeat_interval=2))
-        except BaseException as e:  # shown by the assert below, not lost on the thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one_runner) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a runner did not finish in 300 s"
+    prefix, events = tmp_path / "p", []
+    results = run_at_once(5, lambda: run(prefix, [us], subscribers=[events.append], lease_ttl=20,
+                                         heartbeat_interval=2))
     assert len(results) == 5 and all(r.ok for r in results), [r.steps for r in results]
     copying = [line for line in lines_of(events) if line.startswith(f"mirror {CORPUS}: copying")]
     assert len(copying) == 1, lines_of(events)  # one copy, by one runner

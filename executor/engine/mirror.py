@@ -172,10 +172,10 @@ def _entry(fs: Any, full: str, rel: str, info: dict[str, Any]) -> dict[str, Any]
     from fsspec.implementations.local import LocalFileSystem
 
     entry: dict[str, Any] = {"path": rel, "size": int(info.get("size") or 0)}
-    stored = outputs.store_checksum(info)
-    if stored is None and info.get("mtime") is not None and isinstance(location.opened(fs), LocalFileSystem):
+    if outputs.store_checksum(info) is None and info.get("mtime") is not None \
+            and isinstance(location.opened(fs), LocalFileSystem):
         return {**entry, "mtime": float(info["mtime"]), "checksum": {"algorithm": "sha256"}}
-    return {**entry, "checksum": stored or outputs.file_checksum(fs, full, info)}
+    return {**entry, "checksum": outputs.file_checksum(fs, full, info)}
 
 
 def find_candidates(placeholder: MirroredPath, sources: Sequence[str],

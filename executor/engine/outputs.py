@@ -115,8 +115,9 @@ def store_checksum(info: dict[str, Any]) -> dict[str, str] | None:
     return None
 
 
-def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
-    """A checksum from object metadata where the store has one, otherwise sha256 of the bytes."""
+def file_checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
+    """One file's checksum as a manifest entry holds it: the store's own (crc32c, MD5, ETag), else
+    sha256 of its bytes."""
     stored = store_checksum(info)
     if stored is not None:
         return stored
@@ -125,11 +126,6 @@ def _checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) 
         for chunk in iter(lambda: f.read(CHUNK), b""):
             digest.update(chunk)
     return {"algorithm": "sha256", "value": digest.hexdigest()}
-
-
-def file_checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
-    """One file's checksum as a manifest entry holds it: the store's own (crc32c, MD5, ETag), else sha256."""
-    return _checksum(fs, path, info)
 
 
 def manifest(fs: "fsspec.AbstractFileSystem", output_path: str) -> list[dict[str, Any]]:
@@ -146,5 +142,5 @@ def manifest(fs: "fsspec.AbstractFileSystem", output_path: str) -> list[dict[str
         if rel.split("/", 1)[0] == EXECUTOR_DIR or info.get("type") == "directory":
             continue
         entries.append({"path": rel, "size": int(info.get("size") or 0),
-                        "checksum": _checksum(fs, full, info)})
+                        "checksum": file_checksum(fs, full, info)})
     return entries

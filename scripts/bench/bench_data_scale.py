@@ -207,7 +207,10 @@ def run_step_here(argv: list[str]) -> None:
     if address:
         import ray
 
+        from tests.steps.cluster_driver import warm_every_node
+
         ray.init(address=address, log_to_driver=False)
+        warm_every_node()  # tasks spread by the work, not by which node's worker started first
     with step_storage(options):
         result = run_step(step, input_dir, output)
     print("RESULT " + json.dumps(result, default=str), flush=True)

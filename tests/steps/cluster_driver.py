@@ -76,8 +76,8 @@ def start_cluster(nodes: int, tries: int = 3):
                 raise
 
 
-def warm_node(k: int) -> str:
-    """Runs once on node k (its `nodek` resource) so that node has a started worker that has imported dedup."""
+def warm_node() -> str:
+    """Runs once on a node so that it has a started worker that has imported dedup."""
     import ray
 
     import steps.dedup.fuzzy  # noqa: F401 - the import a shard task's first call would pay
@@ -85,17 +85,22 @@ def warm_node(k: int) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def warm_every_node(nodes: int) -> None:
-    """A worker started and ready on every node before tasks are timed by where they ran.
+def warm_every_node() -> None:
+    """A worker of this driver's job started and ready on every live node, before tasks are
+    counted by where they ran.
 
-    The head's worker is started with the driver; another node starts its first worker only when a
-    task spills to it, which on a loaded or cold machine took longer than a whole stage of small shard
-    tasks: the head's one worker then ran every task (all stages on one node, seen once in CI)."""
+    Ray starts the head's workers with the driver; another node starts its first worker (for this
+    job) only when a task spills to it, which on a loaded or cold machine took longer than a whole
+    stage of small shard tasks: the head's one worker then ran every task (all stages on one node,
+    seen once in CI)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     remote = ray.remote(num_cpus=1)(warm_node)
-    ran_on = ray.get([remote.options(resources={f"node{k}": 1}).remote(k) for k in range(nodes)])
-    assert len(set(ran_on)) == nodes, ran_on
+    ran_on = ray.get([remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+                      for node in nodes])
+    assert sorted(ran_on) == sorted(nodes), (ran_on, nodes)
 
 
 def kept(output: str) -> list[str]:
@@ -125,7 +130,7 @@ def main(work: str) -> None:
     cluster, workers = start_cluster(3)
     try:
         found["nodes"] = sum(n["Alive"] for n in ray.nodes())
-        warm_every_node(3)
+        warm_every_node()
         exact_dedup(ExactDedupConfig(f"{work}/in", f"{work}/cluster-exact", partition_bytes=60_000))
         found["cluster_exact"] = kept(f"{work}/cluster-exact")
         result = fuzzy_dedup(FuzzyDedupConfig(f"{work}/in", f"{work}/cluster-fuzzy", partition_bytes=60_000))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -204,9 +205,10 @@ def render_report(scores: list[TargetScore], sampled: int | None) -> str:
     return "\n".join(lines)
 
 
-def list_mutants(module_path: Path, function: str | None = None, operator: str | None = None) -> list[Mutant]:
-    """The mutants cosmic-ray would make of one module (not run), or of one function and operator: the
-    keys an equivalent is listed by. Each mutant re-parses the module, so filter where you can."""
+def list_mutants(module_path: Path, keys: Collection[tuple[str, str]] | None = None) -> list[Mutant]:
+    """The mutants cosmic-ray would make of one module (not run), or only those whose (function,
+    operator) is in `keys`: what an equivalent is listed by. Enumerating a module's mutation points
+    takes seconds and each mutant re-parses the module, so ask once per module, filtered."""
     from cosmic_ray.commands.init import _all_work_items  # what `cosmic-ray init` enumerates
     from cosmic_ray.mutating import _make_diff, mutate_code
     from cosmic_ray.plugins import get_operator
@@ -215,7 +217,7 @@ def list_mutants(module_path: Path, function: str | None = None, operator: str |
     found = []
     for item in _all_work_items([module_path], {}):
         spec = item.mutations[0]
-        if function not in (None, spec.definition_name) or operator not in (None, spec.operator_name):
+        if keys is not None and (spec.definition_name, spec.operator_name) not in keys:
             continue
         mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
         diff = "\n".join(_make_diff(source, mutated or source, module_path))

@@ -28,7 +28,10 @@ class BareHead(RayHead):
     emulator switch (not a credential: without it gcsfs probes a gRPC API the emulator lacks)."""
 
     def environment(self) -> dict[str, str]:
-        return {**super().environment(), "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+        # XLA's expensive CPU passes cost the tiny model far more compile time than they save
+        # (as in tests/steps/test_train.py); not what this test is about.
+        return {**super().environment(), "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+                "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"}
 
 
 @pytest.fixture(scope="module")

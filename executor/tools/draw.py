@@ -1,5 +1,9 @@
 """A picture of a plan: the DAG in layers, each step coloured by its decision.
 
+Steps a `--cache-from` plan sets aside (`Plan.standby`: neither run nor copied, because every step
+that reads them is copied or complete) are drawn too, greyed and labelled "not needed", so the
+picture shows the whole DAG and why those steps do nothing.
+
 `draw_plan(plan, path)` writes `.html` (self-contained: inline SVG with hover titles, a legend
 and a table), `.svg` (the same drawing) or `.png` (matplotlib, no network, no graphviz). Layers
 are longest-path depths from the sources; steps within a layer are ordered by the mean position
@@ -18,6 +22,7 @@ from executor.core.plan import Action, Decision, Plan
 
 COLORS = {Action.RUN: "#f5c542", Action.SKIP: "#7cc47f", Action.WAIT: "#5bc0de",
           Action.BLOCKED: "#e57373", Action.STOP: "#b71c1c", Action.COPY: "#7fa7e5"}
+STANDBY_LABEL, STANDBY_COLOR = "not needed", "#d0d0d0"
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 220, 46, 40, 60, 20
 
 
@@ -30,22 +35,42 @@ class Box:
     reason: str
     x: float  # top-left corner, in pixels
     y: float
+    standby: bool = False  # set aside by a --cache-from plan: "not needed here"
+
+
+def _steps(plan: Plan) -> dict[str, Decision]:
+    """Every step to draw: the plan's decisions and the steps it set aside (--cache-from)."""
+    return {**plan.decisions, **plan.standby}
+
+
+def _depths(steps: dict[str, Decision]) -> dict[str, int]:
+    """Longest-path depth from the sources (set-aside steps come after the decisions in `steps`,
+    though they lie upstream, so no order is assumed)."""
+    depth: dict[str, int] = {}
+
+    def visit(digest: str) -> int:
+        if digest not in depth:
+            node = steps[digest].node
+            depth[digest] = 1 + max((visit(dep) for dep in (*node.deps, *node.weak_deps) if dep in steps),
+                                    default=-1)
+        return depth[digest]
+
+    for digest in steps:
+        visit(digest)
+    return depth
 
 
 def layout(plan: Plan) -> tuple[list[Box], list[tuple[str, str]], float, float]:
     """Boxes, edges (dependency digest, dependent digest), width and height."""
-    decisions = plan.decisions
-    edges = [(dep, d) for d, decision in decisions.items()
-             for dep in (*decision.node.deps, *decision.node.weak_deps) if dep in decisions]
-    depth: dict[str, int] = {}
-    for digest, decision in decisions.items():  # topological order: dependencies first
-        deps = [dep for dep in (*decision.node.deps, *decision.node.weak_deps) if dep in depth]
-        depth[digest] = 1 + max((depth[dep] for dep in deps), default=-1)
+    steps = _steps(plan)
+    edges = [(dep, d) for d, decision in steps.items()
+             for dep in (*decision.node.deps, *decision.node.weak_deps) if dep in steps]
+    depth = _depths(steps)
     layers: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
-    for digest in decisions:
+    for digest in steps:
         layers[depth[digest]].append(digest)
     position = {d: i for layer in layers for i, d in enumerate(layer)}
-    parents = {d: [a for a, b in edges if b == d] for d in decisions}
+    parents = {d: [a for a, b in edges if b == d] for d in steps}
     for _ in range(4):
         for layer in layers[1:]:
             layer.sort(key=lambda d: (sum(position[p] for p in parents[d]) / len(parents[d])
@@ -58,9 +83,10 @@ def layout(plan: Plan) -> tuple[list[Box], list[tuple[str, str]], float, float]:
     for row, layer in enumerate(layers):
         offset = (width - (len(layer) * BOX_W + (len(layer) - 1) * GAP_X)) / 2
         for i, digest in enumerate(layer):
-            d = decisions[digest]
+            d = steps[digest]
             boxes.append(Box(digest, d.node.name, d.node.step_id, d.action, d.reason,
-                             offset + i * (BOX_W + GAP_X), MARGIN + row * (BOX_H + GAP_Y)))
+                             offset + i * (BOX_W + GAP_X), MARGIN + row * (BOX_H + GAP_Y),
+                             standby=digest in plan.standby))
     return boxes, edges, width, height
 
 
@@ -92,11 +118,12 @@ def render_svg(plan: Plan, paint: Callable[[Decision], tuple[str, str]] = paint_
                      f'd="M {x1:.1f} {y1:.1f} C {x1:.1f} {y1 + GAP_Y / 2:.1f}, {x2:.1f} {y2 - GAP_Y / 2:.1f}, '
                      f'{x2:.1f} {y2:.1f}" fill="none" stroke="#555" stroke-width="1.4" marker-end="url(#arrow)"/>')
     for b in boxes:
-        label, fill = paint(plan.decisions[b.digest])
-        title = html.escape(f"{b.step_id}\n{label}: {b.reason}")
+        label, fill = (STANDBY_LABEL, STANDBY_COLOR) if b.standby else paint(plan.decisions[b.digest])
+        title = html.escape(f"{b.step_id}\n{b.reason}" if b.standby else f"{b.step_id}\n{label}: {b.reason}")
         text_color = "#fff" if fill in ("#b71c1c",) else "#111"
+        action = "standby" if b.standby else b.action.value
         parts.append(
-            f'<g class="node" data-step-id="{html.escape(b.step_id)}" data-action="{b.action.value}" '
+            f'<g class="node" data-step-id="{html.escape(b.step_id)}" data-action="{action}" '
             f'data-label="{html.escape(label)}">'
             f'<title>{title}</title>'
             f'<rect x="{b.x:.1f}" y="{b.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" '
@@ -109,12 +136,18 @@ def render_svg(plan: Plan, paint: Callable[[Decision], tuple[str, str]] = paint_
     return "\n".join(parts)
 
 
+def _legend(plan: Plan) -> list[tuple[str, str]]:
+    """(label, colour) of every decision, and of "not needed" when the plan set steps aside."""
+    return [(a.value, c) for a, c in COLORS.items()] + ([(STANDBY_LABEL, STANDBY_COLOR)] if plan.standby else [])
+
+
 def render_html(plan: Plan, title: str = "the plan: a decision per step") -> str:
     legend = " ".join(f'<span style="background:{c};padding:2px 8px;border-radius:4px;margin-right:6px">'
-                      f'{a.value}</span>' for a, c in COLORS.items())
+                      f'{label}</span>' for label, c in _legend(plan))
     rows = "\n".join(f"<tr><td>{html.escape(d.node.name)}</td><td><code>{html.escape(d.node.step_id)}</code></td>"
-                     f"<td>{d.action.value}</td><td>{html.escape(d.reason)}</td></tr>"
-                     for d in plan.decisions.values())
+                     f"<td>{STANDBY_LABEL if digest in plan.standby else d.action.value}</td>"
+                     f"<td>{html.escape(d.reason)}</td></tr>"
+                     for digest, d in _steps(plan).items())
     return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             "<style>body{font-family:sans-serif;margin:20px} td,th{padding:2px 10px;text-align:left}"
             "g.node:hover rect{stroke-width:3}</style></head><body>"

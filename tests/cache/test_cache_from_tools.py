@@ -74,6 +74,35 @@ def test_graph_draws_the_plan_of_a_run_with_cache_from(hello_a, tmp_path, monkey
     assert not b.exists()
 
 
+def test_graph_draws_the_steps_set_aside_greyed_with_their_edges(hello_a, tmp_path):
+    """Every step that reads hello's four upstream steps is copied: they are neither run nor copied,
+    and the picture still shows them (the whole DAG), labelled "not needed" with their reasons."""
+    import xml.etree.ElementTree as ET
+
+    from executor.tools.draw import STANDBY_COLOR, STANDBY_LABEL
+
+    a, run_id = hello_a
+    svg = "{http://www.w3.org/2000/svg}"
+    code, out = run_main("graph", str(HELLO), str(tmp_path / "plan.svg"), "--prefix", str(tmp_path / "b"),
+                         "--cache-from", str(a))
+    assert code == 0, out
+    root = ET.parse(tmp_path / "plan.svg").getroot()
+    nodes = {g.findall(f"{svg}text")[0].text: g for g in root.findall(f".//{svg}g[@class='node']")}
+    assert set(nodes) == {"hello/words", "hello/count", "hello/greeting", "hello/shout", "hello/summary"}
+    assert nodes["hello/summary"].get("data-action") == "copy"
+    for name in ("hello/words", "hello/count", "hello/greeting", "hello/shout"):
+        g = nodes[name]
+        assert (g.get("data-action"), g.get("data-label"), g.find(f"{svg}rect").get("fill")) == \
+            ("standby", STANDBY_LABEL, STANDBY_COLOR), name
+        title = g.find(f"{svg}title").text  # the id, then the reason alone
+        assert title.startswith(f"{name}-") and f"\nnot needed here (copy from {a} (run {run_id}, " in title, title
+    assert len(root.findall(f".//{svg}path[@class='edge']")) == 4  # words->count, greeting->shout, both->summary
+    code, out = run_main("graph", str(HELLO), str(tmp_path / "plan.html"), "--prefix", str(tmp_path / "b"),
+                         "--cache-from", str(a))
+    page = (tmp_path / "plan.html").read_text()
+    assert code == 0 and page.count(f"<td>{STANDBY_LABEL}</td>") == 4 and f">{STANDBY_LABEL}</span>" in page
+
+
 def test_the_own_prefix_as_a_source_is_a_usage_error(hello_a):
     a, _ = hello_a
     for command in (("explain", str(HELLO), "hello/summary"), ("graph", str(HELLO), str(a / "plan.html"))):

@@ -101,6 +101,30 @@ def test_graph_draws_the_steps_set_aside_greyed_with_their_edges(hello_a, tmp_pa
                          "--cache-from", str(a))
     page = (tmp_path / "plan.html").read_text()
     assert code == 0 and page.count(f"<td>{STANDBY_LABEL}</td>") == 4 and f">{STANDBY_LABEL}</span>" in page
+    _a_browser_draws_four_greyed_steps(tmp_path / "plan.html")
+
+
+def _a_browser_draws_four_greyed_steps(page_path: Path) -> None:
+    import shutil
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            assert page.locator("g.node").count() == 5
+            greyed = page.locator("g.node[data-action=standby] rect")
+            assert greyed.count() == 4
+            assert {greyed.nth(i).evaluate("r => getComputedStyle(r).fill") for i in range(4)} == {"rgb(208, 208, 208)"}
+            box = greyed.first.bounding_box()
+            assert box and box["width"] > 100 and box["height"] > 20  # drawn, not just present
+        finally:
+            browser.close()
 
 
 def test_the_own_prefix_as_a_source_is_a_usage_error(hello_a):

@@ -105,26 +105,17 @@ def test_graph_draws_the_steps_set_aside_greyed_with_their_edges(hello_a, tmp_pa
 
 
 def _a_browser_draws_four_greyed_steps(page_path: Path) -> None:
-    import shutil
+    from tests.browser import chromium_browser
 
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(page_path.as_uri())
-            assert page.locator("g.node").count() == 5
-            greyed = page.locator("g.node[data-action=standby] rect")
-            assert greyed.count() == 4
-            assert {greyed.nth(i).evaluate("r => getComputedStyle(r).fill") for i in range(4)} == {"rgb(208, 208, 208)"}
-            box = greyed.first.bounding_box()
-            assert box and box["width"] > 100 and box["height"] > 20  # drawn, not just present
-        finally:
-            browser.close()
+    with chromium_browser() as browser:
+        page = browser.new_page()
+        page.goto(page_path.as_uri())
+        assert page.locator("g.node").count() == 5
+        greyed = page.locator("g.node[data-action=standby] rect")
+        assert greyed.count() == 4
+        assert {greyed.nth(i).evaluate("r => getComputedStyle(r).fill") for i in range(4)} == {"rgb(208, 208, 208)"}
+        box = greyed.first.bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 20  # drawn, not just present
 
 
 def test_the_own_prefix_as_a_source_is_a_usage_error(hello_a):

@@ -3,7 +3,6 @@ its error), and the server started on them as a user starts it."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ try:  # the same module object the other suites use, so the session shares one e
 except ImportError:
     from tests.emulators import gcs_emulator, s3_emulator  # noqa: F401
 
+from tests.browser import chromium_browser
 from tests.serve import server
 
 MARKUP = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -67,17 +67,8 @@ def make_prefix(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium_browser() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")

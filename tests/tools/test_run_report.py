@@ -5,7 +5,6 @@ by outcome), timeline (with a lease wait and a takeover), links and curves found
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,6 +15,7 @@ from executor.__main__ import main
 from executor.core.record import Owner, State, Status
 from executor.engine.store import open_store
 from executor.tools.loading import load_experiment
+from tests.browser import chromium_browser
 
 from .toy import run_file
 
@@ -186,24 +186,15 @@ def test_report_rebuilds_from_object_storage(backend, request, tmp_path, monkeyp
 
 
 def test_a_real_browser_renders_the_report(reported, tmp_path):
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
     _, page_path = reported
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(page_path.as_uri())
-            assert page.locator("g.node").count() == 5
-            assert page.locator("svg.curve polyline").count() == 2
-            assert page.locator("rect.lease-wait").count() == 1
-            box = page.locator("svg.curve[data-kind=loss]").bounding_box()
-            assert box and box["width"] > 100 and box["height"] > 100
-            shot = tmp_path / "report.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 5000
-        finally:
-            browser.close()
+    with chromium_browser() as browser:
+        page = browser.new_page()
+        page.goto(page_path.as_uri())
+        assert page.locator("g.node").count() == 5
+        assert page.locator("svg.curve polyline").count() == 2
+        assert page.locator("rect.lease-wait").count() == 1
+        box = page.locator("svg.curve[data-kind=loss]").bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 100
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 5000

@@ -44,7 +44,7 @@ TARGETS = [
     Target("record", ("executor/core/record.py",),
            ("tests/executor/test_record.py", "tests/executor/test_run_inline.py", "tests/executor/test_lease.py",
             "tests/executor/test_staleness.py", "tests/executor/test_results.py"), 240.0),
-    Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py",)),
+    Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py", "tests/store/test_read_many.py")),
     Target("stores", ("executor/engine/store/local.py", "executor/engine/store/gcs.py", "executor/engine/store/s3.py"),
            ("tests/store/test_contract.py", "tests/store/test_errors.py"), 240.0),
     Target("location", ("executor/engine/location.py",), ("tests/buckets/test_location.py",), 240.0),

@@ -226,3 +226,66 @@ def test_the_default_policy_is_the_readmes_eight_attempts_within_sixty_seconds()
     with pytest.raises(TransientStoreError, match="still failing after 4 attempts"):
         store.read("k")
     assert 59 < time.now <= 60  # gave up at once rather than sleep past the budget
+
+
+def test_listing_and_deleting_are_retried_too_and_name_what_they_were_doing():
+    base = memory()
+    base.create_if_absent("runs/a.json", b"{}")
+    base.create_if_absent("steps/b/status.json", b"{}")
+    listing = Scripted(base, "list_generations", ["before"])
+    store, _ = retrying(listing)
+    assert store.list_generations("runs/", ".json") == base.list_generations("runs/", ".json") != {}
+    assert listing.calls == 2 and store.counts.retries == 1
+
+    deleting = Scripted(base, "delete", ["before"])
+    store, _ = retrying(deleting)
+    store.delete("runs/a.json")
+    assert deleting.calls == 2 and base.read("runs/a.json") is None
+
+    store, _ = retrying(Scripted(base, "list_generations", ["before"] * 10), max_attempts=2)
+    with pytest.raises(TransientStoreError, match=r"list_generations 'steps/\*/status.json' under memory://"):
+        store.list_generations("steps/", "/status.json")
+
+
+def test_the_shared_default_policy_cannot_be_changed_through_one_store():
+    """Every RetryingStore built without a policy shares one RetryPolicy (a default argument):
+    changing it through one store would change every other store's retries."""
+    one, other = RetryingStore(memory()), RetryingStore(memory())
+    assert one.policy is other.policy
+    with pytest.raises(AttributeError):
+        one.policy.max_attempts = 1  # type: ignore[misc]
+    assert other.policy.max_attempts == 8
+
+
+def test_a_policy_needs_at_least_one_attempt_and_one_attempt_means_no_retry():
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"RetryPolicy\.max_attempts must be a whole number at least 1 .*got {bad}"):
+            RetryPolicy(max_attempts=bad)
+    inner = Scripted(memory(), "read", ["before"] * 10)
+    store, time = retrying(inner, max_attempts=1)
+    with pytest.raises(TransientStoreError, match="after 1 attempts"):
+        store.read("k")
+    assert inner.calls == 1 and time.sleeps == []
+
+
+def test_many_attempts_are_counted_exactly():
+    """Attempts beyond 256 (ints Python does not cache) still stop at max_attempts."""
+    inner = Scripted(memory(), "read", ["before"] * 400)
+    store, _ = retrying(inner, max_attempts=300, first_delay_s=0.001, max_delay_s=0.001, total_budget_s=1e9)
+    with pytest.raises(TransientStoreError, match="after 300 attempts"):
+        store.read("k")
+    assert inner.calls == 300
+
+
+def test_a_retry_that_ends_exactly_at_the_budget_is_still_made():
+    """The budget bounds the time a call may take: a backoff that reaches it exactly is within it."""
+    class HighestJitter(random.Random):
+        def uniform(self, a, b):
+            return b
+
+    inner = Scripted(memory(), "read", ["before", "before"])
+    time = FakeTime()
+    store = RetryingStore(inner, RetryPolicy(first_delay_s=2, multiplier=1, max_delay_s=2, total_budget_s=4),
+                          sleep=time.sleep, clock=time.clock, rng=HighestJitter())
+    assert store.read("k") is None  # sleeps 2 s, then 2 s more: exactly the 4 s budget
+    assert time.sleeps == [2, 2] and inner.calls == 3

@@ -277,12 +277,27 @@ def test_many_attempts_are_counted_exactly():
     assert inner.calls == 300
 
 
+class HighestJitter(random.Random):
+    """Jitter at its top: every wait is the whole ceiling."""
+
+    def uniform(self, a, b):
+        return b
+
+
+def test_the_default_backoff_is_the_docs_doubling_from_a_tenth_of_a_second_to_five():
+    """docs/storage.md: a wait of 0.1 s, doubling with each retry up to 5 s, half of each wait random."""
+    inner = Scripted(memory(), "read", ["before"] * 100)
+    time = FakeTime()
+    store = RetryingStore(inner, sleep=time.sleep, clock=time.clock, rng=HighestJitter())
+    with pytest.raises(TransientStoreError, match="after 8 attempts"):
+        store.read("k")
+    assert time.sleeps == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0])
+    lowest = [RetryPolicy().delay(retry, random.Random(0)) for retry in range(1, 8)]
+    assert all(c / 2 <= d <= c for c, d in zip([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0], lowest))
+
+
 def test_a_retry_that_ends_exactly_at_the_budget_is_still_made():
     """The budget bounds the time a call may take: a backoff that reaches it exactly is within it."""
-    class HighestJitter(random.Random):
-        def uniform(self, a, b):
-            return b
-
     inner = Scripted(memory(), "read", ["before", "before"])
     time = FakeTime()
     store = RetryingStore(inner, RetryPolicy(first_delay_s=2, multiplier=1, max_delay_s=2, total_budget_s=4),

@@ -255,6 +255,7 @@ def test_the_shared_default_policy_cannot_be_changed_through_one_store():
     with pytest.raises(AttributeError):
         one.policy.max_attempts = 1  # type: ignore[misc]
     assert other.policy.max_attempts == 8
+    assert RetryingStore(memory(), policy=RetryPolicy(max_attempts=2)).policy.max_attempts == 2  # by name too
 
 
 def test_a_policy_needs_at_least_one_attempt_and_one_attempt_means_no_retry():

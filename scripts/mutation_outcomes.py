@@ -53,7 +53,7 @@ TARGETS = [
     Target("regions", ("executor/engine/regions.py",), ("tests/executor/test_regions.py",)),
     Target("signals", ("executor/engine/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),
     Target("verify-gc", ("executor/tools/verify.py", "executor/tools/gc.py"),
-           ("tests/tools/test_verify.py", "tests/tools/test_gc.py"), 240.0),
+           ("tests/tools/test_verify.py", "tests/tools/test_verify_cases.py", "tests/tools/test_gc.py"), 240.0),
     Target("dedup", ("steps/dedup",), ("tests/steps/test_dedup_exact.py", "tests/steps/test_dedup_fuzzy.py",
                                         "tests/steps/test_dedup_bad_input.py"), 240.0),
     Target("tokenize", ("steps/tokenize.py", "steps/bpe.py"), ("tests/steps/test_tokenize.py",), 240.0),

@@ -145,7 +145,19 @@ def test_a_first_attempt_that_loses_does_not_reread():
     base.create_if_absent("k", b"theirs")
     store, _ = retrying(base)
     assert store.create_if_absent("k", b"mine") is None
+    stale = base.read("k").generation
+    base.replace_if_generation("k", b"theirs again", stale)
+    assert store.replace_if_generation("k", b"mine", stale) is None
     assert store.counts.writes_confirmed_by_reread == store.counts.writes_lost_after_retry == 0
+
+
+def test_a_retried_write_that_answers_is_taken_as_it_answered_without_a_reread():
+    base = memory()
+    store, _ = retrying(Scripted(base, "create_if_absent", ["before"]))
+    first = store.create_if_absent("k", b"seq=1")
+    store.inner = Scripted(base, "replace_if_generation", ["before"])
+    assert store.replace_if_generation("k", b"seq=2", first) == base.read("k").generation
+    assert store.counts.retries == 2 and store.counts.writes_confirmed_by_reread == 0
 
 
 def test_faulty_store_is_seeded_and_faults_after_the_call_take_effect():

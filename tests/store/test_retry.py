@@ -11,7 +11,7 @@ import pytest
 from executor.engine.store import StoreError, TransientStoreError, Versioned
 from tests.store.faulty import FaultyStore
 from executor.engine.store.memory import MemoryStore
-from executor.engine.store.retry import RetryingStore, RetryPolicy
+from executor.engine.store.retry import RetryCounts, RetryingStore, RetryPolicy
 from tests.store import cas_counter
 
 
@@ -70,7 +70,8 @@ def test_transient_failures_are_retried_with_growing_jittered_backoff():
     inner = Scripted(memory(), "read", ["before"] * 4)
     store, time = retrying(inner, first_delay_s=0.1, multiplier=2, max_delay_s=10)
     assert store.read("k") is None
-    assert inner.calls == 5 and store.counts.retries == 4
+    assert inner.calls == 5 and store.counts == RetryCounts(retries=4)  # and nothing else counted
+    assert repr(store.counts).startswith("RetryCounts(retries=4, gave_up=0")  # as a log shows it
     for retry, slept in enumerate(time.sleeps, start=1):
         ceiling = 0.1 * 2 ** (retry - 1)
         assert ceiling / 2 <= slept <= ceiling

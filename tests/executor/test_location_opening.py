@@ -191,6 +191,8 @@ def test_a_first_listing_that_never_answers_is_given_up_on_at_the_deadline():
                                                 r"endpoint_url in the storage options .* Nothing was written\.$"):
             location.check_reachable(Silent(None), "gs://probe/p", timeout_s=0.5)
         assert 0.5 <= time.monotonic() - started < 5
+        hung = [t for t in threading.enumerate() if t.name == "storage-probe"]
+        assert hung and all(t.daemon for t in hung)  # a hung probe never keeps the process from exiting
     finally:
         release.set()
 

@@ -111,6 +111,9 @@ def test_a_local_or_memory_prefix_is_never_probed_or_wrapped(tmp_path):
     assert isinstance(store, MemoryStore)
     store, fs = location.open_location(str(tmp_path / "p"))
     assert not isinstance(store, RetryingStore) and "file" in location.opened(fs).protocol
+    fs = location.open_filesystem(f"file://{tmp_path}/q")
+    fs.pipe_file(f"{tmp_path}/q/a/b.txt", b"x")  # a filesystem, making parent folders like the others
+    assert (tmp_path / "q" / "a" / "b.txt").read_bytes() == b"x"
 
 
 def test_an_unreachable_bucket_is_probed_only_when_asked():

@@ -41,6 +41,7 @@ from executor.engine.store import CoordinationStore, StoreError, TransientStoreE
 ENV_VAR = "EXECUTOR_STORAGE_OPTIONS"
 FLAG = "--storage-options"
 PROBE_KEY = ".executor-reachability-probe"  # listed (never written) to check a bucket answers
+PROBE_ATTEMPTS, PROBE_BUDGET_S, PROBE_DEADLINE_S = 3, 4.0, 10.0  # a first listing: tries, retry budget, wait
 _FLAG_NAMES = ("--storage-options", "--storage_options")
 _FIX = f"Fix the keys in {FLAG} / {ENV_VAR} (see the gcsfs / s3fs documentation)"
 
@@ -238,13 +239,15 @@ def open_filesystem(prefix: str, storage: Storage | Mapping[str, Any] | None = N
 
 # -- a clear error for a bucket that does not answer ----------------------------------------------
 
-def check_reachable(store: CoordinationStore, prefix: str, timeout_s: float = 10.0) -> None:
+def check_reachable(store: CoordinationStore, prefix: str, timeout_s: float = PROBE_DEADLINE_S) -> None:
     """List one absent key (a listing, unlike a read, tells a missing bucket from a missing object)
     with a short retry budget; any failure is one ExecutorError line naming the prefix and what to
     set. Nothing is written."""
     from executor.engine.store.retry import RetryingStore, RetryPolicy
 
-    quick = RetryingStore(store, RetryPolicy(max_attempts=3, first_delay_s=0.2, total_budget_s=4.0))
+    # docs/storage.md: "a first listing is tried 3 times within 4 s, and given up after 10 s"
+    quick = RetryingStore(store, RetryPolicy(max_attempts=PROBE_ATTEMPTS, first_delay_s=0.2,
+                                             total_budget_s=PROBE_BUDGET_S))
     failure: list[BaseException] = []
 
     def probe() -> None:

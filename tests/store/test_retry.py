@@ -11,7 +11,7 @@ import pytest
 from executor.engine.store import StoreError, TransientStoreError, Versioned
 from tests.store.faulty import FaultyStore
 from executor.engine.store.memory import MemoryStore
-from executor.engine.store.retry import RetryingStore, RetryPolicy
+from executor.engine.store.retry import RetryCounts, RetryingStore, RetryPolicy
 from tests.store import cas_counter
 
 
@@ -70,7 +70,8 @@ def test_transient_failures_are_retried_with_growing_jittered_backoff():
     inner = Scripted(memory(), "read", ["before"] * 4)
     store, time = retrying(inner, first_delay_s=0.1, multiplier=2, max_delay_s=10)
     assert store.read("k") is None
-    assert inner.calls == 5 and store.counts.retries == 4
+    assert inner.calls == 5 and store.counts == RetryCounts(retries=4)  # and nothing else counted
+    assert repr(store.counts).startswith("RetryCounts(retries=4, gave_up=0")  # as a log shows it
     for retry, slept in enumerate(time.sleeps, start=1):
         ceiling = 0.1 * 2 ** (retry - 1)
         assert ceiling / 2 <= slept <= ceiling
@@ -145,7 +146,19 @@ def test_a_first_attempt_that_loses_does_not_reread():
     base.create_if_absent("k", b"theirs")
     store, _ = retrying(base)
     assert store.create_if_absent("k", b"mine") is None
+    stale = base.read("k").generation
+    base.replace_if_generation("k", b"theirs again", stale)
+    assert store.replace_if_generation("k", b"mine", stale) is None
     assert store.counts.writes_confirmed_by_reread == store.counts.writes_lost_after_retry == 0
+
+
+def test_a_retried_write_that_answers_is_taken_as_it_answered_without_a_reread():
+    base = memory()
+    store, _ = retrying(Scripted(base, "create_if_absent", ["before"]))
+    first = store.create_if_absent("k", b"seq=1")
+    store.inner = Scripted(base, "replace_if_generation", ["before"])
+    assert store.replace_if_generation("k", b"seq=2", first) == base.read("k").generation
+    assert store.counts.retries == 2 and store.counts.writes_confirmed_by_reread == 0
 
 
 def test_faulty_store_is_seeded_and_faults_after_the_call_take_effect():
@@ -226,3 +239,82 @@ def test_the_default_policy_is_the_readmes_eight_attempts_within_sixty_seconds()
     with pytest.raises(TransientStoreError, match="still failing after 4 attempts"):
         store.read("k")
     assert 59 < time.now <= 60  # gave up at once rather than sleep past the budget
+
+
+def test_listing_and_deleting_are_retried_too_and_name_what_they_were_doing():
+    base = memory()
+    base.create_if_absent("runs/a.json", b"{}")
+    base.create_if_absent("steps/b/status.json", b"{}")
+    listing = Scripted(base, "list_generations", ["before"])
+    store, _ = retrying(listing)
+    assert store.list_generations("runs/", ".json") == base.list_generations("runs/", ".json") != {}
+    assert listing.calls == 2 and store.counts.retries == 1
+
+    deleting = Scripted(base, "delete", ["before"])
+    store, _ = retrying(deleting)
+    store.delete("runs/a.json")
+    assert deleting.calls == 2 and base.read("runs/a.json") is None
+
+    store, _ = retrying(Scripted(base, "list_generations", ["before"] * 10), max_attempts=2)
+    with pytest.raises(TransientStoreError, match=r"list_generations 'steps/\*/status.json' under memory://"):
+        store.list_generations("steps/", "/status.json")
+
+
+def test_the_shared_default_policy_cannot_be_changed_through_one_store():
+    """Every RetryingStore built without a policy shares one RetryPolicy (a default argument):
+    changing it through one store would change every other store's retries."""
+    one, other = RetryingStore(memory()), RetryingStore(memory())
+    assert one.policy is other.policy
+    with pytest.raises(AttributeError):
+        one.policy.max_attempts = 1  # type: ignore[misc]
+    assert other.policy.max_attempts == 8
+    assert RetryingStore(memory(), policy=RetryPolicy(max_attempts=2)).policy.max_attempts == 2  # by name too
+
+
+def test_a_policy_needs_at_least_one_attempt_and_one_attempt_means_no_retry():
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"RetryPolicy\.max_attempts must be a whole number at least 1 .*got {bad}"):
+            RetryPolicy(max_attempts=bad)
+    inner = Scripted(memory(), "read", ["before"] * 10)
+    store, time = retrying(inner, max_attempts=1)
+    with pytest.raises(TransientStoreError, match="after 1 attempts"):
+        store.read("k")
+    assert inner.calls == 1 and time.sleeps == []
+
+
+def test_many_attempts_are_counted_exactly():
+    """Attempts beyond 256 (ints Python does not cache) still stop at max_attempts."""
+    inner = Scripted(memory(), "read", ["before"] * 400)
+    store, _ = retrying(inner, max_attempts=300, first_delay_s=0.001, max_delay_s=0.001, total_budget_s=1e9)
+    with pytest.raises(TransientStoreError, match="after 300 attempts"):
+        store.read("k")
+    assert inner.calls == 300
+
+
+class HighestJitter(random.Random):
+    """Jitter at its top: every wait is the whole ceiling."""
+
+    def uniform(self, a, b):
+        return b
+
+
+def test_the_default_backoff_is_the_docs_doubling_from_a_tenth_of_a_second_to_five():
+    """docs/storage.md: a wait of 0.1 s, doubling with each retry up to 5 s, half of each wait random."""
+    inner = Scripted(memory(), "read", ["before"] * 100)
+    time = FakeTime()
+    store = RetryingStore(inner, sleep=time.sleep, clock=time.clock, rng=HighestJitter())
+    with pytest.raises(TransientStoreError, match="after 8 attempts"):
+        store.read("k")
+    assert time.sleeps == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0])
+    lowest = [RetryPolicy().delay(retry, random.Random(0)) for retry in range(1, 8)]
+    assert all(c / 2 <= d <= c for c, d in zip([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0], lowest))
+
+
+def test_a_retry_that_ends_exactly_at_the_budget_is_still_made():
+    """The budget bounds the time a call may take: a backoff that reaches it exactly is within it."""
+    inner = Scripted(memory(), "read", ["before", "before"])
+    time = FakeTime()
+    store = RetryingStore(inner, RetryPolicy(first_delay_s=2, multiplier=1, max_delay_s=2, total_budget_s=4),
+                          sleep=time.sleep, clock=time.clock, rng=HighestJitter())
+    assert store.read("k") is None  # sleeps 2 s, then 2 s more: exactly the 4 s budget
+    assert time.sleeps == [2, 2] and inner.calls == 3

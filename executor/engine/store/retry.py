@@ -37,6 +37,12 @@ class RetryPolicy:
     multiplier: float = 2.0
     total_budget_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        # every call makes its first attempt and counts 1, 2, ...: 0 (or 2.5) would never be reached
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts must be a whole number at least 1 (the first "
+                             f"attempt counts), got {self.max_attempts!r}")
+
     def delay(self, retry: int, rng: random.Random) -> float:
         """Backoff before retry number `retry` (1, 2, ...): half fixed, half random ("equal jitter")."""
         ceiling = min(self.max_delay_s, self.first_delay_s * self.multiplier ** (retry - 1))

@@ -46,7 +46,7 @@ TARGETS = [
             "tests/executor/test_staleness.py", "tests/executor/test_results.py"), 240.0),
     Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py",)),
     Target("stores", ("executor/engine/store/local.py", "executor/engine/store/gcs.py", "executor/engine/store/s3.py"),
-           ("tests/store/test_contract.py", "tests/store/test_errors.py"), 240.0),
+           ("tests/store/test_contract.py", "tests/store/test_errors.py", "tests/store/test_clients.py"), 240.0),
     Target("location", ("executor/engine/location.py",), ("tests/buckets/test_location.py",), 240.0),
     Target("regions", ("executor/engine/regions.py",), ("tests/executor/test_regions.py",)),
     Target("signals", ("executor/engine/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import urllib.parse
 
 import pytest
 
@@ -78,6 +79,7 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
     server.always(status)
     store = CLIENTS[backend](server.url)
     for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", "1"),
                  lambda: store.list_generations("", ""), lambda: store.delete("k")):
         with pytest.raises(TransientStoreError, match=str(status)):
             call()
@@ -87,19 +89,53 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
 @pytest.mark.parametrize("status", [401, 403])
 def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
     server.always(status)
-    with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
-        CLIENTS[backend](server.url).create_if_absent("k", b"x")
-    assert not isinstance(raised.value, TransientStoreError)
-    if backend == "gcs":  # GCS's JSON error message is quoted as it came
-        assert f"HTTP {status} scripted:" in str(raised.value)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
+        with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
+            call()
+        assert not isinstance(raised.value, TransientStoreError)
+        if backend == "gcs":  # GCS's JSON error message is quoted as it came
+            assert f"HTTP {status} scripted:" in str(raised.value)
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
 def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend):
     server.always(400)
-    with pytest.raises(StoreError, match="HTTP 400") as raised:
-        CLIENTS[backend](server.url).create_if_absent("k", b"x")
-    assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
+        with pytest.raises(StoreError, match="HTTP 400") as raised:
+            call()
+        assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+
+
+@pytest.mark.parametrize("body", [b"", b"<Error><Code>SomethingElse</Code><Message>m</Message></Error>"],
+                         ids=["no body", "another code"])
+def test_an_s3_412_is_a_race_lost_whatever_its_code(server, body):
+    """S3-compatible servers (and proxies before them) answer a failed precondition 412 without
+    always saying PreconditionFailed: the status alone means the write did not happen."""
+    server.always(412, body)
+    store = s3(server.url)
+    assert store.create_if_absent("k", b"x") is None
+    assert store.replace_if_generation("k", b"x", '"etag"') is None
+
+
+@pytest.mark.parametrize("requester_pays, project", [("billing-project", "billing-project"), (True, "own-project")])
+def test_gcs_requester_pays_bills_the_project_on_every_request(server, requester_pays, project):
+    """gcsfs's requester_pays option (True: the filesystem's project; a string: that project) sends
+    userProject with each request, as gcsfs does; without it no request names a project."""
+    server.answer = lambda path: (200, json.dumps({"items": [], "generation": "5"}).encode())
+    for options, expected in (({"requester_pays": requester_pays, "project": "own-project"}, project),
+                              ({"project": "own-project"}, None)):
+        server.paths.clear()
+        store = GCSStore("gs://bucket/prefix", endpoint_url=server.url, token="anon", request_timeout_s=5,
+                         **options)
+        store.create_if_absent("k", b"x")
+        store.replace_if_generation("k", b"x", "5")
+        store.list_generations("", "")
+        store.delete("k")
+        assert len(server.paths) == 4
+        named = [dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(p).query)).get("userProject") for p in server.paths]
+        assert named == [expected] * 4, options
 
 
 @pytest.mark.parametrize("backend", CLIENTS)

@@ -21,12 +21,28 @@ def test_threads_first_using_one_s3_store_at_once_make_one_client(s3_emulator, m
     made = []
     create_client = aiobotocore.session.AioSession.create_client
 
+    class SlowToEnter:
+        """Making the client waits, as it does when credentials come over the network (the
+        default chain asks the instance metadata service): the other threads' requests get in."""
+
+        def __init__(self, creator):
+            self.creator = creator
+
+        async def __aenter__(self):
+            await asyncio.sleep(0.05)
+            return await self.creator.__aenter__()
+
+        async def __aexit__(self, *exc):
+            return await self.creator.__aexit__(*exc)
+
     def counting_create_client(self, *args, **kwargs):
         made.append(threading.get_ident())
-        return create_client(self, *args, **kwargs)
+        return SlowToEnter(create_client(self, *args, **kwargs))
 
     monkeypatch.setattr(aiobotocore.session.AioSession, "create_client", counting_create_client)
-    store = open_store(s3_emulator.fresh_prefix("client"), s3_emulator.storage_options)
+    # a filesystem of its own: fsspec caches S3FileSystem instances, and an earlier test's has its client
+    options = {**s3_emulator.storage_options, "skip_instance_cache": True}
+    store = open_store(s3_emulator.fresh_prefix("client"), options)
     barrier = threading.Barrier(8)
     found = []
 

@@ -217,3 +217,59 @@ def test_gcs_listing_falls_back_when_the_server_refuses_match_glob(server):
     assert store.list_generations("", "status.json") == {"a/status.json": "7"}
     assert store.list_generations("", "status.json") == {"a/status.json": "7"}
     assert ["matchGlob" in p for p in server.paths] == [True, False, False]
+
+
+S3_ERROR = "<Error><Code>{code}</Code><Message>scripted</Message></Error>"
+
+
+@pytest.mark.parametrize("status, code", [(503, "SlowDown"), (500, "InternalError"), (503, "ServiceUnavailable")])
+def test_s3_throttling_and_server_error_codes_are_transient_not_absent(server, status, code):
+    """S3's own error bodies: a throttled or failed read is retried, never read as an absent object
+    (which would make a step run again)."""
+    server.always(status, S3_ERROR.format(code=code).encode())
+    store = s3(server.url)
+    for call in (lambda: store.read("k"), lambda: store.delete("k")):
+        with pytest.raises(TransientStoreError, match=code):
+            call()
+
+
+@pytest.mark.parametrize("status", [200, 204])
+def test_a_gcs_delete_answered_with_success_is_done(server, status):
+    """GCS answers a delete 204 No Content (the JSON API's documented answer); 200 is taken too."""
+    server.always(status, b"")
+    gcs(server.url).delete("k")
+
+
+def test_a_long_gcs_error_that_is_not_json_is_quoted_to_200_characters(server):
+    server.always(400, b"x" * 300)
+    with pytest.raises(StoreError) as raised:
+        gcs(server.url).create_if_absent("k", b"x")
+    assert "x" * 200 in str(raised.value) and "x" * 201 not in str(raised.value)
+
+
+def test_listings_ask_for_1000_objects_a_page(server):
+    """The most either service gives in one page (S3 MaxKeys, GCS maxResults), as the stores' docs say."""
+    server.always(200, b"<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>")
+    server.paths.clear()
+    assert s3(server.url).list_generations("", "status.json") == {}
+    server.always(200, b"{}")
+    assert gcs(server.url).list_generations("", "status.json") == {}
+    queries = [dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(p).query)) for p in server.paths]
+    assert [q.get("max-keys") or q.get("maxResults") for q in queries] == ["1000", "1000"], server.paths
+
+
+def test_s3_without_credentials_says_how_to_give_them(server, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # nothing may leave loopback
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    store = S3Store("s3://bucket/prefix", endpoint_url=server.url, client_kwargs={"region_name": S3_REGION},
+                    skip_instance_cache=True)
+    server.paths.clear()
+    with pytest.raises(StoreError, match="no credentials: pass key=/secret= in the storage options") as raised:
+        store.read("k")
+    assert not isinstance(raised.value, TransientStoreError)
+    assert server.paths == []  # refused before any request went out

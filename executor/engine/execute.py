@@ -20,7 +20,6 @@ from executor.engine.cache_copy import CacheCopies
 from executor.engine.mirror_copy import MirrorCopies
 from executor.engine.transfers import TransferLedger
 from executor.core.errors import ExecutorError
-from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.graph import Graph, StepNode
 from executor.core.locations import Storage
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
@@ -86,6 +85,8 @@ class RunContext:
 
 @dataclass
 class RunSummary:
+    """What the loop hands back to executor.api, which makes it the RunResult (ok, exit code)."""
+
     states: dict[str, Outcome] = field(default_factory=dict)  # by step_id
     errors: dict[str, str] = field(default_factory=dict)
     ran_here: list[str] = field(default_factory=list)
@@ -93,17 +94,6 @@ class RunSummary:
     interrupted: bool = False
     signum: int | None = None  # the signal that interrupted the run (SIGINT or SIGTERM)
     runner_error: str | None = None  # the run loop itself failed: every running step was failed
-
-    @property
-    def exit_code(self) -> int:
-        """0 all done; 1 a step failed or the runner broke; 128+N stopped by signal N (130, 143)."""
-        if self.interrupted:
-            return for_signal(self.signum or signals.signal.SIGINT)
-        return ExitCode.FAILED if (self.failed or self.runner_error) else ExitCode.OK
-
-    @property
-    def failed(self) -> list[str]:
-        return [s for s, st in self.states.items() if st.unsuccessful]
 
 
 def is_not_secret(f: Any) -> bool:

@@ -103,6 +103,7 @@ def test_execution_only_flag_does_not_rerun(tmp_path):
     assert all(len(v) == 1 for v in by_name(tmp_path).values())
 
 
+@pytest.mark.timeout(90)  # a dependent left waiting on a failed step never ends: fail it, well before the suite's limit
 def test_failure_blocks_dependents_other_branches_finish_then_force_failed(tmp_path, capsys):
     assert hello_run(tmp_path, "--fail-shout") == 1
     states = {n: v[0].state for n, v in by_name(tmp_path).items()}

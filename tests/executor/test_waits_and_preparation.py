@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from executor import ExecutorStep, this_output_path
 from executor.cli import run
 from executor.core.record import Owner, State, Status, parse_status, status_key
@@ -98,12 +100,13 @@ def count_call(config: Counted) -> dict:
 class Rewrites:
     output_path: Any
     prefix: str
+    sorts: str = "below"  # where the other runner's new generation sorts against the planned one
 
 
 def commit_b_as_another_runner(config: Rewrites) -> dict:
     """While this run goes on, "another runner" re-runs b and commits: a new SUCCESS of b whose
-    generation sorts *below* the one this run planned from (so `<=` instead of `==` is caught).
-    Does nothing unless b has succeeded before."""
+    generation sorts below (or above) the one this run planned from, so that an ordering compare
+    (`<=`, `>`) in place of `==`/`!=` is caught either way. Does nothing unless b has succeeded before."""
     store = LocalStore(config.prefix)
     found = list(Path(config.prefix).glob("b-*/.executor/status.json"))
     if not found:
@@ -116,15 +119,16 @@ def commit_b_as_another_runner(config: Rewrites) -> dict:
     for n in range(10_000):
         data = json.dumps({**status, "seq": status["seq"] + 1, "written_at": status["written_at"] + n + 1},
                           sort_keys=True, indent=1).encode()
-        if _generation(data) < planned.generation:
+        if (_generation(data) < planned.generation) == (config.sorts == "below"):
             break
     assert store.replace_if_generation(key, data, planned.generation) is not None
     return {"rewrote": True}
 
 
-def test_a_forced_step_committed_meanwhile_by_another_runner_is_not_run_again(tmp_path, capsys):
+@pytest.mark.parametrize("sorts", ["below", "above"])
+def test_a_forced_step_committed_meanwhile_by_another_runner_is_not_run_again(tmp_path, capsys, sorts):
     prefix, calls = tmp_path / "prefix", tmp_path / "b-calls.txt"
-    steps = [ExecutorStep("a", commit_b_as_another_runner, Rewrites(this_output_path(), str(prefix))),
+    steps = [ExecutorStep("a", commit_b_as_another_runner, Rewrites(this_output_path(), str(prefix), sorts)),
              ExecutorStep("b", count_call, Counted(this_output_path(), str(calls)))]
     assert execute(steps, prefix, "--max-concurrent", "1") == 0 and calls.read_text().count("call") == 1
     capsys.readouterr()

@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from executor.engine.store import CoordinationStore, TransientStoreError, open_store
 
+MAX_RACES_LOST_IN_A_ROW = 1000
+
 
 def load(store: CoordinationStore, key: str) -> dict[str, Any]:
     current = store.read(key)
@@ -28,7 +30,13 @@ def increment(store: CoordinationStore, key: str, writer: str, times: int,
     stats = {"won": 0, "unknown": 0, "lost": 0, "errors": 0}
     wins: list[int] = []
     for op in range(1, times + 1):
+        lost_in_a_row = 0
         while True:
+            # each race lost means another writer won meanwhile; the tests' writers win far fewer
+            # rounds than this, so more means a compare-and-swap that never succeeds: fail, not hang
+            if lost_in_a_row > MAX_RACES_LOST_IN_A_ROW:
+                raise AssertionError(f"{writer} lost {lost_in_a_row} races in a row on {key!r} (op {op}): "
+                                     f"the store's compare-and-swap never succeeds")
             try:
                 current = store.read(key)
             except TransientStoreError:
@@ -54,6 +62,7 @@ def increment(store: CoordinationStore, key: str, writer: str, times: int,
                 wins.append(state["count"] + 1)
                 break
             stats["lost"] += 1
+            lost_in_a_row += 1
     return {**stats, "wins": wins}
 
 

@@ -56,6 +56,14 @@ def test_replace_of_an_absent_key_returns_none(store):
     assert store.read(KEY) is None
 
 
+def test_replace_never_creates_whatever_generation_it_is_given(store):
+    """Generation "0" is GCS's "only if absent": a replace passing it on must not become a create.
+    str(0), not the literal: a generation computed at run time is not the interned "0"."""
+    for generation in (str(0), "1", "not-a-generation", '"an-etag"'):
+        assert store.replace_if_generation(KEY, b"y", generation) is None, generation
+        assert store.read(KEY) is None, generation
+
+
 def test_delete_removes_the_object_and_tolerates_absence(store):
     store.create_if_absent(KEY, b"x")
     store.delete(KEY)

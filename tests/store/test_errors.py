@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import urllib.parse
 
 import pytest
 
@@ -78,6 +79,7 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
     server.always(status)
     store = CLIENTS[backend](server.url)
     for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", "1"),
                  lambda: store.list_generations("", ""), lambda: store.delete("k")):
         with pytest.raises(TransientStoreError, match=str(status)):
             call()
@@ -87,19 +89,53 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
 @pytest.mark.parametrize("status", [401, 403])
 def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
     server.always(status)
-    with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
-        CLIENTS[backend](server.url).create_if_absent("k", b"x")
-    assert not isinstance(raised.value, TransientStoreError)
-    if backend == "gcs":  # GCS's JSON error message is quoted as it came
-        assert f"HTTP {status} scripted:" in str(raised.value)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
+        with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
+            call()
+        assert not isinstance(raised.value, TransientStoreError)
+        if backend == "gcs":  # GCS's JSON error message is quoted as it came
+            assert f"HTTP {status} scripted:" in str(raised.value)
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
 def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend):
     server.always(400)
-    with pytest.raises(StoreError, match="HTTP 400") as raised:
-        CLIENTS[backend](server.url).create_if_absent("k", b"x")
-    assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
+        with pytest.raises(StoreError, match="HTTP 400") as raised:
+            call()
+        assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+
+
+@pytest.mark.parametrize("body", [b"", b"<Error><Code>SomethingElse</Code><Message>m</Message></Error>"],
+                         ids=["no body", "another code"])
+def test_an_s3_412_is_a_race_lost_whatever_its_code(server, body):
+    """S3-compatible servers (and proxies before them) answer a failed precondition 412 without
+    always saying PreconditionFailed: the status alone means the write did not happen."""
+    server.always(412, body)
+    store = s3(server.url)
+    assert store.create_if_absent("k", b"x") is None
+    assert store.replace_if_generation("k", b"x", '"etag"') is None
+
+
+@pytest.mark.parametrize("requester_pays, project", [("billing-project", "billing-project"), (True, "own-project")])
+def test_gcs_requester_pays_bills_the_project_on_every_request(server, requester_pays, project):
+    """gcsfs's requester_pays option (True: the filesystem's project; a string: that project) sends
+    userProject with each request, as gcsfs does; without it no request names a project."""
+    server.answer = lambda path: (200, json.dumps({"items": [], "generation": "5"}).encode())
+    for options, expected in (({"requester_pays": requester_pays, "project": "own-project"}, project),
+                              ({"project": "own-project"}, None)):
+        server.paths.clear()
+        store = GCSStore("gs://bucket/prefix", endpoint_url=server.url, token="anon", request_timeout_s=5,
+                         **options)
+        store.create_if_absent("k", b"x")
+        store.replace_if_generation("k", b"x", "5")
+        store.list_generations("", "")
+        store.delete("k")
+        assert len(server.paths) == 4
+        named = [dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(p).query)).get("userProject") for p in server.paths]
+        assert named == [expected] * 4, options
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
@@ -181,3 +217,59 @@ def test_gcs_listing_falls_back_when_the_server_refuses_match_glob(server):
     assert store.list_generations("", "status.json") == {"a/status.json": "7"}
     assert store.list_generations("", "status.json") == {"a/status.json": "7"}
     assert ["matchGlob" in p for p in server.paths] == [True, False, False]
+
+
+S3_ERROR = "<Error><Code>{code}</Code><Message>scripted</Message></Error>"
+
+
+@pytest.mark.parametrize("status, code", [(503, "SlowDown"), (500, "InternalError"), (503, "ServiceUnavailable")])
+def test_s3_throttling_and_server_error_codes_are_transient_not_absent(server, status, code):
+    """S3's own error bodies: a throttled or failed read is retried, never read as an absent object
+    (which would make a step run again)."""
+    server.always(status, S3_ERROR.format(code=code).encode())
+    store = s3(server.url)
+    for call in (lambda: store.read("k"), lambda: store.delete("k")):
+        with pytest.raises(TransientStoreError, match=code):
+            call()
+
+
+@pytest.mark.parametrize("status", [200, 204])
+def test_a_gcs_delete_answered_with_success_is_done(server, status):
+    """GCS answers a delete 204 No Content (the JSON API's documented answer); 200 is taken too."""
+    server.always(status, b"")
+    gcs(server.url).delete("k")
+
+
+def test_a_long_gcs_error_that_is_not_json_is_quoted_to_200_characters(server):
+    server.always(400, b"x" * 300)
+    with pytest.raises(StoreError) as raised:
+        gcs(server.url).create_if_absent("k", b"x")
+    assert "x" * 200 in str(raised.value) and "x" * 201 not in str(raised.value)
+
+
+def test_listings_ask_for_1000_objects_a_page(server):
+    """The most either service gives in one page (S3 MaxKeys, GCS maxResults), as the stores' docs say."""
+    server.always(200, b"<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>")
+    server.paths.clear()
+    assert s3(server.url).list_generations("", "status.json") == {}
+    server.always(200, b"{}")
+    assert gcs(server.url).list_generations("", "status.json") == {}
+    queries = [dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(p).query)) for p in server.paths]
+    assert [q.get("max-keys") or q.get("maxResults") for q in queries] == ["1000", "1000"], server.paths
+
+
+def test_s3_without_credentials_says_how_to_give_them(server, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # nothing may leave loopback
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    store = S3Store("s3://bucket/prefix", endpoint_url=server.url, client_kwargs={"region_name": S3_REGION},
+                    skip_instance_cache=True)
+    server.paths.clear()
+    with pytest.raises(StoreError, match="no credentials: pass key=/secret= in the storage options") as raised:
+        store.read("k")
+    assert not isinstance(raised.value, TransientStoreError)
+    assert server.paths == []  # refused before any request went out

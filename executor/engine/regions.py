@@ -16,13 +16,14 @@ says so and how to allow it (`--transfer-budget-gb inf`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from executor.core.errors import ExecutorError
 from executor.core.plan import Action, Plan
 from executor.core.locations import Storage
-from executor.core.step import MirroredPath
+from executor.core.tree import is_config_dataclass
 from executor.core.urls import is_object_store, protocol_of, split_url
 from executor.engine import location
 from executor.engine.runner_region import runner_region
@@ -84,9 +85,9 @@ def locate_bucket(url: str, storage: Storage) -> tuple[str | None, str | None]:
 def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
-    elif isinstance(value, MirroredPath):  # read from its copy under the prefix (executor.engine.mirror)
-        return
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+    elif is_config_dataclass(value):  # placeholders are not: a dependency's output, a prefix path and
+        # a mirrored input (its copy: executor.engine.mirror) are read under the prefix, and what a
+        # dependency reads is that step's read, not this one's
         for f in dataclasses.fields(value):
             yield from _strings(getattr(value, f.name))
     elif isinstance(value, dict):
@@ -98,20 +99,27 @@ def _strings(value: Any) -> Iterable[str]:
 
 
 def _size(url: str, storage: Storage) -> tuple[int | None, str | None]:
-    """(bytes, None) or (None, why the size is unknown): nothing at the path is unknown, not 0."""
+    """(bytes, None) or (None, why the size is unknown): nothing at the path is unknown, not 0. A
+    glob counts each byte once: a folder it matches counts what lies below it, and what lies below
+    a folder it also matched (`d/*` names `d/sub`; `d/**` names `d/sub` and `d/sub/a`) is not
+    counted again."""
     try:
         fs, path = location.url_to_fs(url, storage)
-        paths = fs.expand_path(path, recursive=True) if any(c in path for c in "*?[") else [path]
-        if not paths or not fs.exists(paths[0]):
+        if any(c in path for c in "*?["):
+            paths = _outermost(fs.glob(path))
+        else:
+            paths = [path] if fs.exists(path) else []
+        if not paths:
             return None, "nothing found at that path"
         return int(sum(fs.du(p, total=True) for p in paths)), None
     except Exception as e:
         return None, f"listing failed ({type(e).__name__}: {str(e)[:200]})"
 
 
-def cross_region_reads(plan: Plan, prefix: str, storage: Storage) -> list[CrossRegionRead]:
-    """Per step that will run, its inputs in buckets of another location than the prefix's."""
-    return survey(plan, prefix, storage)[0]
+def _outermost(paths: list[str]) -> list[str]:
+    """The paths that lie below no other of them."""
+    named = set(paths)
+    return [p for p in paths if not any(p[:slash.start()] in named for slash in re.finditer("/", p))]
 
 
 def _inputs_elsewhere(plan: Plan, prefix: str) -> Iterable[tuple[str, str]]:

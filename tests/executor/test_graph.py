@@ -234,3 +234,17 @@ def test_a_clash_names_both_steps_by_sixteen_hex_and_nested_outputs_are_refused(
     for steps in ([outer, inner], [outer, inner, other]):
         with pytest.raises(GraphError, match=r"'p/q' \('inner'\) lies inside 'p' \('outer'\)"):
             build_graph(steps)
+
+
+def test_each_step_knows_its_own_mirrored_inputs_and_not_those_of_the_steps_it_reads():
+    """Found while hashing: a mirrored input met while a dependency is being digested (from inside
+    the reading step's walk) is the dependency's; the reader's own come before and after it."""
+    from executor import mirrored
+
+    raw = ExecutorStep("raw", fn, Cfg(nested={"in": mirrored("s3://corpus/raw")}))
+    mid = ExecutorStep("mid", fn, Cfg(deps=[mirrored("s3://corpus/a"), output_path_of(raw), mirrored("s3://corpus/b"),
+                                            mirrored("s3://corpus/a")]))
+    top = ExecutorStep("top", fn, Cfg(deps=[output_path_of(mid)]))
+    nodes = build_graph([top]).nodes.values()
+    assert {n.name: n.mirrored for n in nodes} == {
+        "raw": ("s3://corpus/raw",), "mid": ("s3://corpus/a", "s3://corpus/b"), "top": ()}

@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
                                list_mutants, load_equivalents, reclassify, render_report, score_from_json,
-                               score_session, score_to_json)
+                               score_session, score_to_json, unsettled)
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tests" / "mutation" / "equivalent.json"
@@ -246,13 +246,27 @@ def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Names
             shutil.rmtree(work, ignore_errors=True)
 
 
+def kept_results(results: Path) -> dict[str, TargetScore]:
+    """Each target's kept result, judged against today's list of equivalents."""
+    equivalents = load_equivalents(EQUIVALENTS)
+    return {p.stem: reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
+            for p in sorted(results.glob("*.json"))}
+
+
+def report_strictly(scores: dict[str, TargetScore], wanted: list[str]) -> int:
+    """--strict: 1, naming what is open, unless every wanted target has a settled result."""
+    problems = {name: unsettled(scores[name]) if name in scores else ["no result"] for name in wanted}
+    for name, found in problems.items():
+        if found:
+            print(f"{name}: {', '.join(found)}", file=sys.stderr)
+    return 1 if any(problems.values()) else 0
+
+
 def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore]) -> str:
     """The report over every kept target result (so runs of some targets update the report), or over
     this run's scores for a sample."""
     if sampled is None:
-        equivalents = load_equivalents(EQUIVALENTS)
-        kept = {p.stem: reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
-                for p in sorted(results.glob("*.json"))}
+        kept = kept_results(results)
         order = DECIDING + [t.name for t in TARGETS if t.name not in DECIDING]
         missing = [n for n in DECIDING if n not in kept]
         note = f"\nDeciding targets with no result yet: {', '.join(missing)}.\n" if missing else ""
@@ -290,6 +304,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--render", action="store_true",
                         help="only write --report from the kept results (after editing the equivalents, say)")
     parser.add_argument("--jobs", type=int, default=1, help="targets scored at once, each in its own copy")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 unless every target named settles: no survivor unlisted, no timeout, error "
+                             "or mutant left unrun; with --render, judges the kept results (.ci/nightly)")
     parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
                         help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
@@ -314,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             print("--render needs --report FILE", file=sys.stderr)
             return 2
         args.report.write_text(report_from_results(args.results, None, {}))
-        return 0
+        return report_strictly(kept_results(args.results), args.targets or DECIDING) if args.strict else 0
     if args.list:
         for t in TARGETS:
             print(f"{t.name:12} {' '.join(t.modules)}\n{'':12} tests: {' '.join(t.tests)} (timeout {t.timeout_s:.0f} s)")
@@ -342,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             f.result()
     scores_in_order = [scores[t.name] for t in chosen if t.name in scores]
     print(render_report(scores_in_order, sampled=args.sample))
+    if args.strict:
+        return report_strictly(scores, [t.name for t in chosen])
     return 0 if all(s.baseline.trusted(s.target.timeout_s) for s in scores_in_order) else 1
 
 

@@ -121,6 +121,16 @@ class TargetScore:
         return Counter(m.outcome for m in self.mutants)
 
 
+def unsettled(score: TargetScore) -> list[str]:
+    """What keeps a target's result from standing as a full, trusted score (empty when it stands):
+    a refused baseline, survivors not listed as equivalent, timeouts, errors, mutants left unrun."""
+    if not score.baseline.trusted(score.target.timeout_s):
+        return [score.baseline.why_refused(score.target.timeout_s)]
+    counts = score.counts()
+    found = [f"{counts[o]} {o.value}" for o in (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR) if counts[o]]
+    return found + ([f"{score.pending} not run (deadline)"] if score.pending else [])
+
+
 def classify(worker_outcome: str, test_outcome: str | None, output: str | None) -> Outcome:
     """One mutant's outcome from cosmic-ray's result (its values, as strings)."""
     if worker_outcome == "skipped":

@@ -12,9 +12,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from mutation_outcomes import (TARGETS, Baseline, Outcome, Target, classify, list_mutants,  # noqa: E402
+from mutation_outcomes import (TARGETS, Baseline, Mutant, Outcome, Target, TargetScore, classify, list_mutants,  # noqa: E402
                                load_equivalents, reclassify, render_report, score_from_json, score_session,
-                               score_to_json)
+                               score_to_json, unsettled)
 
 EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
 
@@ -73,6 +73,41 @@ def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_pa
     assert reclassify(kept, [equivalent]) == kept  # judged again against the same list: the same
     unlisted = reclassify(kept, []).counts()  # its equivalent taken off the list: a survivor again
     assert (unlisted[Outcome.SURVIVED], unlisted[Outcome.EQUIVALENT]) == (2, 0)
+
+
+def test_a_target_settles_only_with_every_mutant_killed_or_listed_and_a_trusted_baseline():
+    """What --strict (the nightly job) fails on."""
+    target = Target("toy", ("m.py",), ("tests/none.py",), 100.0)
+
+    def mutants(*outcomes: Outcome) -> list[Mutant]:
+        return [Mutant("m.py", i, "f", "op", f"line {i}", "", o) for i, o in enumerate(outcomes)]
+
+    settled = TargetScore(target, Baseline(True, 10.0), mutants(Outcome.KILLED, Outcome.EQUIVALENT))
+    assert unsettled(settled) == []
+    assert unsettled(TargetScore(target, Baseline(True, 10.0), mutants(Outcome.KILLED, Outcome.SURVIVED,
+                                                                       Outcome.TIMED_OUT, Outcome.ERROR),
+                                 pending=3)) == ["1 survived", "1 timed out", "1 error", "3 not run (deadline)"]
+    assert unsettled(TargetScore(target, Baseline(True, 51.0), mutants(Outcome.KILLED))) == [
+        "baseline took 51 s, over half the 100 s timeout"]
+
+
+def test_strict_render_fails_on_an_unsettled_kept_result_and_the_nightly_job_asks_for_it(tmp_path, capsys):
+    import mutation
+
+    target = next(t for t in TARGETS if t.name == "retry")
+    results = tmp_path / "results"
+    results.mkdir()
+    score = TargetScore(target, Baseline(True, 10.0), [Mutant(target.modules[0], 1, "f", "op", "x", "", Outcome.KILLED)])
+    (results / "retry.json").write_text(json.dumps(score_to_json(score)))
+    argv = ["--render", "--strict", "--report", str(tmp_path / "report.md"), "--results", str(results)]
+    assert mutation.main([*argv, "retry"]) == 0
+    assert mutation.main([*argv, "retry", "lease"]) == 1 and "lease: no result" in capsys.readouterr().err
+    score.mutants.append(Mutant(target.modules[0], 2, "f", "op", "y", "diff", Outcome.SURVIVED))
+    (results / "retry.json").write_text(json.dumps(score_to_json(score)))
+    assert mutation.main([*argv, "retry"]) == 1 and "retry: 1 survived" in capsys.readouterr().err
+    assert "| retry |" in (tmp_path / "report.md").read_text()
+    nightly = (REPO / ".ci" / "nightly").read_text()
+    assert "scripts/mutation.sh" in nightly and "--strict" in nightly and " deciding" in nightly
 
 
 @pytest.mark.parametrize("baseline, why", [(Baseline(False, 3.0, "1 failed"), "baseline failed"),

@@ -44,19 +44,23 @@ def _steps(plan: Plan) -> dict[str, Decision]:
 
 
 def _depths(steps: dict[str, Decision]) -> dict[str, int]:
-    """Longest-path depth from the sources (set-aside steps come after the decisions in `steps`,
-    though they lie upstream, so no order is assumed)."""
+    """Longest-path depth from the sources. Set-aside steps come after the decisions in `steps`
+    though they lie upstream, so no order is assumed; a stack, not recursion: chains may be long."""
+    def deps_of(digest: str) -> list[str]:
+        node = steps[digest].node
+        return [dep for dep in (*node.deps, *node.weak_deps) if dep in steps]
+
     depth: dict[str, int] = {}
-
-    def visit(digest: str) -> int:
-        if digest not in depth:
-            node = steps[digest].node
-            depth[digest] = 1 + max((visit(dep) for dep in (*node.deps, *node.weak_deps) if dep in steps),
-                                    default=-1)
-        return depth[digest]
-
-    for digest in steps:
-        visit(digest)
+    for root in steps:
+        stack = [root]
+        while stack:
+            digest = stack[-1]
+            waiting = [dep for dep in deps_of(digest) if dep not in depth]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            depth[digest] = 1 + max((depth[dep] for dep in deps_of(digest)), default=-1)
     return depth
 
 

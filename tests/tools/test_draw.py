@@ -49,3 +49,22 @@ def test_dry_run_draws_html_svg_and_png(ran_toy, tmp_path):
 def test_unknown_picture_format_is_a_clear_error(tmp_path):
     with pytest.raises(ExecutorError, match="use a .html, .svg or .png"):
         draw_plan(None, tmp_path / "plan.pdf")
+
+
+def test_a_long_chain_with_its_upstream_half_set_aside_is_laid_out_in_order():
+    """Set-aside steps (--cache-from) come after the plan's decisions though they lie upstream; a
+    chain of 3,000 steps is deeper than Python's recursion limit."""
+    from types import SimpleNamespace
+
+    from executor.tools.draw import layout
+
+    def step(i: int) -> SimpleNamespace:
+        node = SimpleNamespace(name=f"s{i}", step_id=f"s{i}-{i:012x}", deps=(f"d{i - 1}",) if i else (), weak_deps=())
+        return SimpleNamespace(node=node, action=Action.RUN if i < 1500 else Action.COPY, reason="r")
+
+    plan = SimpleNamespace(decisions={f"d{i}": step(i) for i in range(1500, 3000)},
+                           standby={f"d{i}": step(i) for i in range(1500)})
+    boxes, edges, _, height = layout(plan)
+    rows = {b.name: b.y for b in boxes}
+    assert [rows[f"s{i}"] for i in range(3000)] == sorted(rows.values()) and len(set(rows.values())) == 3000
+    assert {b.name for b in boxes if b.standby} == {f"s{i}" for i in range(1500)} and len(edges) == 2999

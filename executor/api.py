@@ -253,8 +253,11 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
 
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str] | None,
                     prefix: str, storage: Storage, store: Any) -> Plan:
-    """Cache copies (--cache-from) and mirrored inputs under one transfer budget: the mirrored inputs of
-    the steps that run are reserved first (those steps cannot run without them), copies get the rest."""
+    """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
+    mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
+    run without them), copies get the rest."""
+    from executor.engine.transfers import GB, copy_bytes
+
     cache_from = _cache_from(options, environ, prefix)
 
     def with_copies(reserved: int) -> Plan:
@@ -266,18 +269,29 @@ def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapp
                            budget_gb=options.transfer_budget_gb, reserved_bytes=reserved)
 
     decided = with_copies(0)
-    if not any(d.action == Action.RUN and d.node.mirrored for d in decided.decisions.values()):
-        return decided
-    from executor.engine.mirror import mirror_sources_list, plan_mirrors, planned_bytes
-    from executor.engine.transfers import GB, copy_bytes
+    needed, reserved = _needed_transfers(decided, options, environ, prefix, storage, store)
+    if cache_from and reserved and copy_bytes(decided) + reserved > options.transfer_budget_gb * GB:
+        decided = with_copies(reserved)  # fewer copies: more steps run, which may need more transfers
+        needed, _ = _needed_transfers(decided, options, environ, prefix, storage, store)
+    return dataclasses.replace(decided, **needed)
 
-    sources = mirror_sources_list(options.mirror_sources, os.environ if environ is None else environ)
-    mirrors = plan_mirrors(decided, store, sources, storage)
-    reserved = planned_bytes(mirrors)
-    if reserved and copy_bytes(decided) + reserved > options.transfer_budget_gb * GB:
-        decided = with_copies(reserved)  # fewer copies: more steps run, which may read more mirrored inputs
-        mirrors = plan_mirrors(decided, store, sources, storage)
-    return dataclasses.replace(decided, mirrors=mirrors)
+
+def _needed_transfers(plan: Plan, options: Options, environ: Mapping[str, str] | None, prefix: str,
+                      storage: Storage, store: Any) -> tuple[dict[str, Any], int]:
+    """What the plan's running steps need moved, as Plan fields (its mirrored inputs, its cross-region
+    survey), and their bytes: the part of the transfer budget those steps need."""
+    from executor.engine.regions import survey
+
+    reads, unknown = survey(plan, prefix, storage)
+    needed: dict[str, Any] = {"cross_region": (reads, unknown)}
+    reserved = sum(r.bytes for r in reads if r.bytes is not None)
+    if any(d.action == Action.RUN and d.node.mirrored for d in plan.decisions.values()):
+        from executor.engine.mirror import mirror_sources_list, plan_mirrors, planned_bytes
+
+        sources = mirror_sources_list(options.mirror_sources, os.environ if environ is None else environ)
+        needed["mirrors"] = plan_mirrors(plan, store, sources, storage)
+        reserved += planned_bytes(needed["mirrors"])
+    return needed, reserved
 
 
 def _cache_from(options: Options, environ: Mapping[str, str] | None, prefix: str) -> tuple[str, ...]:

@@ -64,6 +64,9 @@ class Plan:
     # The mirrored inputs of the steps it runs, by logical URL (executor.engine.mirror.MirrorInput):
     # complete under the prefix, or where their copy comes from and its size.
     mirrors: dict[str, Any] = field(default_factory=dict)
+    # The cross-region survey of the steps it runs, (reads, undetermined), when planning made one
+    # (executor.engine.regions.survey): their bytes were reserved in the transfer budget before copies.
+    cross_region: tuple | None = None
 
     def by_action(self, action: Action) -> list[Decision]:
         return [d for d in self.decisions.values() if d.action == action]

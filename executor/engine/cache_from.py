@@ -109,7 +109,8 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
                 only: str | None = None, force_run: str | None = None, budget_gb: float = 10.0,
                 reserved_bytes: int = 0) -> Plan:
     """`plan` with `copy` for the steps a cache-from prefix holds and the targets need, within the budget
-    (of which `reserved_bytes` are already taken: the mirrored inputs the run must copy)."""
+    (of which `reserved_bytes` are already taken: the mirrored inputs and cross-region reads the steps
+    that run need)."""
     if not cache_from:
         return plan
     forced = set(match_steps(graph, force_run, "--force-run")) if force_run else set()
@@ -123,7 +124,8 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
     decided: dict[str, Decision] = {}
     standby: dict[str, Decision] = {}
     budget, used = budget_gb * GB, reserved_bytes
-    reserved = f", {human_bytes(reserved_bytes)} of it for mirrored inputs" if reserved_bytes else ""
+    reserved = (f", {human_bytes(reserved_bytes)} of it for mirrored inputs and cross-region reads"
+                if reserved_bytes else "")
     for digest in reversed(list(plan.decisions)):  # dependents before what they read
         d = plan.decisions[digest]
         if not _copyable(d, forced):

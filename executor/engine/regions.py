@@ -192,7 +192,7 @@ def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter:
     reads, for the transfer budget (executor.engine.transfers)."""
     from rich.markup import escape
 
-    reads, unknown = survey(plan, prefix, storage)
+    reads, unknown = plan.cross_region if plan.cross_region is not None else survey(plan, prefix, storage)
     for read in reads:
         reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
     for input_ in unknown:

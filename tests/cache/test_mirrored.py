@@ -296,7 +296,7 @@ def test_one_budget_the_mirror_copy_is_reserved_and_the_cache_copy_over_it_is_no
     report = result.step("cache/report")
     assert (report.decision, report.ran_here) == ("run", True)
     assert "not copied: 1.0 MiB from" in report.reason and "would take the transfer budget past 0.00105 GB" in \
-        report.reason and f"{CORPUS_BYTES / 1024:.1f} KiB of it for mirrored inputs" in report.reason, report.reason
+        report.reason and f"{CORPUS_BYTES / 1024:.1f} KiB of it for mirrored inputs and cross-region reads" in report.reason, report.reason
     assert result.step("cache/notes").decision == "copy"  # small: still within the budget
     assert mirror_record(b)["source"] == f"{regions[0]}/raw/corpus"
 

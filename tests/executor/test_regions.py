@@ -103,3 +103,40 @@ def test_same_location_reads_say_nothing_on_gcs(gcs_emulator, tmp_path, monkeypa
                          "--runner", "inline", "--transfer-budget-gb", "0")
     assert code == 0, out
     assert "cross-region" not in out
+
+
+TWO_STEPS = EXPERIMENT.replace('''    executor_main(steps=[ExecutorStep("r/copy", copy, CopyConfig(SOURCE, this_output_path()))])''', '''\
+    made = ExecutorStep("r/made", make, MadeConfig(this_output_path()))
+    executor_main(steps=[made, ExecutorStep("r/copy", copy, CopyConfig(SOURCE, this_output_path()))])''').replace(
+    '''def copy(config):''', '''@dataclass(frozen=True)
+class MadeConfig:
+    output_path: str
+
+
+def make(config):
+    with open_file(config.output_path + "/made.bin", "wb") as dst:
+        dst.write(b"m" * 5000)
+
+
+def copy(config):''')
+
+
+def test_cross_region_reads_are_reserved_before_cache_copies_which_give_way(eu_object, s3_emulator, tmp_path):
+    """The budget (6 kB) holds the step's 3 kB cross-region read, not that read and a 5 kB cache copy
+    too: the read is reserved first (the step cannot run without it), the copy is not made and its
+    step runs here instead, with the sizes in its reason; the run is not refused."""
+    path = tmp_path / "two.py"
+    path.write_text(TWO_STEPS.replace("SOURCE", repr(eu_object)))
+    source = tmp_path / "a"
+    code, out = run_file(path, "--prefix", str(source), "--runner", "inline", "--only", "r/made")
+    assert code == 0, out
+    prefix = s3_emulator.fresh_prefix("reserved")
+    args = ("--prefix", prefix, "--runner", "inline", "--cache-from", str(source), "--transfer-budget-gb", "0.000006")
+    code, out = run_file(path, *args, "--dry-run")
+    flat = " ".join(out.split())
+    assert code == 0 and "a run would be refused" not in flat, out
+    assert "not copied: 4.9 KiB from" in flat and "2.9 KiB of it for mirrored inputs and cross-region reads" in flat, out
+    code, out = run_file(path, *args)
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "2/2 step(s) succeeded, 2 ran here" in flat, out

@@ -28,7 +28,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -63,6 +63,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _start_server(command: Callable[[int, str], list[str]], ready_path: str, log_path: Path,
+                  start_timeout_s: float, cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """An emulator's process on a free loopback port, answering `ready_path`, and its URL; tried three
+    times, since a free port can be taken between probing and binding it."""
+    for attempt in range(3):
+        port = free_port()
+        url = f"http://{LOOPBACK}:{port}"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command(port, url), cwd=cwd, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait_for_http(f"{url}{ready_path}", process, start_timeout_s, log_path)
+            return process, url
+        except RuntimeError:
+            _stop(process)
+            if attempt == 2:
+                raise  # the third try's error; earlier ones try another port
+
+
 # -- GCS -----------------------------------------------------------------------------------------
 
 def fake_gcs_server_binary() -> Path:
@@ -77,24 +95,12 @@ def fake_gcs_server_binary() -> Path:
 @contextmanager
 def running_gcs_emulator(bucket: str = "stepgraph-test", start_timeout_s: float = 15.0) -> Iterator[Emulator]:
     """fake-gcs-server on a free loopback port, in memory, with `bucket` created."""
+    def command(port: int, url: str) -> list[str]:
+        return [str(fake_gcs_server_binary()), "-scheme", "http", "-backend", "memory", "-host", LOOPBACK,
+                "-port", str(port), "-external-url", url, "-public-host", f"{LOOPBACK}:{port}", "-log-level", "error"]
+
     with tempfile.TemporaryDirectory(prefix="fake-gcs-") as scratch:
-        log_path = Path(scratch) / "server.log"
-        for attempt in range(3):  # a free port can be taken between probing and binding it
-            port = free_port()
-            url = f"http://{LOOPBACK}:{port}"
-            with open(log_path, "wb") as log:
-                process = subprocess.Popen(
-                    [str(fake_gcs_server_binary()), "-scheme", "http", "-backend", "memory",
-                     "-host", LOOPBACK, "-port", str(port), "-external-url", url,
-                     "-public-host", f"{LOOPBACK}:{port}", "-log-level", "error"],
-                    stdout=subprocess.DEVNULL, stderr=log)
-            try:
-                _wait_for_http(f"{url}/storage/v1/b", process, start_timeout_s, log_path)
-                break
-            except RuntimeError:
-                _stop(process)
-                if attempt == 2:
-                    raise
+        process, url = _start_server(command, "/storage/v1/b", Path(scratch) / "server.log", start_timeout_s)
         try:
             _http_json("POST", f"{url}/storage/v1/b?project=stepgraph-test", {"name": bucket})
             yield Emulator("gs", url, bucket, {"endpoint_url": url, "token": "anon"})
@@ -170,24 +176,14 @@ def running_s3_server_process(*buckets: str, start_timeout_s: float = 30.0) -> I
     made up for it alone: a request sent there with another endpoint's options finds no bucket."""
     import sys
 
+    def command(port: int, url: str) -> list[str]:
+        return [sys.executable, "-c", "import sys; from tests.emulators import serialize_moto_conditional_writes; "
+                "serialize_moto_conditional_writes(); from moto.server import main; main(sys.argv[1:])",
+                "-H", LOOPBACK, "-p", str(port)]
+
     with tempfile.TemporaryDirectory(prefix="moto-") as scratch:
-        log_path = Path(scratch) / "server.log"
-        for attempt in range(3):  # a free port can be taken between probing and binding it
-            port = free_port()
-            url = f"http://{LOOPBACK}:{port}"
-            with open(log_path, "wb") as log:
-                process = subprocess.Popen(
-                    [sys.executable, "-c", "import sys; from tests.emulators import serialize_moto_conditional_writes; "
-                     "serialize_moto_conditional_writes(); from moto.server import main; main(sys.argv[1:])",
-                     "-H", LOOPBACK, "-p", str(port)],
-                    cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log)
-            try:
-                _wait_for_http(f"{url}/moto-api/", process, start_timeout_s, log_path)
-                break
-            except RuntimeError:
-                _stop(process)
-                if attempt == 2:
-                    raise
+        process, url = _start_server(command, "/moto-api/", Path(scratch) / "server.log", start_timeout_s,
+                                     cwd=Path(__file__).resolve().parents[1])
         try:
             for bucket in buckets:
                 _create_s3_bucket(url, bucket)

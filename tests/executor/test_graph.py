@@ -157,6 +157,21 @@ def test_dependents_lists_every_blocking_user_of_a_step():
     assert users[graph.digest_of(b)] == [] and len(users) == 3
 
 
+
+@pytest.mark.timeout(10)  # a closure that stops taking steps off its stack never returns: fail it, not the suite
+def test_a_closure_is_the_steps_and_everything_they_need_blockingly():
+    a, weak, side = (ExecutorStep(n, fn, Cfg(value=i)) for i, n in enumerate(["a", "weak", "side"]))
+    b = ExecutorStep("b", fn, Cfg(deps=[output_path_of(a), output_path_of(weak).nonblocking()]))
+    c = ExecutorStep("c", fn, Cfg(deps=[output_path_of(b), output_path_of(a)]))
+    graph = build_graph([c, side])
+
+    def closure(*steps):
+        return sorted(graph.nodes[d].name for d in graph.closure(graph.digest_of(s) for s in steps))
+
+    assert closure(c) == ["a", "b", "c"]
+    assert closure(b, side) == ["a", "b", "side"]
+    assert closure(weak) == ["weak"] and closure() == []
+
 def test_building_a_graph_leaves_the_garbage_collector_as_it_found_it():
     import gc
 

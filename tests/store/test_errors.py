@@ -90,7 +90,8 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
 def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
     server.always(status)
     store = CLIENTS[backend](server.url)
-    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
+    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1"),
+                 lambda: store.delete("k")):
         with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
             call()
         assert not isinstance(raised.value, TransientStoreError)
@@ -99,13 +100,31 @@ def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
-def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend):
-    server.always(400)
+@pytest.mark.parametrize("status", [400, 409, 499])
+def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend, status):
+    """Any 4xx but the ones with a meaning of their own (401/403, 404, 408, 412, 429). S3's code
+    is one sorting after NoSuchBucket, so only an exact match makes "bucket does not exist"."""
+    server.always(status, b"<Error><Code>UnexpectedContent</Code><Message>scripted</Message></Error>"
+                  if backend == "s3" else b'{"error": {"message": "scripted"}}')
     store = CLIENTS[backend](server.url)
-    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
-        with pytest.raises(StoreError, match="HTTP 400") as raised:
+    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1"),
+                 lambda: store.delete("k")):
+        with pytest.raises(StoreError, match=f"HTTP {status}") as raised:
             call()
         assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_each_call_is_one_request_even_when_it_fails(server, backend):
+    """No retries below the store (botocore's and gcsfs's are off): a conditional write retried
+    blindly could report a race lost that it won. Retrying is RetryingStore's job."""
+    server.always(503)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x")):
+        server.paths.clear()
+        with pytest.raises(TransientStoreError):
+            call()
+        assert len(server.paths) == 1, server.paths
 
 
 @pytest.mark.parametrize("body", [b"", b"<Error><Code>SomethingElse</Code><Message>m</Message></Error>"],

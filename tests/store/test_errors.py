@@ -90,8 +90,8 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
 def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
     server.always(status)
     store = CLIENTS[backend](server.url)
-    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1"),
-                 lambda: store.delete("k")):
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", "1"), lambda: store.delete("k")):
         with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
             call()
         assert not isinstance(raised.value, TransientStoreError)
@@ -107,8 +107,8 @@ def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend
     server.always(status, b"<Error><Code>UnexpectedContent</Code><Message>scripted</Message></Error>"
                   if backend == "s3" else b'{"error": {"message": "scripted"}}')
     store = CLIENTS[backend](server.url)
-    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1"),
-                 lambda: store.delete("k")):
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", "1"), lambda: store.delete("k")):
         with pytest.raises(StoreError, match=f"HTTP {status}") as raised:
             call()
         assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
@@ -292,3 +292,14 @@ def test_s3_without_credentials_says_how_to_give_them(server, monkeypatch, tmp_p
         store.read("k")
     assert not isinstance(raised.value, TransientStoreError)
     assert server.paths == []  # refused before any request went out
+
+
+def test_a_local_key_that_is_a_directory_is_a_store_error_naming_it(tmp_path):
+    """A status path that is a directory (a damaged prefix) opens, then fails to read: a StoreError
+    naming the path, as for any other unreadable key."""
+    (tmp_path / "step-1" / "status.json").mkdir(parents=True)
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(StoreError, match=r"cannot read .*step-1/status.json: Is a directory"):
+        store.read("step-1/status.json")
+    with pytest.raises(StoreError, match="Is a directory"):
+        list(store.read_many(["step-1/status.json"]))

@@ -303,3 +303,14 @@ def test_a_local_key_that_is_a_directory_is_a_store_error_naming_it(tmp_path):
         store.read("step-1/status.json")
     with pytest.raises(StoreError, match="Is a directory"):
         list(store.read_many(["step-1/status.json"]))
+
+
+def test_a_local_prefix_that_is_a_file_is_a_store_error_naming_it(tmp_path):
+    """A prefix (or a directory under it) that is a regular file: writing, reading many and listing
+    fail with a StoreError naming the path, not a bare OSError."""
+    (tmp_path / "file").write_text("not a directory")
+    store = LocalStore(str(tmp_path / "file"))
+    with pytest.raises(StoreError, match=r"cannot lock .*file/step-1/status.json: Not a directory"):
+        store.create_if_absent("step-1/status.json", b"x")
+    with pytest.raises(StoreError, match=r"cannot read .*file: Not a directory"):
+        list(store.read_many(["step-1/status.json"]))

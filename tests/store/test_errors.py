@@ -185,6 +185,13 @@ def test_unreachable_endpoint_is_transient(backend):
         store.read("k")
 
 
+def test_a_refused_gcs_connection_names_the_endpoint_to_check():
+    """A wrong endpoint_url (an emulator not started, a typo) is refused: the error says which endpoint."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TransientStoreError, match=f"check endpoint_url='{url}' if it persists"):
+        gcs(url).read("k")
+
+
 def test_gcs_read_without_a_generation_header_is_refused(server):
     server.always(200, b"data")
     with pytest.raises(StoreError, match="x-goog-generation"):

@@ -205,7 +205,7 @@ def test_missing_bucket_is_a_permanent_error_naming_it(gcs_emulator, s3_emulator
         if emulator.scheme == "s3":  # fake-gcs-server's 404 does not say it is the bucket: see the next test
             calls += [lambda: store.read("k"), lambda: store.delete("k")]
         for call in calls:
-            with pytest.raises(StoreError, match="no-such-bucket") as raised:  # never "absent", never done
+            with pytest.raises(StoreError, match="bucket 'no-such-bucket' does not exist") as raised:  # never "absent", never done
                 call()
             assert not isinstance(raised.value, TransientStoreError)
 
@@ -231,6 +231,23 @@ def test_open_store_picks_the_backend_by_scheme(tmp_path, gcs_emulator, s3_emula
     assert isinstance(open_store(gcs_emulator.prefix("p"), gcs_emulator.storage_options), GCSStore)
     assert isinstance(open_store(s3_emulator.prefix("p"), s3_emulator.storage_options), S3Store)
     assert open_store(gcs_emulator.prefix("a/b/"), gcs_emulator.storage_options).root == gcs_emulator.prefix("a/b")
+
+
+def test_a_gcs_listing_that_fails_otherwise_keeps_match_glob(server):
+    """Only a 400 to a matchGlob listing means the server refuses the glob; a throttled or failed
+    listing is that listing's error, and the next one still filters server-side."""
+    listing = json.dumps({"items": [{"name": "prefix/a/status.json", "generation": "7"}]}).encode()
+    store = gcs(server.url)
+    for status in (503, 429, 403):
+        server.always(status)
+        server.paths.clear()
+        with pytest.raises(StoreError):
+            store.list_generations("", "status.json")
+        assert len(server.paths) == 1 and "matchGlob" in server.paths[0], server.paths
+    server.always(200, listing)
+    server.paths.clear()
+    assert store.list_generations("", "status.json") == {"a/status.json": "7"}
+    assert ["matchGlob" in p for p in server.paths] == [True]
 
 
 def test_gcs_listing_falls_back_when_the_server_refuses_match_glob(server):

@@ -338,3 +338,14 @@ def test_a_local_prefix_that_is_a_file_is_a_store_error_naming_it(tmp_path):
         store.create_if_absent("step-1/status.json", b"x")
     with pytest.raises(StoreError, match=r"cannot read .*file: Not a directory"):
         list(store.read_many(["step-1/status.json"]))
+    with pytest.raises(StoreError, match=r"cannot read .*file/step-1/status.json: Not a directory"):
+        LocalStore(str(tmp_path)).read("file/step-1/status.json")
+
+
+def test_an_s3_create_answered_no_such_key_is_an_error_not_a_race_lost(server):
+    """NoSuchKey means "nothing to replace" to a conditional replace only; to a create it is a
+    server's error (a create lost to nobody would wait forever for a holder)."""
+    server.always(404, b"<Error><Code>NoSuchKey</Code><Message>scripted</Message></Error>")
+    with pytest.raises(StoreError, match="NoSuchKey"):
+        s3(server.url).create_if_absent("k", b"x")
+    assert s3(server.url).replace_if_generation("k", b"x", '"etag"') is None

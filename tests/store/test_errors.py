@@ -267,11 +267,12 @@ S3_ERROR = "<Error><Code>{code}</Code><Message>scripted</Message></Error>"
 
 @pytest.mark.parametrize("status, code", [(503, "SlowDown"), (500, "InternalError"), (503, "ServiceUnavailable")])
 def test_s3_throttling_and_server_error_codes_are_transient_not_absent(server, status, code):
-    """S3's own error bodies: a throttled or failed read is retried, never read as an absent object
-    (which would make a step run again)."""
+    """S3's own error bodies: a throttled or failed call is retried, never read as an absent object
+    (which would make a step run again) nor as a race lost."""
     server.always(status, S3_ERROR.format(code=code).encode())
     store = s3(server.url)
-    for call in (lambda: store.read("k"), lambda: store.delete("k")):
+    for call in (lambda: store.read("k"), lambda: store.delete("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", '"etag"')):
         with pytest.raises(TransientStoreError, match=code):
             call()
 
@@ -349,3 +350,35 @@ def test_an_s3_create_answered_no_such_key_is_an_error_not_a_race_lost(server):
     with pytest.raises(StoreError, match="NoSuchKey"):
         s3(server.url).create_if_absent("k", b"x")
     assert s3(server.url).replace_if_generation("k", b"x", '"etag"') is None
+
+
+def test_an_s3_region_botocore_refuses_is_a_store_error_naming_it(server):
+    store = S3Store("s3://bucket/prefix", endpoint_url=server.url, **S3_FAKE_CREDENTIALS,
+                    client_kwargs={"region_name": "not a region!"}, skip_instance_cache=True)
+    with pytest.raises(StoreError, match="InvalidRegionError") as raised:
+        store.read("k")
+    assert "not a region!" in str(raised.value) and not isinstance(raised.value, TransientStoreError)
+
+
+def test_first_writes_into_a_new_local_directory_at_once_all_succeed(tmp_path):
+    """Threads (or processes) whose first write creates the same directory: none fails on finding
+    it made by another meanwhile."""
+    store = LocalStore(str(tmp_path / "store"))
+    for round_ in range(20):
+        barrier = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def write(i: int) -> None:
+            barrier.wait()
+            try:
+                store.create_if_absent(f"dir-{round_}/status-{i}.json", b"x")
+            except BaseException as e:  # noqa: BLE001 - collected for the assertion
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert len(store.list_generations(f"dir-{round_}/", ".json")) == 8

@@ -382,3 +382,13 @@ def test_first_writes_into_a_new_local_directory_at_once_all_succeed(tmp_path):
             t.join()
         assert not errors, errors
         assert len(store.list_generations(f"dir-{round_}/", ".json")) == 8
+
+
+def test_a_local_write_that_fails_leaves_no_temporary_file(tmp_path):
+    """The bytes go to a temporary file renamed over the key; a write that fails midway (here: not
+    bytes) removes it, so a prefix never fills with .tmp- litter."""
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(TypeError):
+        store.create_if_absent("step-1/status.json", "not bytes")  # type: ignore[arg-type]
+    assert sorted(p.name for p in (tmp_path / "step-1").iterdir()) == ["status.json.lock"]
+    assert store.read("step-1/status.json") is None

@@ -139,6 +139,9 @@ def test_list_generations_filters_by_prefix_and_suffix(store):
     assert store.list_generations("b-", "/.executor/status.json") == {b_key: expected[b_key]}
     assert store.list_generations("zzz/", "status.json") == {}
     assert store.list_generations("b-2/.exec", "status.json") == {b_key: expected[b_key]}  # a name's start
+    everything = store.list_generations("", "")  # no suffix: objects only, never a store's side files
+    assert set(everything) == {*expected, "runs/exp-1.json"} | {f"{k}/.executor/record.json" for k in ("a-1", "b-2", "c-3")} \
+        | {f"{k}/data/shard-0.status.json.bin" for k in ("a-1", "b-2", "c-3")}, sorted(everything)
     for key, generation in expected.items():
         assert store.read(key).generation == generation
 

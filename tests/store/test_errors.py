@@ -90,7 +90,8 @@ def test_server_errors_and_throttling_are_transient(server, backend, status):
 def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
     server.always(status)
     store = CLIENTS[backend](server.url)
-    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", "1"), lambda: store.delete("k")):
         with pytest.raises(StoreError, match="do not grant access to bucket 'bucket'") as raised:
             call()
         assert not isinstance(raised.value, TransientStoreError)
@@ -99,13 +100,31 @@ def test_forbidden_is_permanent_and_names_the_bucket(server, backend, status):
 
 
 @pytest.mark.parametrize("backend", CLIENTS)
-def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend):
-    server.always(400)
+@pytest.mark.parametrize("status", [400, 409, 499])
+def test_another_client_error_is_permanent_and_quoted_as_it_came(server, backend, status):
+    """Any 4xx but the ones with a meaning of their own (401/403, 404, 408, 412, 429). S3's code
+    is one sorting after NoSuchBucket, so only an exact match makes "bucket does not exist"."""
+    server.always(status, b"<Error><Code>UnexpectedContent</Code><Message>scripted</Message></Error>"
+                  if backend == "s3" else b'{"error": {"message": "scripted"}}')
     store = CLIENTS[backend](server.url)
-    for call in (lambda: store.create_if_absent("k", b"x"), lambda: store.replace_if_generation("k", b"x", "1")):
-        with pytest.raises(StoreError, match="HTTP 400") as raised:
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", "1"), lambda: store.delete("k")):
+        with pytest.raises(StoreError, match=f"HTTP {status}") as raised:
             call()
         assert not isinstance(raised.value, TransientStoreError) and "does not exist" not in str(raised.value)
+
+
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_each_call_is_one_request_even_when_it_fails(server, backend):
+    """No retries below the store (botocore's and gcsfs's are off): a conditional write retried
+    blindly could report a race lost that it won. Retrying is RetryingStore's job."""
+    server.always(503)
+    store = CLIENTS[backend](server.url)
+    for call in (lambda: store.read("k"), lambda: store.create_if_absent("k", b"x")):
+        server.paths.clear()
+        with pytest.raises(TransientStoreError):
+            call()
+        assert len(server.paths) == 1, server.paths
 
 
 @pytest.mark.parametrize("body", [b"", b"<Error><Code>SomethingElse</Code><Message>m</Message></Error>"],
@@ -166,6 +185,13 @@ def test_unreachable_endpoint_is_transient(backend):
         store.read("k")
 
 
+def test_a_refused_gcs_connection_names_the_endpoint_to_check():
+    """A wrong endpoint_url (an emulator not started, a typo) is refused: the error says which endpoint."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TransientStoreError, match=f"check endpoint_url='{url}' if it persists"):
+        gcs(url).read("k")
+
+
 def test_gcs_read_without_a_generation_header_is_refused(server):
     server.always(200, b"data")
     with pytest.raises(StoreError, match="x-goog-generation"):
@@ -179,7 +205,7 @@ def test_missing_bucket_is_a_permanent_error_naming_it(gcs_emulator, s3_emulator
         if emulator.scheme == "s3":  # fake-gcs-server's 404 does not say it is the bucket: see the next test
             calls += [lambda: store.read("k"), lambda: store.delete("k")]
         for call in calls:
-            with pytest.raises(StoreError, match="no-such-bucket") as raised:  # never "absent", never done
+            with pytest.raises(StoreError, match="bucket 'no-such-bucket' does not exist") as raised:  # never "absent", never done
                 call()
             assert not isinstance(raised.value, TransientStoreError)
 
@@ -207,6 +233,23 @@ def test_open_store_picks_the_backend_by_scheme(tmp_path, gcs_emulator, s3_emula
     assert open_store(gcs_emulator.prefix("a/b/"), gcs_emulator.storage_options).root == gcs_emulator.prefix("a/b")
 
 
+def test_a_gcs_listing_that_fails_otherwise_keeps_match_glob(server):
+    """Only a 400 to a matchGlob listing means the server refuses the glob; a throttled or failed
+    listing is that listing's error, and the next one still filters server-side."""
+    listing = json.dumps({"items": [{"name": "prefix/a/status.json", "generation": "7"}]}).encode()
+    store = gcs(server.url)
+    for status in (503, 429, 403):
+        server.always(status)
+        server.paths.clear()
+        with pytest.raises(StoreError):
+            store.list_generations("", "status.json")
+        assert len(server.paths) == 1 and "matchGlob" in server.paths[0], server.paths
+    server.always(200, listing)
+    server.paths.clear()
+    assert store.list_generations("", "status.json") == {"a/status.json": "7"}
+    assert ["matchGlob" in p for p in server.paths] == [True]
+
+
 def test_gcs_listing_falls_back_when_the_server_refuses_match_glob(server):
     listing = json.dumps({"items": [{"name": "prefix/a/status.json", "generation": "7"},
                                     {"name": "prefix/a/x", "generation": "8"}]}).encode()
@@ -224,11 +267,12 @@ S3_ERROR = "<Error><Code>{code}</Code><Message>scripted</Message></Error>"
 
 @pytest.mark.parametrize("status, code", [(503, "SlowDown"), (500, "InternalError"), (503, "ServiceUnavailable")])
 def test_s3_throttling_and_server_error_codes_are_transient_not_absent(server, status, code):
-    """S3's own error bodies: a throttled or failed read is retried, never read as an absent object
-    (which would make a step run again)."""
+    """S3's own error bodies: a throttled or failed call is retried, never read as an absent object
+    (which would make a step run again) nor as a race lost."""
     server.always(status, S3_ERROR.format(code=code).encode())
     store = s3(server.url)
-    for call in (lambda: store.read("k"), lambda: store.delete("k")):
+    for call in (lambda: store.read("k"), lambda: store.delete("k"), lambda: store.create_if_absent("k", b"x"),
+                 lambda: store.replace_if_generation("k", b"x", '"etag"')):
         with pytest.raises(TransientStoreError, match=code):
             call()
 
@@ -273,3 +317,78 @@ def test_s3_without_credentials_says_how_to_give_them(server, monkeypatch, tmp_p
         store.read("k")
     assert not isinstance(raised.value, TransientStoreError)
     assert server.paths == []  # refused before any request went out
+
+
+def test_a_local_key_that_is_a_directory_is_a_store_error_naming_it(tmp_path):
+    """A status path that is a directory (a damaged prefix) opens, then fails to read: a StoreError
+    naming the path, as for any other unreadable key."""
+    (tmp_path / "step-1" / "status.json").mkdir(parents=True)
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(StoreError, match=r"cannot read .*step-1/status.json: Is a directory"):
+        store.read("step-1/status.json")
+    with pytest.raises(StoreError, match="Is a directory"):
+        list(store.read_many(["step-1/status.json"]))
+
+
+def test_a_local_prefix_that_is_a_file_is_a_store_error_naming_it(tmp_path):
+    """A prefix (or a directory under it) that is a regular file: writing, reading many and listing
+    fail with a StoreError naming the path, not a bare OSError."""
+    (tmp_path / "file").write_text("not a directory")
+    store = LocalStore(str(tmp_path / "file"))
+    with pytest.raises(StoreError, match=r"cannot lock .*file/step-1/status.json: Not a directory"):
+        store.create_if_absent("step-1/status.json", b"x")
+    with pytest.raises(StoreError, match=r"cannot read .*file: Not a directory"):
+        list(store.read_many(["step-1/status.json"]))
+    with pytest.raises(StoreError, match=r"cannot read .*file/step-1/status.json: Not a directory"):
+        LocalStore(str(tmp_path)).read("file/step-1/status.json")
+
+
+def test_an_s3_create_answered_no_such_key_is_an_error_not_a_race_lost(server):
+    """NoSuchKey means "nothing to replace" to a conditional replace only; to a create it is a
+    server's error (a create lost to nobody would wait forever for a holder)."""
+    server.always(404, b"<Error><Code>NoSuchKey</Code><Message>scripted</Message></Error>")
+    with pytest.raises(StoreError, match="NoSuchKey"):
+        s3(server.url).create_if_absent("k", b"x")
+    assert s3(server.url).replace_if_generation("k", b"x", '"etag"') is None
+
+
+def test_an_s3_region_botocore_refuses_is_a_store_error_naming_it(server):
+    store = S3Store("s3://bucket/prefix", endpoint_url=server.url, **S3_FAKE_CREDENTIALS,
+                    client_kwargs={"region_name": "not a region!"}, skip_instance_cache=True)
+    with pytest.raises(StoreError, match="InvalidRegionError") as raised:
+        store.read("k")
+    assert "not a region!" in str(raised.value) and not isinstance(raised.value, TransientStoreError)
+
+
+def test_first_writes_into_a_new_local_directory_at_once_all_succeed(tmp_path):
+    """Threads (or processes) whose first write creates the same directory: none fails on finding
+    it made by another meanwhile."""
+    store = LocalStore(str(tmp_path / "store"))
+    for round_ in range(20):
+        barrier = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def write(i: int) -> None:
+            barrier.wait()
+            try:
+                store.create_if_absent(f"dir-{round_}/status-{i}.json", b"x")
+            except BaseException as e:  # noqa: BLE001 - collected for the assertion
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert len(store.list_generations(f"dir-{round_}/", ".json")) == 8
+
+
+def test_a_local_write_that_fails_leaves_no_temporary_file(tmp_path):
+    """The bytes go to a temporary file renamed over the key; a write that fails midway (here: not
+    bytes) removes it, so a prefix never fills with .tmp- litter."""
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(TypeError):
+        store.create_if_absent("step-1/status.json", "not bytes")  # type: ignore[arg-type]
+    assert sorted(p.name for p in (tmp_path / "step-1").iterdir()) == ["status.json.lock"]
+    assert store.read("step-1/status.json") is None

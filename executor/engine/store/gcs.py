@@ -142,12 +142,12 @@ class GCSStore:
                  headers: dict | None = None, data: bytes | None = None) -> tuple[int, Mapping[str, str], bytes]:
         try:  # fsspec's documented bridge into an async filesystem's own event loop (fs.loop)
             return sync(self.fs.loop, self._send, method, url, params or {}, headers, data)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, TimeoutError) as e:
-            raise TransientStoreError(f"GCS {what} {self._where(name)}: {type(e).__name__}: {e} "
-                                      "(network trouble; retryable)") from e
-        except OSError as e:  # e.g. a refused connection to a wrong endpoint_url
+        except aiohttp.ClientConnectorError as e:  # refused, or no such host: as a wrong endpoint_url is
             raise TransientStoreError(f"GCS {what} {self._where(name)}: {e} (retryable; check "
                                       f"endpoint_url={self.fs.base.removesuffix('/storage/v1/')!r} if it persists)") from e
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:  # OSError: ConnectionError, TimeoutError
+            raise TransientStoreError(f"GCS {what} {self._where(name)}: {type(e).__name__}: {e} "
+                                      "(network trouble; retryable)") from e
 
     async def _send(self, method: str, url: str, params: dict, headers: dict | None,
                     data: bytes | None) -> tuple[int, Mapping[str, str], bytes]:

@@ -65,29 +65,30 @@ def test_a_files_own_options_override_its_locations():
 
 
 class StrictFileSystem(MemoryFileSystem):
-    """An fsspec backend that checks its options when it is made (gcsfs and s3fs check later)."""
+    """An fsspec backend that checks its options when it is made (gcsfs and s3fs check later); its
+    name sorts before "file", so only an exact test sends `file` paths to the local filesystem."""
 
-    protocol = "strictfs"
+    protocol = "checkedfs"
 
     def __init__(self, *, known: int = 0):
         super().__init__()
 
 
-fsspec.register_implementation("strictfs", StrictFileSystem, clobber=True)
+fsspec.register_implementation("checkedfs", StrictFileSystem, clobber=True)
 
 
 def test_an_option_the_backend_does_not_take_names_the_protocol_and_the_fix():
-    assert isinstance(location.url_to_fs("strictfs://b/k", Storage({"strictfs://": {"known": 1}}))[0],
+    assert isinstance(location.url_to_fs("checkedfs://b/k", Storage({"checkedfs://": {"known": 1}}))[0],
                       StrictFileSystem)
-    with pytest.raises(ExecutorError, match=r"^storage options for strictfs:// paths: .*'unknown'\. "
+    with pytest.raises(ExecutorError, match=r"^storage options for checkedfs:// paths: .*'unknown'\. "
                                             r"Fix the keys in --storage-options / EXECUTOR_STORAGE_OPTIONS"):
-        location.url_to_fs("strictfs://b/k", Storage({"strictfs://": {"unknown": 1}}))
+        location.url_to_fs("checkedfs://b/k", Storage({"checkedfs://": {"unknown": 1}}))
 
 
 def test_a_deferred_filesystem_opens_only_when_used_and_copies_without_opening():
-    where = Location("strictfs://b/k", {"unknown": 1, "secret": "sk-never-shown"})
+    where = Location("checkedfs://b/k", {"unknown": 1, "secret": "sk-never-shown"})
     deferred = location.DeferredFilesystem(where)
-    assert repr(deferred) == "DeferredFilesystem(Location('strictfs://b/k', options hidden))"
+    assert repr(deferred) == "DeferredFilesystem(Location('checkedfs://b/k', options hidden))"
     for twin in (copy.copy(deferred), pickle.loads(pickle.dumps(deferred))):  # never opens the filesystem
         assert twin.where == where and "opened" not in vars(twin)
     assert "opened" not in vars(deferred)
@@ -164,10 +165,20 @@ def test_each_way_a_first_listing_fails_is_one_line(error, message):
 
 def test_a_transient_first_listing_is_tried_three_times_within_four_seconds():
     store = Listing(TransientStoreError("503 Service Unavailable"))
+    started = time.monotonic()
     with pytest.raises(ExecutorError, match=r"^storage: cannot reach gs://probe/p \(list_generations .*"
                                             r"after 3 attempts.*503 Service Unavailable\); check endpoint_url"):
         location.check_reachable(store, "gs://probe/p")
     assert store.calls == 3
+    assert time.monotonic() - started < 1.5  # backoff 0.1-0.2 s, then 0.2-0.4 s: a bad bucket is named at once
+
+
+def test_redacting_argv_hides_only_the_options_value():
+    for argv, redacted in ((["--prefix", "s3://b", "--storage-options", '{"secret": "S"}', "--dry-run"],
+                            ["--prefix", "s3://b", "--storage-options", "***", "--dry-run"]),
+                           (["run", '--storage_options={"secret": "S"}', "-v"], ["run", "--storage_options=***", "-v"]),
+                           (["--storage-options"], ["--storage-options"]), ([], [])):
+        assert location.redact_argv(argv) == redacted
 
 
 def test_a_long_error_is_cut_to_one_line_of_400_characters():

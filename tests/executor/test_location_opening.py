@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import inspect
 import pickle
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -217,3 +219,20 @@ def test_the_probe_s_numbers_are_the_docs():
     assert "a first listing is tried 3 times within 4 s, and given up after 10 s" in " ".join(docs.split())
     assert (location.PROBE_ATTEMPTS, location.PROBE_BUDGET_S, location.PROBE_DEADLINE_S) == (3, 4.0, 10.0)
     assert inspect.signature(location.check_reachable).parameters["timeout_s"].default == location.PROBE_DEADLINE_S
+
+
+def test_a_prefix_is_opened_without_importing_fsspec_until_its_filesystem_is_used(tmp_path):
+    """A no-op re-run reads statuses through the coordination store and never needs fsspec (a
+    tenth of a second to import); a fresh interpreter, as a run starts."""
+    code = ("import sys\nimport executor.engine.location as location\n"
+            f"store, fs = location.open_location({str(tmp_path)!r})\n"
+            "store.list_generations('a/', '/status.json'); repr(fs)\n"
+            "print('fsspec' in sys.modules)\nfs.ls('/')\nprint('fsspec' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_store_options_may_be_passed_by_name(tmp_path):
+    store = location.open_store(prefix=f"memory://named-{uuid.uuid4().hex[:8]}", storage=None, check=False)
+    assert isinstance(store, MemoryStore)

@@ -47,9 +47,9 @@ TARGETS = [
     Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py", "tests/store/test_read_many.py")),
     Target("stores", ("executor/engine/store/local.py", "executor/engine/store/gcs.py", "executor/engine/store/s3.py"),
            ("tests/store/test_contract.py", "tests/store/test_errors.py"), 240.0),
-    Target("location", ("executor/engine/location.py",),
+    Target("location", ("executor/engine/location.py",),  # Ray's shard tasks: tests/buckets/test_shard_tasks_on_ray.py
            ("tests/buckets/test_location.py", "tests/executor/test_locations.py",
-            "tests/executor/test_location_opening.py"), 240.0),
+            "tests/executor/test_location_opening.py")),
     Target("regions", ("executor/engine/regions.py",), ("tests/executor/test_regions.py",)),
     Target("signals", ("executor/engine/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),
     Target("verify-gc", ("executor/tools/verify.py", "executor/tools/gc.py"),

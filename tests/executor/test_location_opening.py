@@ -130,7 +130,18 @@ def test_an_unreachable_bucket_is_probed_only_when_asked():
 
 def test_a_store_option_the_backend_does_not_take_is_one_line_naming_the_prefix():
     with pytest.raises(ExecutorError, match=r"^storage options for s3://b/p: .*no_such_option.* Fix the keys"):
-        location.open_store("s3://b/p", {"no_such_option": 1})
+        location.open_store("s3://b/p", {"no_such_option": 1})  # refused by the first listing
+    for prefix in ("s3://b/p", "gs://b/p"):  # refused as the store is made, before any listing
+        with pytest.raises(ExecutorError, match=rf"^storage options for {prefix}: .*'prefix'\. Fix the keys in "
+                                                r"--storage-options / EXECUTOR_STORAGE_OPTIONS"):
+            location.open_store(prefix, {"prefix": "other"})
+
+
+def test_the_flag_s_value_may_be_the_last_argument_and_argv_may_be_long():
+    assert location.pop_storage_options_flag(["--prefix", "p", "--storage-options", "{}"]) == ("{}", ["--prefix", "p"])
+    long = [f"--x{i}" for i in range(300)]
+    assert location.pop_storage_options_flag(long + ["--storage-options={}"]) == ("{}", long)
+    assert location.redact_argv(long) == long
 
 
 class Listing:

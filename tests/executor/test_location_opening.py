@@ -142,6 +142,8 @@ def test_the_flag_s_value_may_be_the_last_argument_and_argv_may_be_long():
     long = [f"--x{i}" for i in range(300)]
     assert location.pop_storage_options_flag(long + ["--storage-options={}"]) == ("{}", long)
     assert location.redact_argv(long) == long
+    with pytest.raises(ExecutorError, match="needs a JSON object"):
+        location.pop_storage_options_flag(long + ["--storage-options"])
 
 
 class Listing:

@@ -40,6 +40,13 @@ def test_a_local_path_gets_a_filesystem_that_makes_parent_folders_on_write(tmp_p
     with fs.open(path, "wb") as f:  # like an object store: no mkdir first
         f.write(b"x")
     assert (tmp_path / "a" / "b" / "c.txt").read_bytes() == b"x"
+    for url in (f"file://{tmp_path}/d/e.txt", f"FILE://{tmp_path}/f/g.txt"):  # a Location made by hand, as written
+        fs, path = location.filesystem_of(Location(url))
+        fs.pipe_file(path, b"y")
+    assert (tmp_path / "d" / "e.txt").read_bytes() == (tmp_path / "f" / "g.txt").read_bytes() == b"y"
+    with location.open_file(f"{tmp_path}/h/i.txt", mode="wb", storage=Storage()) as f:  # mode by name
+        f.write(b"z")
+    assert (tmp_path / "h" / "i.txt").read_bytes() == b"z"
 
 
 def test_an_object_store_listing_is_never_answered_from_a_cache(s3_emulator):

@@ -48,9 +48,9 @@ TARGETS = [
     Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py", "tests/store/test_read_many.py")),
     Target("stores", ("executor/engine/store/local.py", "executor/engine/store/gcs.py", "executor/engine/store/s3.py"),
            ("tests/store/test_contract.py", "tests/store/test_errors.py", "tests/store/test_clients.py"), 240.0),
-    Target("location", ("executor/engine/location.py",),
+    Target("location", ("executor/engine/location.py",),  # Ray's shard tasks: tests/buckets/test_shard_tasks_on_ray.py
            ("tests/buckets/test_location.py", "tests/executor/test_locations.py",
-            "tests/executor/test_location_opening.py"), 240.0),
+            "tests/executor/test_location_opening.py")),
     Target("regions", ("executor/engine/regions.py",),
            ("tests/executor/test_regions.py", "tests/executor/test_region_checks.py",
             "tests/cache/test_region_guard.py", "tests/cache/test_run_region.py")),

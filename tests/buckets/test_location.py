@@ -1,5 +1,5 @@
-"""executor.engine.location: how storage options are read, carried to Ray workers and shard tasks
-as a value, and kept out of reprs and recorded command lines."""
+"""executor.engine.location: how storage options are read, carried to a step's worker as a value,
+and kept out of reprs and recorded command lines (on Ray's shard tasks: test_shard_tasks_on_ray.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from executor.core.errors import ExecutorError
 from executor.core.locations import Storage
 from executor.engine import location
 from executor.engine.runner.base import StepCall
-from tests.buckets.conftest import make_bucket
 
 
 def test_the_flag_wins_over_the_variable_and_both_must_be_json_objects():
@@ -44,38 +43,6 @@ def test_a_step_call_carries_the_options_without_showing_them():
     with location.using(travelled.storage):  # what a worker does around the step
         assert location.current_storage().options_for("s3://bucket/y")["secret"] == "sk-shown-nowhere"
     assert location.current_storage().options_for("s3://bucket/y") == {}
-
-
-def read_back(path: str) -> tuple[bytes, str]:
-    """A shard function: reads an object with whatever options its step has."""
-    with location.open_file(path, "rb") as f:
-        return f.read(), location.current_storage().options_for(path).get("secret", "")
-
-
-def test_map_shards_tasks_on_ray_get_the_step_s_options(ray_local, s3_emulator):
-    from executor.engine.runner.ray_map import map_tasks
-
-    bucket = make_bucket(s3_emulator, "shards")
-    paths = [f"{bucket.prefix}/shard-{i}" for i in range(3)]
-    with location.using(bucket.storage):  # the step that fans out
-        for i, path in enumerate(paths):
-            with location.open_file(path, "wb") as f:
-                f.write(f"shard {i}".encode())
-        results = map_tasks(read_back, paths)
-    assert results == [(f"shard {i}".encode(), bucket.secret) for i in range(3)]
-
-
-def test_a_shard_request_no_node_can_give_fails_at_once_naming_both(ray_local):
-    """ray_local's one node has 2 CPUs: shards asking for 4 would queue forever."""
-    import time
-
-    from executor.engine.runner.ray_map import ShardTaskDied, map_tasks
-
-    started = time.monotonic()
-    with pytest.raises(ShardTaskDied, match=r"read_back: each shard task asks for 4 CPU, but the largest live "
-                                            r"node of the cluster has 2: no node can ever run it"):
-        map_tasks(read_back, ["never-read"], num_cpus=4)
-    assert time.monotonic() - started < 60  # at once: not after unschedulable_timeout_s (120 s)
 
 
 @pytest.mark.parametrize("prefix, parts, joined", [

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import inspect
 import pickle
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,6 +40,13 @@ def test_a_local_path_gets_a_filesystem_that_makes_parent_folders_on_write(tmp_p
     with fs.open(path, "wb") as f:  # like an object store: no mkdir first
         f.write(b"x")
     assert (tmp_path / "a" / "b" / "c.txt").read_bytes() == b"x"
+    for url in (f"file://{tmp_path}/d/e.txt", f"FILE://{tmp_path}/f/g.txt"):  # a Location made by hand, as written
+        fs, path = location.filesystem_of(Location(url))
+        fs.pipe_file(path, b"y")
+    assert (tmp_path / "d" / "e.txt").read_bytes() == (tmp_path / "f" / "g.txt").read_bytes() == b"y"
+    with location.open_file(f"{tmp_path}/h/i.txt", mode="wb", storage=Storage()) as f:  # mode by name
+        f.write(b"z")
+    assert (tmp_path / "h" / "i.txt").read_bytes() == b"z"
 
 
 def test_an_object_store_listing_is_never_answered_from_a_cache(s3_emulator):
@@ -65,29 +74,30 @@ def test_a_files_own_options_override_its_locations():
 
 
 class StrictFileSystem(MemoryFileSystem):
-    """An fsspec backend that checks its options when it is made (gcsfs and s3fs check later)."""
+    """An fsspec backend that checks its options when it is made (gcsfs and s3fs check later); its
+    name sorts before "file", so only an exact test sends `file` paths to the local filesystem."""
 
-    protocol = "strictfs"
+    protocol = "checkedfs"
 
     def __init__(self, *, known: int = 0):
         super().__init__()
 
 
-fsspec.register_implementation("strictfs", StrictFileSystem, clobber=True)
+fsspec.register_implementation("checkedfs", StrictFileSystem, clobber=True)
 
 
 def test_an_option_the_backend_does_not_take_names_the_protocol_and_the_fix():
-    assert isinstance(location.url_to_fs("strictfs://b/k", Storage({"strictfs://": {"known": 1}}))[0],
+    assert isinstance(location.url_to_fs("checkedfs://b/k", Storage({"checkedfs://": {"known": 1}}))[0],
                       StrictFileSystem)
-    with pytest.raises(ExecutorError, match=r"^storage options for strictfs:// paths: .*'unknown'\. "
+    with pytest.raises(ExecutorError, match=r"^storage options for checkedfs:// paths: .*'unknown'\. "
                                             r"Fix the keys in --storage-options / EXECUTOR_STORAGE_OPTIONS"):
-        location.url_to_fs("strictfs://b/k", Storage({"strictfs://": {"unknown": 1}}))
+        location.url_to_fs("checkedfs://b/k", Storage({"checkedfs://": {"unknown": 1}}))
 
 
 def test_a_deferred_filesystem_opens_only_when_used_and_copies_without_opening():
-    where = Location("strictfs://b/k", {"unknown": 1, "secret": "sk-never-shown"})
+    where = Location("checkedfs://b/k", {"unknown": 1, "secret": "sk-never-shown"})
     deferred = location.DeferredFilesystem(where)
-    assert repr(deferred) == "DeferredFilesystem(Location('strictfs://b/k', options hidden))"
+    assert repr(deferred) == "DeferredFilesystem(Location('checkedfs://b/k', options hidden))"
     for twin in (copy.copy(deferred), pickle.loads(pickle.dumps(deferred))):  # never opens the filesystem
         assert twin.where == where and "opened" not in vars(twin)
     assert "opened" not in vars(deferred)
@@ -127,7 +137,20 @@ def test_an_unreachable_bucket_is_probed_only_when_asked():
 
 def test_a_store_option_the_backend_does_not_take_is_one_line_naming_the_prefix():
     with pytest.raises(ExecutorError, match=r"^storage options for s3://b/p: .*no_such_option.* Fix the keys"):
-        location.open_store("s3://b/p", {"no_such_option": 1})
+        location.open_store("s3://b/p", {"no_such_option": 1})  # refused by the first listing
+    for prefix in ("s3://b/p", "gs://b/p"):  # refused as the store is made, before any listing
+        with pytest.raises(ExecutorError, match=rf"^storage options for {prefix}: .*'prefix'\. Fix the keys in "
+                                                r"--storage-options / EXECUTOR_STORAGE_OPTIONS"):
+            location.open_store(prefix, {"prefix": "other"})
+
+
+def test_the_flag_s_value_may_be_the_last_argument_and_argv_may_be_long():
+    assert location.pop_storage_options_flag(["--prefix", "p", "--storage-options", "{}"]) == ("{}", ["--prefix", "p"])
+    long = [f"--x{i}" for i in range(300)]
+    assert location.pop_storage_options_flag(long + ["--storage-options={}"]) == ("{}", long)
+    assert location.redact_argv(long) == long
+    with pytest.raises(ExecutorError, match="needs a JSON object"):
+        location.pop_storage_options_flag(long + ["--storage-options"])
 
 
 class Listing:
@@ -164,10 +187,20 @@ def test_each_way_a_first_listing_fails_is_one_line(error, message):
 
 def test_a_transient_first_listing_is_tried_three_times_within_four_seconds():
     store = Listing(TransientStoreError("503 Service Unavailable"))
+    started = time.monotonic()
     with pytest.raises(ExecutorError, match=r"^storage: cannot reach gs://probe/p \(list_generations .*"
                                             r"after 3 attempts.*503 Service Unavailable\); check endpoint_url"):
         location.check_reachable(store, "gs://probe/p")
     assert store.calls == 3
+    assert time.monotonic() - started < 1.5  # backoff 0.1-0.2 s, then 0.2-0.4 s: a bad bucket is named at once
+
+
+def test_redacting_argv_hides_only_the_options_value():
+    for argv, redacted in ((["--prefix", "s3://b", "--storage-options", '{"secret": "S"}', "--dry-run"],
+                            ["--prefix", "s3://b", "--storage-options", "***", "--dry-run"]),
+                           (["run", '--storage_options={"secret": "S"}', "-v"], ["run", "--storage_options=***", "-v"]),
+                           (["--storage-options"], ["--storage-options"]), ([], [])):
+        assert location.redact_argv(argv) == redacted
 
 
 def test_a_long_error_is_cut_to_one_line_of_400_characters():
@@ -206,3 +239,20 @@ def test_the_probe_s_numbers_are_the_docs():
     assert "a first listing is tried 3 times within 4 s, and given up after 10 s" in " ".join(docs.split())
     assert (location.PROBE_ATTEMPTS, location.PROBE_BUDGET_S, location.PROBE_DEADLINE_S) == (3, 4.0, 10.0)
     assert inspect.signature(location.check_reachable).parameters["timeout_s"].default == location.PROBE_DEADLINE_S
+
+
+def test_a_prefix_is_opened_without_importing_fsspec_until_its_filesystem_is_used(tmp_path):
+    """A no-op re-run reads statuses through the coordination store and never needs fsspec (a
+    tenth of a second to import); a fresh interpreter, as a run starts."""
+    code = ("import sys\nimport executor.engine.location as location\n"
+            f"store, fs = location.open_location({str(tmp_path)!r})\n"
+            "store.list_generations('a/', '/status.json'); repr(fs)\n"
+            "print('fsspec' in sys.modules)\nfs.ls('/')\nprint('fsspec' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_store_options_may_be_passed_by_name(tmp_path):
+    store = location.open_store(prefix=f"memory://named-{uuid.uuid4().hex[:8]}", storage=None, check=False)
+    assert isinstance(store, MemoryStore)

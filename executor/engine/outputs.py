@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +73,7 @@ def write_json(fs: "fsspec.AbstractFileSystem", path: str, data: bytes) -> None:
 
     fs = location.opened(fs)
     if isinstance(fs, LocalFileSystem):
-        tmp = f"{path}.tmp-{os.getpid()}"
+        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"  # two writers in one process: their own
         fs.pipe_file(tmp, data)
         os.replace(tmp, path)
     else:

@@ -11,6 +11,7 @@ reads the file) see that event.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -40,6 +41,10 @@ class RunFile:
         self.fs, self.path, self.events = fs, path, events
         self.data = dict(header)
         self.timeline = TimelineRecorder()
+        # A forced exit (a second signal) writes from another thread, maybe while the final version is
+        # being written: it reads the data under this lock, and stands aside only once that write is done.
+        self._lock = threading.Lock()
+        self._final_written = False
 
     @classmethod
     def begin(cls, planned: Any, run_id: str, experiment: str, description: str | None, main_file: str | None,
@@ -61,30 +66,39 @@ class RunFile:
     def __call__(self, event: Event) -> None:
         self.timeline(event)
         if isinstance(event, MirrorCopied):  # each mirrored input the run needed: how it came to be complete here
-            self.data.setdefault("mirrors", []).append(mirror_entry(event))
+            with self._lock:
+                self.data.setdefault("mirrors", []).append(mirror_entry(event))
         elif isinstance(event, RunFinished) and event.result is not None:
             self.finish(event.result)
 
     def finish(self, result: Any) -> None:
         """The final run file, from the run's result; a failure to write it is a warning (the steps'
         statuses are final already)."""
-        if result.runner_error:
-            self.data["runner_error"] = result.runner_error
-        self.data.update(finished_at=time.time(), exit_code=int(result.exit_code),
-                         ran_here=[s.step_id for s in result.steps if s.ran_here],
-                         outcome={s.step_id: s.status.value for s in result.steps},
-                         errors={s.step_id: s.error for s in result.steps if s.error},
-                         timeline=self.timeline.events(), steps=[step_entry(s) for s in result.steps])
+        final = dict(finished_at=time.time(), exit_code=int(result.exit_code),
+                     ran_here=[s.step_id for s in result.steps if s.ran_here],
+                     outcome={s.step_id: s.status.value for s in result.steps},
+                     errors={s.step_id: s.error for s in result.steps if s.error},
+                     timeline=self.timeline.events(), steps=[step_entry(s) for s in result.steps])
+        with self._lock:
+            if result.runner_error:
+                self.data["runner_error"] = result.runner_error
+            self.data.update(final)
         try:
             self._write()
+            self._final_written = True
         except Exception as e:  # noqa: BLE001 - the run's result stands; say the record is missing
             self.events.warning(f"could not write the run record {self.path}: {type(e).__name__}: {e}")
 
     def forced(self, exit_code: int) -> None:
-        """A second signal ends the process now: the run file says so, unless it is final already."""
-        if "exit_code" not in self.data:
-            outputs.write_json(self.fs, self.path, to_json_bytes(
-                {**self.data, "finished_at": time.time(), "exit_code": exit_code, "forced_exit": True}))
+        """A second signal ends the process now: the run file says so, unless its final version is
+        written already (one being written now may never finish: the process exits after this)."""
+        if self._final_written:
+            return
+        with self._lock:
+            data = {**self.data, "finished_at": time.time(), "exit_code": exit_code, "forced_exit": True}
+        outputs.write_json(self.fs, self.path, to_json_bytes(data))
 
     def _write(self) -> None:
-        outputs.write_json(self.fs, self.path, to_json_bytes(self.data))
+        with self._lock:
+            data = to_json_bytes(self.data)
+        outputs.write_json(self.fs, self.path, data)

@@ -323,3 +323,71 @@ def test_the_run_file_says_a_forced_exit_unless_it_is_final(tmp_path):
     final.forced(143)
     assert Path(final.path).read_text() == written and json.loads(written)["exit_code"] == 1
     assert json.loads(written)["outcome"] == {s.step_id: s.status.value for s in result.steps}
+
+
+def test_a_forced_exit_while_the_final_run_file_is_being_written_still_leaves_its_exit_code(tmp_path):
+    """The first Ctrl-C ends the run and its final run file is being written when the second one
+    comes: the process exits as soon as the forced write is done, so the final write may never land.
+    The forced write must not stand aside for it (CI once found a run file without exit_code)."""
+    import json
+    import threading
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    from executor.engine.events import Events
+    from executor.engine.run_file import RunFile
+
+    class StallingFinalWrite(LocalFileSystem):
+        """The main thread's write of the final version starts and never ends (the process is gone)."""
+        stalled, release, main = threading.Event(), threading.Event(), threading.main_thread()
+
+        def pipe_file(self, path, value, **kwargs):
+            if threading.current_thread() is not self.main and b'"timeline"' in value:
+                self.stalled.set()
+                self.release.wait(30)
+            return super().pipe_file(path, value, **kwargs)
+
+    result = executor.run(dag(), prefix=str(tmp_path / "done"), runner="inline")
+    planned = executor.plan(dag(), prefix=str(tmp_path / "done"))
+    run_file = RunFile.begin(planned, "r", "exp", None, None, {}, Events())
+    run_file.fs = StallingFinalWrite()
+    finishing = threading.Thread(target=run_file.finish, args=(result,))
+    finishing.start()
+    try:
+        assert StallingFinalWrite.stalled.wait(30)
+        run_file.forced(130)  # the watcher's last breath, then os._exit
+        written = json.loads(Path(run_file.path).read_text())
+        assert written["exit_code"] == 130 and written["forced_exit"] is True
+        assert written["outcome"] == {s.step_id: s.status.value for s in result.steps}  # what the run knew
+    finally:
+        StallingFinalWrite.release.set()
+        finishing.join()
+
+
+def test_threads_writing_one_small_file_at_once_each_move_a_whole_file_into_place(tmp_path):
+    """outputs.write_json from two threads of one process (the forced exit's and the run's final run
+    file): each writes its own temporary file, so none fails and the file is always one whole version."""
+    import json
+    import threading
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    from executor.engine import outputs
+
+    path, errors = str(tmp_path / "run.json"), []
+
+    def write(k: int) -> None:
+        try:
+            for i in range(60):
+                outputs.write_json(LocalFileSystem(), path, json.dumps({"writer": k, "i": i, "pad": "x" * 4000}).encode())
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert json.loads(Path(path).read_text())["i"] == 59
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary file left behind

@@ -1,4 +1,5 @@
-"""Several runs of one prefix at once, each on a thread of this process, started together."""
+"""Several calls at once (runs of one prefix, writes of one file), each on a thread of this process,
+started together."""
 
 from __future__ import annotations
 

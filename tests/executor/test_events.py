@@ -368,26 +368,22 @@ def test_threads_writing_one_small_file_at_once_each_move_a_whole_file_into_plac
     """outputs.write_json from two threads of one process (the forced exit's and the run's final run
     file): each writes its own temporary file, so none fails and the file is always one whole version."""
     import json
-    import threading
 
     from fsspec.implementations.local import LocalFileSystem
 
     from executor.engine import outputs
 
-    path, errors = str(tmp_path / "run.json"), []
+    import itertools
 
-    def write(k: int) -> None:
-        try:
-            for i in range(60):
-                outputs.write_json(LocalFileSystem(), path, json.dumps({"writer": k, "i": i, "pad": "x" * 4000}).encode())
-        except Exception as e:  # noqa: BLE001 - collected for the assertion
-            errors.append(repr(e))
+    from tests.cache.at_once import run_at_once
 
-    threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:3]
+    path, writers = str(tmp_path / "run.json"), itertools.count()
+
+    def write() -> None:
+        k = next(writers)
+        for i in range(60):
+            outputs.write_json(LocalFileSystem(), path, json.dumps({"writer": k, "i": i, "pad": "x" * 4000}).encode())
+
+    run_at_once(6, write)  # a writer's error is raised here
     assert json.loads(Path(path).read_text())["i"] == 59
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary file left behind

@@ -363,24 +363,14 @@ def test_an_s3_region_botocore_refuses_is_a_store_error_naming_it(server):
 def test_first_writes_into_a_new_local_directory_at_once_all_succeed(tmp_path):
     """Threads (or processes) whose first write creates the same directory: none fails on finding
     it made by another meanwhile."""
+    import itertools
+
+    from tests.cache.at_once import run_at_once
+
     store = LocalStore(str(tmp_path / "store"))
     for round_ in range(20):
-        barrier = threading.Barrier(8)
-        errors: list[BaseException] = []
-
-        def write(i: int) -> None:
-            barrier.wait()
-            try:
-                store.create_if_absent(f"dir-{round_}/status-{i}.json", b"x")
-            except BaseException as e:  # noqa: BLE001 - collected for the assertion
-                errors.append(e)
-
-        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        names = itertools.count()
+        run_at_once(8, lambda: store.create_if_absent(f"dir-{round_}/status-{next(names)}.json", b"x"))  # noqa: B023
         assert len(store.list_generations(f"dir-{round_}/", ".json")) == 8
 
 

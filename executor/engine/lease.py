@@ -184,8 +184,24 @@ class LeaseKeeper:
             self._thread.start()
 
     def _beat(self) -> None:
+        renewing: dict[str, threading.Thread] = {}
         while not self._stop.wait(self.settings.heartbeat_s):
-            self.renew_all()
+            renewing = self._start_renewals(renewing)
+
+    def _start_renewals(self, renewing: dict[str, threading.Thread]) -> dict[str, threading.Thread]:
+        """A renewal thread for every held lease whose last renewal has returned; waits for none.
+
+        Each lease renews on its own: a write that hangs or backs off delays only its own lease.
+        (Renewing in turn on this thread let one slow write cost every other lease its slack.)
+        """
+        started = {}
+        for lease in self.held():
+            thread = renewing.get(lease.key)
+            if thread is None or not thread.is_alive():
+                thread = threading.Thread(target=self.renew, args=(lease,), name="lease-renew", daemon=True)
+                thread.start()
+            started[lease.key] = thread
+        return started
 
     def stop(self) -> None:
         self._stop.set()

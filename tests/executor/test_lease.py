@@ -1,6 +1,9 @@
-"""Lease logic with an injected clock: nothing here sleeps."""
+"""Lease logic with an injected clock; only the heartbeat thread's tests run in real time."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
@@ -200,6 +203,40 @@ def test_the_heartbeat_thread_renews_on_its_own_and_never_keeps_the_process_aliv
         keeper.stop()
     assert not heartbeat.is_alive()
     LeaseKeeper(store, LeaseSettings(60, 15)).stop()  # stopping a keeper never started is fine
+
+
+class OneKeyBlocksStore(MemoryStore):
+    """A store whose writes to one key hang until released (a write backing off for seconds)."""
+
+    def __init__(self, root, blocked_key):
+        super().__init__(root)
+        self.blocked_key, self.release = blocked_key, threading.Event()
+
+    def replace_if_generation(self, key, data, generation):
+        if key == self.blocked_key:
+            self.release.wait(timeout=30)
+        return super().replace_if_generation(key, data, generation)
+
+
+def test_a_renewal_that_hangs_delays_only_its_own_lease(request):
+    """The heartbeat renews each lease on its own thread: while one lease's write hangs past half
+    the TTL, every other lease keeps renewing and stays valid (CI once lost two leases so)."""
+    import time
+
+    store = OneKeyBlocksStore(f"memory://hang-{request.node.name}", blocked_key="slow")
+    keeper = LeaseKeeper(store, LeaseSettings(ttl_s=2.0, heartbeat_s=0.05))
+    slow, fast = keeper.acquire("slow", running(), None), keeper.acquire("fast", running("b"), None)
+    keeper.start()
+    try:
+        generations, deadline = {fast.generation}, time.monotonic() + 1.4  # past half the TTL
+        while time.monotonic() < deadline:
+            generations.add(fast.generation)
+            time.sleep(0.01)
+        assert keeper.is_valid(fast) and len(generations) > 5, fast.lost_reason
+    finally:
+        store.release.set()
+        keeper.stop()
+    assert slow.lost and "half the 2s TTL" in slow.lost_reason
 
 
 class SlowStore(MemoryStore):

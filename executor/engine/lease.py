@@ -56,7 +56,7 @@ class Lease:
 
 
 class LeaseKeeper:
-    """Holds this process's leases and renews all of them from one heartbeat thread."""
+    """Holds this process's leases; one heartbeat thread starts each lease's renewal on its own thread."""
 
     def __init__(self, store: CoordinationStore, settings: LeaseSettings,
                  clock: Clock = time.monotonic, wall_clock: Clock = time.time):
@@ -65,6 +65,7 @@ class LeaseKeeper:
         self._held_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._renewing: dict[str, threading.Thread] = {}  # the heartbeat's renewal per lease key
 
     # -- acquiring -------------------------------------------------------------------------
     def acquire(self, key: str, status: Status, current: Versioned | None) -> Lease | None:
@@ -184,11 +185,10 @@ class LeaseKeeper:
             self._thread.start()
 
     def _beat(self) -> None:
-        renewing: dict[str, threading.Thread] = {}
         while not self._stop.wait(self.settings.heartbeat_s):
-            renewing = self._start_renewals(renewing)
+            self._start_renewals()
 
-    def _start_renewals(self, renewing: dict[str, threading.Thread]) -> dict[str, threading.Thread]:
+    def _start_renewals(self) -> None:
         """A renewal thread for every held lease whose last renewal has returned; waits for none.
 
         Each lease renews on its own: a write that hangs or backs off delays only its own lease.
@@ -196,17 +196,22 @@ class LeaseKeeper:
         """
         started = {}
         for lease in self.held():
-            thread = renewing.get(lease.key)
+            thread = self._renewing.get(lease.key)
             if thread is None or not thread.is_alive():
-                thread = threading.Thread(target=self.renew, args=(lease,), name="lease-renew", daemon=True)
+                thread = threading.Thread(target=self.renew, args=(lease,), name="lease-heartbeat-renew",
+                                          daemon=True)
                 thread.start()
             started[lease.key] = thread
-        return started
+        self._renewing = started
 
     def stop(self) -> None:
+        """Stop the heartbeat and wait (5 s in all) for its renewals in flight to return."""
         self._stop.set()
+        deadline = time.monotonic() + 5
         if self._thread is not None:
             self._thread.join(timeout=5)
+        for thread in self._renewing.values():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class StalenessWatch:

@@ -220,7 +220,8 @@ class OneKeyBlocksStore(MemoryStore):
 
 def test_a_renewal_that_hangs_delays_only_its_own_lease(request):
     """The heartbeat renews each lease on its own thread: while one lease's write hangs past half
-    the TTL, every other lease keeps renewing and stays valid (CI once lost two leases so)."""
+    the TTL, every other lease keeps renewing and stays valid (CI once lost two leases so); stop()
+    waits for the renewal in flight, so no thread outlives the keeper."""
     import time
 
     store = OneKeyBlocksStore(f"memory://hang-{request.node.name}", blocked_key="slow")
@@ -234,8 +235,9 @@ def test_a_renewal_that_hangs_delays_only_its_own_lease(request):
             time.sleep(0.01)
         assert keeper.is_valid(fast) and len(generations) > 5, fast.lost_reason
     finally:
-        store.release.set()
+        threading.Timer(0.3, store.release.set).start()  # the hung write returns while stop() waits
         keeper.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("lease-heartbeat")]  # none left behind
     assert slow.lost and "half the 2s TTL" in slow.lost_reason
 
 

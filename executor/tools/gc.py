@@ -77,16 +77,14 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
     fs = location.open_filesystem(prefix, storage_options)
     root = location.bare_path(prefix)
     print(f"gc: listing every object under {prefix}…", file=sys.stderr, flush=True)  # one call, maybe long
-    try:
-        found = fs.find(prefix, detail=True)
-    except FileNotFoundError:
-        return []
+    # files only, on every backend (a missing folder lists nothing; a missing bucket failed the probe above)
+    found = fs.find(prefix, withdirs=False, detail=True)
     files = {}
     for full, info in found.items():
         rel = location.bare_path(full)[len(root) + 1:]
         # runs/ is history; mirror/.executor/ holds the mirrored inputs' statuses (executor.engine.mirror),
         # which are no step's: their copies are never taken for one step output to delete
-        if rel and not rel.startswith(("runs/", "mirror/.executor/")) and info.get("type") != "directory":
+        if rel and not rel.startswith(("runs/", "mirror/.executor/")):
             files[rel] = info
     marker = f"/{EXECUTOR_DIR}/"
     steps: dict[str, StepOutput] = {}
@@ -97,7 +95,9 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
                 steps.setdefault(step, StepOutput(step))
     for rel, info in files.items():
         parts = rel.split("/")
-        owner = next((steps["/".join(parts[:i])] for i in range(len(parts) - 1, 0, -1)
+        # an object at an output's own key (a folder marker, or one named like the folder) is deleted
+        # with the folder (recursive rm), so it is counted in it
+        owner = next((steps["/".join(parts[:i])] for i in range(len(parts), 0, -1)
                       if "/".join(parts[:i]) in steps), None)
         if owner is not None:
             owner.size += int(info.get("size") or 0)

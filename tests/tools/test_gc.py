@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from executor.tools.loading import load_experiment
 from executor.core.record import Owner, State, Status
 
@@ -130,3 +132,33 @@ def test_gc_delete_leaves_alone_what_it_cannot_understand(toy):
     assert (newer / "status.json").exists()
     assert "status not understood, left alone" in out
     assert not (prefix / v1["toy/tokenize"]).exists()  # understood garbage still goes
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs"])
+def test_gc_on_an_object_store_lists_the_bytes_a_deletion_frees(backend, request):
+    """An object at an output's own key (a folder marker `a/x/`, or an object named like the folder) goes
+    when the folder is deleted, so the listing counts it: what gc lists as garbage is what --delete frees."""
+    from executor.engine import outputs
+    from executor.tools.gc import collect, sweep
+
+    from .test_verify import _completed_step
+
+    emulator = request.getfixturevalue(f"{backend}_emulator")
+    prefix, options = emulator.fresh_prefix("gc-own-key"), dict(emulator.storage_options)
+    for step_id in ("a/named-0123456789ab", "a/marked-0123456789ab", "a/kept-0123456789ab"):
+        _completed_step(prefix, options, step_id, {"f": b"x" * 10})
+    fs = outputs.filesystem(prefix, options)
+    fs.pipe_file(outputs.join(prefix, "a/named-0123456789ab"), b"y" * 7)  # an object named like the folder
+    fs.pipe_file(outputs.join(prefix, "a/marked-0123456789ab/"), b"")  # a folder marker, as consoles make
+
+    def stored() -> dict[str, int]:
+        fs.invalidate_cache()
+        return {path: info["size"] for path, info in fs.find(prefix, detail=True).items()}
+
+    before = stored()
+    report = collect(prefix, {"a/kept-0123456789ab": "root"}, [], options)
+    sweep(report, grace_hours=0, now=time.time() + 1, storage_options=options)
+    freed = {path: size for path, size in before.items() if path not in stored()}
+    assert report.deleted == ["a/marked-0123456789ab", "a/named-0123456789ab"]
+    assert report.garbage_bytes == sum(freed.values())
+    assert sum(o.files for o in report.garbage) == len(freed)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from executor.core.record import Absent, Owner, State, Status, status_key
+from executor.engine import location
 from executor.tools.gc import _mtime, collect, list_outputs, reachable_outputs, sweep
 
 HOUR = 3600.0
@@ -131,6 +132,54 @@ def test_the_grace_period_is_measured_from_the_last_write_exactly(tmp_path):
     _file(prefix, "a/edge-1/data", 3, now - 30 * HOUR)
     _status(prefix, "a/inside-2", State.SUCCESS, written_at=now - 23.5 * HOUR)
     _file(prefix, "a/inside-2/data", 3, now - 30 * HOUR)
+    _status(prefix, "a/almost-0", State.SUCCESS, written_at=now - 24 * HOUR + 10)  # 10 s short of 24 h
+    _file(prefix, "a/almost-0/data", 3, now - 30 * HOUR)
     report = sweep(collect(str(prefix), {}), grace_hours=24, now=now)
     assert report.deleted == ["a/edge-1"]  # exactly 24 h old: out of the grace period
-    assert report.spared == {"a/inside-2": "written 23.5 h ago, within the 24 h grace period"}
+    assert sorted(report.spared) == ["a/almost-0", "a/inside-2"]  # a/almost-0, kept first, stops nothing
+    assert report.spared["a/inside-2"] == "written 23.5 h ago, within the 24 h grace period"
+
+
+@pytest.mark.parametrize("rel,files,listed", [
+    # rel, its files (path in the output, bytes, mtime), then what the listing says: files, bytes, newest write
+    ("a/empty-1", [(".executor/logs/attempt-1.log", 0, 100.0), ("data", 0, 200.0)], (2, 0, 200.0)),
+    ("top-2", [(".executor/logs/attempt-1.log", 3, 100.0), ("data", 4, 200.0)], (2, 7, 200.0)),  # no folder above
+    # a time before 1970 reads like a missing one (0): as old as can be
+    ("a/before-1970-3", [(".executor/logs/attempt-1.log", 3, -HOUR), ("data", 4, -2 * HOUR)], (2, 7, 0.0)),
+], ids=["empty-files-count-0-bytes", "an-output-at-the-top-of-the-prefix", "a-time-before-1970"])
+def test_what_the_listing_counts_for_an_output_without_a_status(tmp_path, rel, files, listed):
+    prefix = tmp_path / "p"
+    for name, size, mtime in files:
+        _file(prefix, f"{rel}/{name}", size, mtime)
+    [output] = list_outputs(str(prefix))
+    assert output.rel == rel and output.state is Absent.NO_STATUS
+    assert (output.files, output.size, output.newest_mtime) == listed
+    assert output.last_written == listed[2]  # no status to say later
+
+
+@pytest.mark.parametrize("state", [State.SUCCESS, State.FAILED])
+def test_a_deletion_takes_the_status_away_before_the_files(tmp_path, monkeypatch, state):
+    """If the storage refuses to delete the files, no status is left saying the output is there."""
+    prefix = tmp_path / "p"
+    _status(prefix, "a/old-1", state)
+    _file(prefix, "a/old-1/data", 3, 1.0)
+    report = collect(str(prefix), {})
+
+    def refuse(self, path, recursive=False, maxdepth=None):
+        raise PermissionError(f"storage refused to delete {path}")
+
+    monkeypatch.setattr(type(location.open_filesystem(str(prefix))), "rm", refuse)
+    with pytest.raises(PermissionError, match="refused"):
+        sweep(report, grace_hours=0, now=10 * HOUR)
+    assert not (prefix / status_key("a/old-1")).exists()
+    assert (prefix / "a/old-1/data").exists()
+
+
+def test_a_sweep_takes_the_grace_period_and_the_time_by_name(tmp_path):
+    """Both are floats: passed by position, a swap would go unnoticed and delete what the grace keeps."""
+    prefix = tmp_path / "p"
+    _status(prefix, "a/old-1", State.SUCCESS)
+    report = collect(str(prefix), {})
+    with pytest.raises(TypeError):
+        sweep(report, 24, 10 * HOUR)  # type: ignore[misc]
+    assert (prefix / status_key("a/old-1")).exists()

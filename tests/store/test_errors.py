@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,8 @@ from executor.engine.store.gcs import GCSStore
 from executor.engine.store.local import LocalStore
 from executor.engine.store.memory import MemoryStore
 from executor.engine.store.s3 import S3Store
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ScriptedServer:
@@ -382,3 +387,30 @@ def test_a_local_write_that_fails_leaves_no_temporary_file(tmp_path):
         store.create_if_absent("step-1/status.json", "not bytes")  # type: ignore[arg-type]
     assert sorted(p.name for p in (tmp_path / "step-1").iterdir()) == ["status.json.lock"]
     assert store.read("step-1/status.json") is None
+
+
+_OUT_OF_DESCRIPTORS = """
+import os, resource, sys
+from executor.engine.store.base import StoreError
+from executor.engine.store.local import LocalStore
+
+store = LocalStore(sys.argv[1])
+store.create_if_absent("step-1/status.json", b"x")  # the directory exists from here on
+lowest_free = os.open(os.devnull, os.O_RDONLY)
+os.close(lowest_free)
+resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:  # the lock file's open takes the last descriptor: the temporary file's open fails
+    store.create_if_absent("step-1/record.json", b"y")
+except StoreError as e:
+    print(e)
+"""
+
+
+def test_a_local_write_that_cannot_make_its_temporary_file_says_why(tmp_path):
+    """A runner out of file descriptors (or any open that fails) gets a StoreError naming the key's
+    path and the real reason, not the cleanup's "No such file or directory" about a file never made."""
+    done = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == f"cannot write {tmp_path}/step-1/record.json: Too many open files", done.stderr
+    assert sorted(p.name for p in (tmp_path / "step-1").iterdir()) == [
+        "record.json.lock", "status.json", "status.json.lock"]

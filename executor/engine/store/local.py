@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -100,7 +101,7 @@ class LocalStore:
 
     def _write(self, path: Path, data: bytes) -> str:
         """The bytes go to a temporary file of this writer's own, renamed over the key."""
-        tmp = f"{path}{_TMP_MARKER}{os.urandom(8).hex()}"
+        tmp = f"{path}{_TMP_MARKER}{uuid.uuid4().hex}"
         try:
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)

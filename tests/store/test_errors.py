@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -195,6 +196,58 @@ def test_a_refused_gcs_connection_names_the_endpoint_to_check():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TransientStoreError, match=f"check endpoint_url='{url}' if it persists"):
         gcs(url).read("k")
+
+
+class MuteServer:
+    """A loopback port that accepts connections and never answers: it closes each after reading the
+    request (`close=True`), or holds it open."""
+
+    def __init__(self, close: bool):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, args=(close,), daemon=True).start()
+
+    def _accept(self, close: bool) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            if close:
+                connection.recv(65536)
+                connection.close()
+            else:
+                self.held.append(connection)
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.fixture
+def mute_server(request):
+    mute = MuteServer(close=request.param == "closes")
+    yield mute
+    mute.close()
+
+
+@pytest.mark.parametrize("mute_server", ["closes"], indirect=True)
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_a_connection_closed_without_an_answer_is_transient(mute_server, backend):
+    """A server (or a proxy) dropping the connection is network trouble: retried, never a raw error."""
+    with pytest.raises(TransientStoreError, match=r"^(GCS|S3) read (gs|s3)://bucket/prefix/k: .* "
+                                                  r"\(network trouble; retryable\)$"):
+        CLIENTS[backend](mute_server.url).read("k")
+
+
+@pytest.mark.parametrize("mute_server", ["holds"], indirect=True)
+def test_a_gcs_request_without_an_answer_is_transient_and_says_how_long_it_waited(mute_server):
+    store = GCSStore("gs://bucket/prefix", endpoint_url=mute_server.url, token="anon", request_timeout_s=0.5)
+    with pytest.raises(TransientStoreError, match=r"^GCS read gs://bucket/prefix/k: no answer within 0\.5 s "
+                                                  r"\(network trouble; retryable\)$"):
+        store.read("k")
 
 
 def test_gcs_read_without_a_generation_header_is_refused(server):

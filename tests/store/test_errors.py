@@ -198,6 +198,14 @@ def test_a_refused_gcs_connection_names_the_endpoint_to_check():
         gcs(url).read("k")
 
 
+def test_a_refused_s3_connection_names_the_endpoint_to_check():
+    """As GCS: the operation, the object and the endpoint_url the store was given."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TransientStoreError, match=rf"^S3 read s3://bucket/prefix/k: .* \(retryable; check "
+                                                  rf"endpoint_url='{url}' if it persists\)$"):
+        s3(url).read("k")
+
+
 class MuteServer:
     """A loopback port that accepts connections and never answers: it closes each after reading the
     request (`close=True`), or holds it open."""

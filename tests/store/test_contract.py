@@ -216,3 +216,28 @@ def test_a_sibling_prefix_sharing_a_name_prefix_is_invisible(store, store_locati
     assert store.list_generations("", "") == {}
     assert store.create_if_absent(KEY, b"mine") is not None
     assert sibling.read(KEY).data == b"sibling's"
+
+
+def test_local_status_and_lock_files_get_the_mode_the_umask_gives(tmp_path):
+    """As every other file a run writes: under umask 002 a group sharing a prefix (NFS, a shared
+    disk) can read, lock and replace a status another member wrote; under 077 they stay the owner's."""
+    sibling = KEY.replace("status.json", "record.json")  # its lock is made in a directory that exists
+    for umask, mode in ((0o002, 0o664), (0o022, 0o644), (0o077, 0o600)):
+        root = tmp_path / f"umask-{umask:03o}"
+        store = LocalStore(str(root))
+        old = os.umask(umask)
+        try:
+            created = store.create_if_absent(KEY, b"seq=1")
+            store.create_if_absent(sibling, b"x")
+            modes = {name: _mode(root / name) for name in (KEY, KEY + ".lock", sibling + ".lock")}
+            store.replace_if_generation(KEY, b"seq=2", created)
+            modes["replaced"] = _mode(root / KEY)
+        finally:
+            os.umask(old)
+        assert modes == dict.fromkeys([KEY, KEY + ".lock", sibling + ".lock", "replaced"], mode), f"umask {umask:03o}"
+
+
+def _mode(path) -> int:
+    import stat
+
+    return stat.S_IMODE(os.stat(path).st_mode)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
+import subprocess
+import sys
 import threading
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,8 @@ from executor.engine.store.gcs import GCSStore
 from executor.engine.store.local import LocalStore
 from executor.engine.store.memory import MemoryStore
 from executor.engine.store.s3 import S3Store
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ScriptedServer:
@@ -190,6 +196,66 @@ def test_a_refused_gcs_connection_names_the_endpoint_to_check():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TransientStoreError, match=f"check endpoint_url='{url}' if it persists"):
         gcs(url).read("k")
+
+
+def test_a_refused_s3_connection_names_the_endpoint_to_check():
+    """As GCS: the operation, the object and the endpoint_url the store was given."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TransientStoreError, match=rf"^S3 read s3://bucket/prefix/k: .* \(retryable; check "
+                                                  rf"endpoint_url='{url}' if it persists\)$"):
+        s3(url).read("k")
+
+
+class MuteServer:
+    """A loopback port that accepts connections and never answers: it closes each after reading the
+    request (`close=True`), or holds it open."""
+
+    def __init__(self, close: bool):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, args=(close,), daemon=True).start()
+
+    def _accept(self, close: bool) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            if close:
+                connection.recv(65536)
+                connection.close()
+            else:
+                self.held.append(connection)
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.fixture
+def mute_server(request):
+    mute = MuteServer(close=request.param == "closes")
+    yield mute
+    mute.close()
+
+
+@pytest.mark.parametrize("mute_server", ["closes"], indirect=True)
+@pytest.mark.parametrize("backend", CLIENTS)
+def test_a_connection_closed_without_an_answer_is_transient(mute_server, backend):
+    """A server (or a proxy) dropping the connection is network trouble: retried, never a raw error."""
+    with pytest.raises(TransientStoreError, match=r"^(GCS|S3) read (gs|s3)://bucket/prefix/k: .* "
+                                                  r"\(network trouble; retryable\)$"):
+        CLIENTS[backend](mute_server.url).read("k")
+
+
+@pytest.mark.parametrize("mute_server", ["holds"], indirect=True)
+def test_a_gcs_request_without_an_answer_is_transient_and_says_how_long_it_waited(mute_server):
+    store = GCSStore("gs://bucket/prefix", endpoint_url=mute_server.url, token="anon", request_timeout_s=0.5)
+    with pytest.raises(TransientStoreError, match=r"^GCS read gs://bucket/prefix/k: no answer within 0\.5 s "
+                                                  r"\(network trouble; retryable\)$"):
+        store.read("k")
 
 
 def test_gcs_read_without_a_generation_header_is_refused(server):
@@ -382,3 +448,30 @@ def test_a_local_write_that_fails_leaves_no_temporary_file(tmp_path):
         store.create_if_absent("step-1/status.json", "not bytes")  # type: ignore[arg-type]
     assert sorted(p.name for p in (tmp_path / "step-1").iterdir()) == ["status.json.lock"]
     assert store.read("step-1/status.json") is None
+
+
+_OUT_OF_DESCRIPTORS = """
+import os, resource, sys
+from executor.engine.store.base import StoreError
+from executor.engine.store.local import LocalStore
+
+store = LocalStore(sys.argv[1])
+store.create_if_absent("step-1/status.json", b"x")  # the directory exists from here on
+lowest_free = os.open(os.devnull, os.O_RDONLY)
+os.close(lowest_free)
+resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:  # the lock file's open takes the last descriptor: the temporary file's open fails
+    store.create_if_absent("step-1/record.json", b"y")
+except StoreError as e:
+    print(e)
+"""
+
+
+def test_a_local_write_that_cannot_make_its_temporary_file_says_why(tmp_path):
+    """A runner out of file descriptors (or any open that fails) gets a StoreError naming the key's
+    path and the real reason, not the cleanup's "No such file or directory" about a file never made."""
+    done = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == f"cannot write {tmp_path}/step-1/record.json: Too many open files", done.stderr
+    assert sorted(p.name for p in (tmp_path / "step-1").iterdir()) == [
+        "record.json.lock", "status.json", "status.json.lock"]

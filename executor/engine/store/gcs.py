@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 import gcsfs
+from aiohttp import ClientConnectorError, ClientError  # plain names in except clauses: cosmic-ray mutates those only
 from fsspec.asyn import sync
 
 from executor.engine.store.base import READ_PARALLELISM, StoreError, TransientStoreError, Versioned, read_concurrently
@@ -142,10 +143,13 @@ class GCSStore:
                  headers: dict | None = None, data: bytes | None = None) -> tuple[int, Mapping[str, str], bytes]:
         try:  # fsspec's documented bridge into an async filesystem's own event loop (fs.loop)
             return sync(self.fs.loop, self._send, method, url, params or {}, headers, data)
-        except aiohttp.ClientConnectorError as e:  # refused, or no such host: as a wrong endpoint_url is
+        except ClientConnectorError as e:  # refused, or no such host: as a wrong endpoint_url is
             raise TransientStoreError(f"GCS {what} {self._where(name)}: {e} (retryable; check "
                                       f"endpoint_url={self.fs.base.removesuffix('/storage/v1/')!r} if it persists)") from e
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:  # OSError: ConnectionError, TimeoutError
+        except TimeoutError as e:  # asyncio's too; fsspec's sync() raises its FSTimeoutError, with no message
+            raise TransientStoreError(f"GCS {what} {self._where(name)}: no answer within {self._timeout.total:g} s "
+                                      "(network trouble; retryable)") from e
+        except ClientError as e:  # aiohttp's own, its ClientOSError wrapping socket errors included
             raise TransientStoreError(f"GCS {what} {self._where(name)}: {type(e).__name__}: {e} "
                                       "(network trouble; retryable)") from e
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -21,6 +22,10 @@ from executor.engine.store.base import StoreError, Versioned
 
 _LOCK_SUFFIX = ".lock"  # side files: keys ending in .lock or holding .tmp- are reserved
 _TMP_MARKER = ".tmp-"
+# Status and lock files are created as open() creates any file: the umask decides their mode, as it
+# does for every other file a run writes, so a group sharing a prefix (umask 002) can read, lock and
+# replace what another member wrote
+_FILE_MODE = 0o666
 _READ_SIZE = 1 << 16
 
 
@@ -41,10 +46,10 @@ class LocalStore:
         lock = str(path) + _LOCK_SUFFIX
         try:
             try:
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, _FILE_MODE)  # RDWR: NFS locks need it
             except FileNotFoundError:  # the first write under this directory
                 path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, _FILE_MODE)
         except OSError as e:
             raise StoreError(f"cannot lock {path}: {e.strerror}") from e
         try:
@@ -95,16 +100,19 @@ class LocalStore:
         return Versioned(data, _generation(data))
 
     def _write(self, path: Path, data: bytes) -> str:
-        import tempfile  # here: planning only reads (its import is a few ms of every no-op re-run)
-
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + _TMP_MARKER)
+        """The bytes go to a temporary file of this writer's own, renamed over the key."""
+        tmp = f"{path}{_TMP_MARKER}{uuid.uuid4().hex}"
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)  # if the open made it
+                raise
+        except OSError as e:
+            raise StoreError(f"cannot write {path}: {e.strerror}") from e
         return _generation(data)
 
     def create_if_absent(self, key: str, data: bytes) -> str | None:

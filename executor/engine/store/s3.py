@@ -19,6 +19,7 @@ from typing import Any, Iterator, NoReturn, Sequence
 import aiohttp
 import botocore.exceptions
 import s3fs
+from botocore.exceptions import EndpointConnectionError  # a plain name in except clauses: cosmic-ray mutates those only
 from fsspec.asyn import sync
 
 from executor.engine.store.base import READ_PARALLELISM, StoreError, TransientStoreError, Versioned, read_concurrently
@@ -144,6 +145,9 @@ class S3Store:
             return sync(self.fs.loop, call)
         except botocore.exceptions.ClientError:
             raise
+        except EndpointConnectionError as e:  # refused, or no such host: as a wrong endpoint_url is
+            raise TransientStoreError(f"S3 {what} {self._where(name)}: {e} (retryable; check "
+                                      f"endpoint_url={self._client.meta.endpoint_url!r} if it persists)") from e
         except _NETWORK_ERRORS as e:
             raise TransientStoreError(f"S3 {what} {self._where(name)}: {type(e).__name__}: {e} "
                                       "(network trouble; retryable)") from e

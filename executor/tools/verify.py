@@ -19,7 +19,7 @@ import fsspec
 from executor.engine import location
 from executor.engine import outputs
 from executor.engine.progress import Progress, human_bytes
-from executor.core.record import EXECUTOR_DIR, Absent, State, record_key, status_key
+from executor.core.record import EXECUTOR_DIR, Absent, State, Status, record_key, status_key
 from executor.engine.prefix_view import PrefixView, StepDetail
 
 CHUNK = 1 << 20
@@ -102,9 +102,9 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
     except FileNotFoundError:
         found = {}
     present = {}
-    for full, info in found.items():
+    for full, info in found.items():  # files only: find lists no folders (without withdirs)
         rel = _bare(fs, full)[len(root) + 1:]
-        if rel and rel.split("/", 1)[0] != EXECUTOR_DIR and info.get("type") != "directory":
+        if rel and rel.split("/", 1)[0] != EXECUTOR_DIR:
             present[rel] = (full, info)
     recorded = {e["path"]: e for e in record.get("manifest") or []}
     result.files = len(recorded)
@@ -145,7 +145,7 @@ class Views:
         return self._views[parent].step_at(name, rows=(), runs=())
 
 
-def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, views: Views, _hops: int = 0,
+def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, views: Views,
                on_bytes: OnBytes = _ignore) -> StepVerification:
     """Verify one step directory, given its status and record."""
     step_path = step_path.rstrip("/")
@@ -158,14 +158,8 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, views: Views, _hop
                                                              f"{row.status_path}: {row.problem}")])
     if status.state != State.SUCCESS:
         return StepVerification(step_path, status.step_id, note=f"status is {status.state.value}; nothing to verify")
-    if status.alias_of and _hops == 0:
-        base = step_path[: -len(status.step_id)].rstrip("/") if step_path.endswith("/" + status.step_id) else None
-        if base is None:
-            return StepVerification(step_path, status.step_id, note="adopted; verify the output it points at: "
-                                    f"{status.alias_of.get('output_rel')}")
-        target = verify_one(fs, f"{base}/{status.alias_of['output_rel']}", views, _hops=1, on_bytes=on_bytes)
-        target.note = f"adopted by {status.step_id}; verified the output it points at"
-        return target
+    if status.alias_of:
+        return _verify_adopted(fs, step_path, status, views, on_bytes)
     if detail.record_problem:  # reported for this step; verification goes on with the others
         return StepVerification(step_path, status.step_id,
                                 problems=[Problem("unverifiable", RECORD_FILE, detail.record_problem)])
@@ -178,6 +172,30 @@ def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, views: Views, _hop
             "changed", RECORD_FILE, f"record digest {str(record.get('digest'))[:12]}… does not "
                                     f"match the status digest {status.digest[:12]}…")])
     return verify_step(fs, step_path, dict(record), on_bytes)
+
+
+def _verify_adopted(fs: fsspec.AbstractFileSystem, step_path: str, status: Status, views: Views,
+                    on_bytes: OnBytes) -> StepVerification:
+    """An adopted step, verified through the output it points at: one hop, as `adopt` writes them."""
+    points_at = status.alias_of.get("output_rel")
+    base = step_path[: -len(status.step_id)].rstrip("/") if step_path.endswith("/" + status.step_id) else None
+    if base is None:
+        return StepVerification(step_path, status.step_id, note=f"adopted; verify the output it points at: {points_at}")
+    target_path = f"{base}/{points_at}"
+    target = views.detail_of(target_path)
+    if target.row.state is Absent.NO_STATUS:
+        return StepVerification(step_path, status.step_id, problems=[Problem(
+            "missing", points_at, "the output it was adopted from: no status.json there")])
+    if target.status is not None and target.status.alias_of:  # adopt never writes one; following could loop
+        further = target.status.alias_of.get("output_rel")
+        return StepVerification(step_path, status.step_id, problems=[Problem(
+            "unverifiable", STATUS_FILE, f"adopted from {points_at}, itself adopted from {further}: adoption is "
+                                         f"one hop; adopt again with --from {further}")])
+    result = verify_one(fs, target_path, views, on_bytes)
+    how = ("verified the output it points at" if result.verified
+           else f"the output it points at: {result.note or 'see its problems'}")
+    result.note = f"adopted by {status.step_id}; {how}"
+    return result
 
 
 def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:

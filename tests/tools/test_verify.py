@@ -9,7 +9,7 @@ import pytest
 
 from executor.engine import outputs
 from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
-from executor.tools.verify import verify_path
+from executor.tools.verify import verify_path, verify_step
 
 from .toy import run_main
 
@@ -84,3 +84,15 @@ def test_verify_shows_progress_while_hashing(ran_toy, monkeypatch):
     assert code == 0, out
     assert "[verify (" in out and " hashed)]" in out  # while a step's files are hashed
     assert "4/4 steps (100%)" in out
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs"])
+def test_verify_step_where_the_bucket_is_gone_reports_every_file_missing(backend, request):
+    emulator = request.getfixturevalue(f"{backend}_emulator")
+    options = dict(emulator.storage_options)
+    fs = outputs.filesystem(emulator.fresh_prefix("verify"), options)
+    record = {"step_id": "s/x-000000000001", "manifest": [
+        {"path": "a.bin", "size": 1, "checksum": {"algorithm": "sha256", "value": "0" * 64}}]}
+    gone = f"{backend if backend == 's3' else 'gs'}://no-such-bucket-stepgraph/s/x-000000000001"  # listing it fails
+    result = verify_step(fs, gone, record)
+    assert [(p.kind, p.file, p.detail) for p in result.problems] == [("missing", "a.bin", "recorded 1 bytes")]

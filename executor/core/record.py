@@ -129,9 +129,27 @@ def parse_status(data: bytes, where: str, owners: dict[tuple, Owner] | None = No
 
 def parse_record(data: bytes, where: str) -> dict[str, Any]:
     """A step's record.json, checked: a JSON object of a schema this executor reads, with the fields
-    every tool relies on. Anything else is a StatusError naming the file; the file is left alone."""
-    return _parse_versioned(data, where, "record", RECORD_SCHEMA, ("step_id", "digest", "name"),
-                            "Re-run the step with --force-run to rewrite it.")
+    every tool relies on and a manifest (if any) of entries that name their path. Anything else is a
+    StatusError naming the file; the file is left alone."""
+    fix = "Re-run the step with --force-run to rewrite it."
+    record = _parse_versioned(data, where, "record", RECORD_SCHEMA, ("step_id", "digest", "name"), fix)
+    damage = _manifest_damage(record.get("manifest"))
+    if damage:
+        problem = f"corrupt record: {damage}"
+        raise StatusError(f"{where}: {problem}; it was left untouched. {fix}", problem)
+    return record
+
+
+def _manifest_damage(manifest: Any) -> str | None:
+    """Why a record's manifest cannot be read (verify and the output digest key its entries by path)."""
+    if manifest is None:
+        return None
+    if not isinstance(manifest, list):
+        return f"its manifest is a {type(manifest).__name__}, not a list of files"
+    for number, entry in enumerate(manifest):
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            return f"manifest entry {number} names no path: {json.dumps(entry)[:80]}"
+    return None
 
 
 def parse_run_file(data: bytes, where: str) -> dict[str, Any]:

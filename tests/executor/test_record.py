@@ -63,6 +63,21 @@ def test_records_and_run_files_are_checked_before_any_tool_reads_them(parse, kin
         parse(json.dumps({"schema": 1, **{k: v for k, v in fields.items() if k != first}}).encode(), "f")
 
 
+@pytest.mark.parametrize("manifest, damage", [
+    ({"a.txt": {}}, "its manifest is a dict, not a list of files"),
+    ([{"path": "a.txt"}, {"size": 3}], 'manifest entry 1 names no path: {"size": 3}'),
+    ([{"path": 7}], 'manifest entry 0 names no path: {"path": 7}'),
+    (["a.txt"], 'manifest entry 0 names no path: "a.txt"'),
+])
+def test_a_record_whose_manifest_names_no_path_is_refused_naming_the_entry(manifest, damage):
+    fields = {"schema": 1, "step_id": "s-1", "digest": "d", "name": "s"}
+    assert parse_record(json.dumps({**fields, "manifest": [{"path": "a.txt", "size": 3}]}).encode(), "f")
+    with pytest.raises(StatusError) as info:
+        parse_record(json.dumps({**fields, "manifest": manifest}).encode(), "f")
+    assert str(info.value) == (f"f: corrupt record: {damage}; it was left untouched. "
+                               "Re-run the step with --force-run to rewrite it.")
+
+
 def test_an_outputs_digest_does_not_depend_on_the_order_of_a_checksums_keys():
     one = output_digest([{"path": "a", "checksum": {"md5": "x", "size": 1}}])
     assert one == output_digest([{"path": "a", "checksum": {"size": 1, "md5": "x"}}])

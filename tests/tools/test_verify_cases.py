@@ -56,14 +56,18 @@ def test_each_kind_of_step_directory(tmp_path):
     (prefix / record_key("s/lowerdigest-000000000009")).write_text(json.dumps({**record, "digest": "0" * 64}))
     _completed_step(str(prefix), {}, "s/badrecord-000000000008", {"d.txt": b"d"})
     (prefix / record_key("s/badrecord-000000000008")).write_text("{not json")
+    _completed_step(str(prefix), {}, "s/nopath-00000000000a", {"e.txt": b"e"})
+    record = json.loads((prefix / record_key("s/nopath-00000000000a")).read_text())
+    (prefix / record_key("s/nopath-00000000000a")).write_text(json.dumps({**record, "manifest": [{"size": 1}]}))
     (prefix / "runs").mkdir()
     (prefix / "runs/.executor").mkdir()  # history is no step, whatever it holds
     (prefix / "runs/.executor/status.json").write_text("{}")
 
     results = _by_path(verify_path(str(prefix)))
     assert sorted(results) == ["s/badrecord-000000000008", "s/failed-000000000004", "s/good-000000000001",
-                               "s/lowerdigest-000000000009", "s/norecord-000000000006", "s/otherdigest-000000000007",
-                               "s/running-000000000003", "s/torn-000000000005", "s/unfinished-000000000002"]
+                               "s/lowerdigest-000000000009", "s/nopath-00000000000a", "s/norecord-000000000006",
+                               "s/otherdigest-000000000007", "s/running-000000000003", "s/torn-000000000005",
+                               "s/unfinished-000000000002"]
     good = results["s/good-000000000001"]
     assert good.ok and good.verified and good.files == 2 and good.step_id == "s/good-000000000001"
     assert results["s/unfinished-000000000002"].note == "no status.json: not a completed step; skipped"
@@ -76,7 +80,8 @@ def test_each_kind_of_step_directory(tmp_path):
                              ("s/norecord-000000000006", "missing", ".executor/record.json"),
                              ("s/otherdigest-000000000007", "changed", ".executor/record.json"),
                              ("s/lowerdigest-000000000009", "changed", ".executor/record.json"),
-                             ("s/badrecord-000000000008", "unverifiable", ".executor/record.json")):
+                             ("s/badrecord-000000000008", "unverifiable", ".executor/record.json"),
+                             ("s/nopath-00000000000a", "unverifiable", ".executor/record.json")):
         result = results[name]
         assert [(p.kind, p.file) for p in result.problems] == [(kind, file)], name
         assert not result.ok and not result.verified
@@ -84,6 +89,7 @@ def test_each_kind_of_step_directory(tmp_path):
     assert results["s/otherdigest-000000000007"].problems[0].detail == (
         f"record digest {'e' * 12}… does not match the status digest {'d' * 12}…")
     assert "status.json" in results["s/torn-000000000005"].problems[0].detail
+    assert "manifest entry 0 names no path" in results["s/nopath-00000000000a"].problems[0].detail
 
 
 def test_each_problem_with_a_file_says_what_changed(tmp_path):

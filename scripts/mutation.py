@@ -6,6 +6,9 @@
     scripts/mutation.sh --list                   # the targets and the tests each is scored against
     scripts/mutation.sh --show executor/engine/lease.py   # every mutant of a module, as equivalents list them
 
+While cosmic-ray runs, a line a minute says how many mutants have run and how they ended; Ctrl-C
+stops the run as --deadline does (what ran is scored and kept; a second Ctrl-C leaves at once).
+
 Each target is a set of modules and the tests that guard them. A full run stays affordable by
 running, per mutant, first only the tests that execute the mutated line (recorded once per target by
 a coverage run with test contexts), and all the target's tests only when those pass: the outcome is
@@ -39,17 +42,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
                                list_mutants, load_equivalents, reclassify, render_report, score_from_json,
-                               score_session, score_to_json, unsettled)
+                               score_session, score_to_json, session_progress, unsettled)
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tests" / "mutation" / "equivalent.json"
 # The modules that decide things, smallest runs first (`deciding` on the command line).
 DECIDING = ["graph", "lease", "record", "plan", "stores", "execute", "regions", "retry", "verify-gc", "identity",
             "location"]
+PROGRESS_EVERY_S = 60.0  # a line of how far cosmic-ray has got, while it runs
 SELECT_DIR = ".mutation"  # in the working copy: pristine modules, coverage, each target's selection config
 
 
@@ -162,28 +167,56 @@ def sample(session: Path, keep: int, seed: int) -> None:
                 db.set_result(job_id, WorkResult(output="not sampled", worker_outcome=WorkerOutcome.SKIPPED))
 
 
-def exec_until(command: list[str], work: Path, env: dict, deadline: float | None) -> bool:
-    """cosmic-ray exec; False if the deadline (time.monotonic()) came first, when it and the test run
-    it started are ended (the copy may then hold a mutant: it must not be used again)."""
-    proc = subprocess.Popen(command, cwd=work, env=env)
+def exec_until(command: list[str], work: Path, env: dict, should_stop: Callable[[], bool],
+               progress: Callable[[], str]) -> bool:
+    """cosmic-ray exec, printing `progress()` every PROGRESS_EVERY_S; False if `should_stop()` (the
+    deadline, or a Ctrl-C) came first, when it and the test run it started are ended (the copy may
+    then hold a mutant: it must not be used again). What ran so far is still scored."""
+    proc = subprocess.Popen(command, cwd=work, env=env, start_new_session=True)  # Ctrl-C is the main thread's
+    last_progress = time.monotonic()
     try:
-        proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        import psutil
-
-        tree = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
-        for p in tree:  # the test command runs in its own session: ending cosmic-ray alone leaves it
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        proc.wait()
-        return False
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if should_stop():
+                    return False
+                if time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+                    print(progress_line(progress), flush=True)
+                    last_progress = time.monotonic()
+    finally:
+        if proc.returncode is None:  # still running (never a pid the system may have given another)
+            end_tree(proc)
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, command)
     return True
 
 
+def progress_line(progress: Callable[[], str]) -> str:
+    try:
+        return progress()
+    except Exception as e:  # noqa: BLE001 - the session busy a moment, say: never a reason to end the run
+        return f"(no progress line this time: {type(e).__name__}: {e})"
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """Kill cosmic-ray and the test run it started (in a session of its own: ending cosmic-ray alone
+    would leave it)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    proc.wait()
+
+
 def run_target(target: Target, work: Path, keep: int | None, seed: int,
-               deadline: float | None = None) -> tuple[TargetScore, bool]:
+               should_stop: Callable[[], bool] = lambda: False) -> tuple[TargetScore, bool]:
     """The target's score, and whether its working copy is still clean (no deadline came mid-run)."""
     python = str(work / ".venv" / "bin" / "python")
     baseline = run_baseline(target, work, python)
@@ -202,7 +235,9 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int,
                    cwd=work, check=True, env=env)
     if keep is not None:
         sample(session, keep, seed)
-    clean = exec_until([*cr, "exec", str(config), str(session)], work, env, deadline)
+    started = time.monotonic()
+    clean = exec_until([*cr, "exec", str(config), str(session)], work, env, should_stop,
+                       lambda: session_progress(target.name, session, time.monotonic() - started))
     score = score_session(target, baseline, session, load_equivalents(EQUIVALENTS))
     score.seconds, score.coverage_seconds, score.covered_lines = time.monotonic() - start, coverage_s, covered_lines
     return score, clean
@@ -223,6 +258,11 @@ def copy_tree(dest: Path, rev: str | None) -> None:
             shutil.copy2(src, dest / rel)
 
 
+def should_stop(args: argparse.Namespace) -> bool:
+    """The run's deadline has come, or a Ctrl-C asked to stop."""
+    return args.stop.is_set() or (args.deadline_at is not None and time.monotonic() >= args.deadline_at)
+
+
 def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Namespace, finished) -> None:
     """One worker: its own working copy (a mutant is a file changed in place, so two targets never
     share one), taking targets from the queue in order."""
@@ -234,10 +274,10 @@ def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Names
                        env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
         while True:
             with lock:
-                if not queue or (args.deadline_at is not None and time.monotonic() >= args.deadline_at):
+                if not queue or should_stop(args):
                     return
                 target = queue.pop(0)
-            score, clean = run_target(target, work, args.sample, args.seed, args.deadline_at)
+            score, clean = run_target(target, work, args.sample, args.seed, lambda: should_stop(args))
             finished(score)
             if not clean:
                 return
@@ -297,8 +337,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report", type=Path, default=None,
                         help="write the Markdown report here (rewritten after each target)")
     parser.add_argument("--deadline", type=float, default=None, metavar="MINUTES",
-                        help="stop after this long: the running targets are scored as far as they got "
-                             "(marked in the report), targets not started are left out")
+                        help="stop after this long (or at a Ctrl-C): the running targets are scored as far "
+                             "as they got (marked in the report), targets not started are left out")
     parser.add_argument("--results", type=Path, default=ROOT / "tests" / "mutation" / "results",
                         help="each target's result is kept here as JSON; --report renders all of them")
     parser.add_argument("--render", action="store_true",
@@ -312,6 +352,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
     args = parser.parse_args(argv)
     args.deadline_at = None if args.deadline is None else time.monotonic() + 60 * args.deadline
+    args.stop = threading.Event()  # set by a Ctrl-C
     args.targets = [n for name in args.targets for n in (DECIDING if name == "deciding" else [name])]
     unknown = [n for n in args.targets if n not in {t.name for t in TARGETS}]
     if unknown:
@@ -355,8 +396,16 @@ def main(argv: list[str] | None = None) -> int:
 
     queue = list(chosen)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for f in [pool.submit(work_through, queue, done, args, finished) for _ in range(args.jobs)]:
-            f.result()
+        workers: list[concurrent.futures.Future] = []
+        try:
+            workers += [pool.submit(work_through, queue, done, args, finished) for _ in range(args.jobs)]
+            for f in workers:
+                f.result()
+        except KeyboardInterrupt:  # as a deadline: what ran is scored, the targets not started are left out
+            args.stop.set()
+            print("interrupted: scoring the mutants run so far (Ctrl-C again to leave at once)", flush=True)
+            for f in workers:
+                f.result()
     scores_in_order = [scores[t.name] for t in chosen if t.name in scores]
     print(render_report(scores_in_order, sampled=args.sample))
     if args.strict:

@@ -185,6 +185,19 @@ def score_session(target: Target, baseline: Baseline, session: Path, equivalents
     return score
 
 
+def session_progress(name: str, session: Path, seconds: float) -> str:
+    """One progress line from cosmic-ray's session database, read while its exec writes it."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        total = db.num_work_items
+        counts = Counter(classify(str(r.worker_outcome.value), r.test_outcome.value if r.test_outcome else None,
+                                  r.output) for _, r in db.results)
+    to_run = total - counts.pop(Outcome.SKIPPED, 0)
+    so_far = ", ".join(f"{n} {o.value}" for o, n in counts.items())
+    return f"{name}: {sum(counts.values())} of {to_run} mutants run ({so_far or 'none yet'}), {seconds / 60:.0f} min"
+
+
 def render_report(scores: list[TargetScore], sampled: int | None) -> str:
     kind = f"a seeded sample of {sampled} mutants per target" if sampled else "every mutant (a full run)"
     lines = [f"# Mutation report: {kind}", "",

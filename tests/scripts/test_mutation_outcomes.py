@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from mutation_outcomes import (TARGETS, Baseline, Mutant, Outcome, Target, TargetScore, classify, list_mutants,  # noqa: E402
                                load_equivalents, reclassify, render_report, score_from_json, score_session,
-                               score_to_json, unsettled)
+                               score_to_json, session_progress, unsettled)
 
 EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
 
@@ -73,6 +73,85 @@ def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_pa
     assert reclassify(kept, [equivalent]) == kept  # judged again against the same list: the same
     unlisted = reclassify(kept, []).counts()  # its equivalent taken off the list: a survivor again
     assert (unlisted[Outcome.SURVIVED], unlisted[Outcome.EQUIVALENT]) == (2, 0)
+
+
+def test_progress_counts_the_mutants_run_of_those_to_run_by_outcome(tmp_path):
+    module = tmp_path / "mod.py"
+    module.write_text("def f(a, b):\n    return a + b if a < b else a - b\n")
+    session = _session(tmp_path, module, {0: ("normal", "killed", "1 failed"), 1: ("normal", "killed", "timeout"),
+                                          2: ("normal", "survived", "ok"), 3: ("skipped", None, "filtered")})
+    from cosmic_ray.work_db import WorkDB, use_db
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        to_run = db.num_work_items - 1  # the skipped one is not to run
+    assert session_progress("toy", session, 150.0) == (
+        f"toy: 3 of {to_run} mutants run (1 killed, 1 timed out, 1 survived), 2 min")
+
+
+def test_a_run_stopped_by_its_deadline_or_a_ctrl_c_ends_cosmic_ray_and_the_tests_it_started(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """exec_until: progress lines while it runs; at should_stop() the whole process tree is ended
+    (the test command runs in a session of its own) and False says the copy may hold a mutant."""
+    import time
+
+    import mutation
+    import psutil
+
+    monkeypatch.setattr(mutation, "PROGRESS_EVERY_S", 0.5)
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
+              f"time.sleep(120)'], start_new_session=True); open({str(pid_file)!r}, 'w').write(str(p.pid)); "
+              "time.sleep(120)")
+    stop_at = time.monotonic() + 3
+    assert mutation.exec_until([sys.executable, "-c", script], tmp_path, {}, lambda: time.monotonic() > stop_at,
+                               lambda: "toy: still going") is False
+    assert time.monotonic() - stop_at < 5
+    assert "toy: still going" in capsys.readouterr().out
+    grandchild = int(pid_file.read_text())
+
+    def gone() -> bool:  # killed: no longer there, or a zombie its new parent has not reaped yet
+        try:
+            return psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    give_up = time.monotonic() + 5  # SIGKILL is delivered asynchronously
+    while not gone() and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert gone()
+    assert mutation.exec_until([sys.executable, "-c", "pass"], tmp_path, {}, lambda: False, str) is True
+
+
+CTRL_C_DRIVER = """
+import sys, time
+sys.path.insert(0, "scripts")
+import mutation
+
+def worker(queue, lock, args, finished):  # stands in for a worker scoring its targets
+    print("started", flush=True)
+    while not mutation.should_stop(args):
+        time.sleep(0.01)
+    print("stopped", flush=True)
+
+mutation.work_through = worker
+sys.exit(mutation.main(["--jobs", "2", "--results", sys.argv[1], "graph", "lease"]))
+"""
+
+
+def test_a_ctrl_c_stops_every_worker_as_a_deadline_does(tmp_path):
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_DRIVER, str(tmp_path)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert [proc.stdout.readline().strip() for _ in range(2)] == ["started", "started"]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    assert out.count("stopped") == 2 and "interrupted: scoring the mutants run so far" in out
 
 
 def test_a_target_settles_only_with_every_mutant_killed_or_listed_and_a_trusted_baseline():

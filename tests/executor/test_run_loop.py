@@ -1,21 +1,28 @@
 """What the run loop promises each step, on the inline runner (found unguarded by mutation testing of
 executor/engine/execute.py, scripts/mutation.sh): its declared timeout, its user retries (as many as
 declared, no more), the seconds its end reports, a record that lists runner tries only when the
-runner made some, and a commit the store refuses failing that step alone, not the run."""
+runner made some, a commit the store refuses failing that step alone, not the run, and an error of
+the runner itself ending the run honestly (every running step failed with the reason, its lease
+released, the error in the result)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import executor
-from executor import ExecutorStep, Resources, this_output_path
+from executor import ExecutorStep, Resources, output_path_of, this_output_path
 from executor.core.outcome import Outcome
-from executor.engine import location
-from executor.engine.events import StepFinished
+from executor.engine import execute, location
+from executor.engine.events import LogLine, StepFinished
+from executor.engine.runner import factory
 from executor.engine.store import StoreError
 
 
@@ -60,6 +67,25 @@ def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path):
     assert took < 20, f"the run took {took:.1f}s: the step was not cancelled at its timeout"
 
 
+def run_context_with(monkeypatch, **fields) -> None:
+    """The run loop's context with `fields` in place of the defaults executor.api leaves to it (its
+    clock, its poll interval): executor.api builds its RunContext from executor.engine.execute."""
+    monkeypatch.setattr(execute, "RunContext", functools.partial(execute.RunContext, **fields))
+
+
+@pytest.mark.parametrize("elapsed, ends", [(2.0, Outcome.SUCCEEDED), (2.001, Outcome.FAILED)])
+def test_a_step_times_out_only_once_past_its_timeout(tmp_path, monkeypatch, elapsed, ends):
+    """docs/cli.md: a step that ran *past* Resources(timeout_s) fails; at exactly timeout_s it has
+    not. The loop's clock reads 0 when the step starts and `elapsed` at every check after; it checks
+    every 0.05 s, so several times while the step naps."""
+    readings = iter([0.0])
+    run_context_with(monkeypatch, clock=lambda: next(readings, elapsed), poll_s=0.05)
+    step = ExecutorStep("timed", nap, Nap(this_output_path(), 0.5), resources=Resources(timeout_s=2))
+    [report] = executor.run([step], prefix=str(tmp_path), runner="inline").steps
+    assert report.status == ends, report
+    assert report.error == (None if ends == Outcome.SUCCEEDED else "timed out after 2s (resources.timeout_s)")
+
+
 def test_user_errors_are_retried_as_many_times_as_declared(tmp_path):
     calls = tmp_path / "calls"
     step = ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), str(calls), failures=2),
@@ -100,6 +126,29 @@ def test_a_record_lists_runner_tries_only_when_the_runner_made_some(tmp_path):
     assert "attempts" not in json.loads(record.read_text())["extra"]
 
 
+@dataclass(frozen=True)
+class After:
+    output_path: Any
+    upstream: Any
+
+
+def never_runs(config: After) -> dict:
+    raise AssertionError("a step blocked by a failure ran")
+
+
+def test_a_run_ends_on_the_pass_its_last_steps_end_without_idling(tmp_path, monkeypatch):
+    """A failure blocks its dependent on the next pass, which leaves nothing to wait on: the run
+    returns then. The loop idles a poll interval only while no step of its own runs and some step
+    is left to wait on (here, none ever: the one step runs until it fails)."""
+    idled: list[float] = []
+    monkeypatch.setattr(execute, "time", SimpleNamespace(sleep=lambda s: (idled.append(s), time.sleep(s))))
+    fails = ExecutorStep("fails", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1))
+    blocked = ExecutorStep("blocked", never_runs, After(this_output_path(), output_path_of(fails)))
+    result = executor.run([blocked], prefix=str(tmp_path / "prefix"), runner="inline")
+    assert statuses(result) == {"fails": Outcome.FAILED, "blocked": Outcome.BLOCKED}
+    assert idled == [], f"the loop idled {idled} with nothing left to wait on"
+
+
 class RefusesSuccess:
     """A store that refuses (permanently) to commit a SUCCESS status of one step."""
 
@@ -128,3 +177,41 @@ def test_a_commit_the_store_refuses_fails_that_step_not_the_run(tmp_path, monkey
     assert refused.error.startswith("could not commit: StoreError: scripted:"), refused.error
     [status] = tmp_path.glob("refused-*/.executor/status.json")
     assert json.loads(status.read_text())["state"] == "FAILED"
+
+
+class WaitBreaks:
+    """The inline runner, but its wait raises (as a Ray runner that lost its cluster would)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def wait(self, handles, timeout: float) -> list:
+        raise RuntimeError("scripted: the runner lost its cluster")
+
+
+def test_an_error_of_the_runner_itself_fails_the_running_steps_and_releases_their_leases(tmp_path, monkeypatch):
+    """The loop does not crash out leaving a lease RUNNING: the running step ends FAILED with the
+    reason (in the result and in its status), the step the run never reached stays pending, the
+    result carries the error (exit code 1) and a warning says the runner itself broke."""
+    new_runner = factory.new_runner
+    monkeypatch.setattr(factory, "new_runner", lambda *a, **kw: WaitBreaks(new_runner(*a, **kw)))
+    steps = [ExecutorStep("long", nap, Nap(this_output_path(), 60.0)),
+             ExecutorStep("later", nap, Nap(this_output_path(), 0.0))]
+    seen: list[Any] = []
+    started = time.monotonic()
+    result = executor.run(steps, prefix=str(tmp_path), runner="inline", max_concurrent=1, subscribers=[seen.append])
+    took = time.monotonic() - started
+    error = "RuntimeError: scripted: the runner lost its cluster"
+    assert result.runner_error == error and result.exit_code == 1 and not result.interrupted
+    assert LogLine("warning", f"the run stopped on an error of the runner itself: {error}") in seen, seen
+    assert statuses(result) == {"long": Outcome.FAILED, "later": Outcome.PENDING}
+    [long] = [s for s in result.steps if s.name == "long"]
+    assert long.error == f"runner error: {error}", long.error
+    [status] = tmp_path.glob("long-*/.executor/status.json")
+    assert json.loads(status.read_text())["state"] == "FAILED"
+    assert json.loads(status.read_text())["error"] == f"runner error: {error}"
+    assert not list(tmp_path.glob("later-*/.executor/status.json"))
+    assert took < 30, f"the run took {took:.1f}s: the running step was not cancelled"

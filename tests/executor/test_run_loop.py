@@ -86,6 +86,23 @@ def test_a_step_times_out_only_once_past_its_timeout(tmp_path, monkeypatch, elap
     assert report.error == (None if ends == Outcome.SUCCEEDED else "timed out after 2s (resources.timeout_s)")
 
 
+def test_a_failure_is_final_the_loop_does_not_time_out_a_step_that_ended(tmp_path, monkeypatch):
+    """A step that failed on its own keeps its reason, in the result and its status: the loop
+    polices running steps only (the loop's clock here jumps far past the step's timeout the moment
+    its end is reported, and the run's last pass still polices once after it)."""
+    ends: list[StepFinished] = []
+    run_context_with(monkeypatch, clock=lambda: 10.0 if ends else 0.0, poll_s=0.05)
+    step = ExecutorStep("fails", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1),
+                        resources=Resources(timeout_s=2))
+    result = executor.run([step], prefix=str(tmp_path / "prefix"), runner="inline",
+                          subscribers=[lambda e: ends.append(e) if isinstance(e, StepFinished) else None])
+    [report] = result.steps
+    assert report.status == Outcome.FAILED and report.error == "ValueError: call 1 fails on purpose", report
+    assert [e.error for e in ends] == ["ValueError: call 1 fails on purpose"]
+    [status] = (tmp_path / "prefix").glob("fails-*/.executor/status.json")
+    assert json.loads(status.read_text())["error"] == "ValueError: call 1 fails on purpose"
+
+
 def test_user_errors_are_retried_as_many_times_as_declared(tmp_path):
     calls = tmp_path / "calls"
     step = ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), str(calls), failures=2),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ import pytest
 import executor
 from executor import ExecutorStep, Resources, output_path_of, this_output_path
 from executor.core.outcome import Outcome
-from executor.engine import execute, location
+from executor.engine import execute, location, signals
 from executor.engine.events import LogLine, StepFinished
 from executor.engine.runner import factory
 from executor.engine.store import StoreError
@@ -196,39 +197,117 @@ def test_a_commit_the_store_refuses_fails_that_step_not_the_run(tmp_path, monkey
     assert json.loads(status.read_text())["state"] == "FAILED"
 
 
-class WaitBreaks:
-    """The inline runner, but its wait raises (as a Ray runner that lost its cluster would)."""
+class Cancels:
+    """A step's handle that notes each cancel and the step's stored state at that moment; the
+    first one raises when `refuse_first` (a runner whose cancel path crashes, as Ray's can)."""
 
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self, inner, seen: list[tuple[str, str]], refuse_first: bool):
+        self.inner, self.seen, self.refuse_first = inner, seen, refuse_first
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def cancel(self) -> None:
+        [status] = Path(self.inner.call.output_path).glob(".executor/status.json")
+        self.seen.append((Path(self.inner.call.output_path).name.split("-")[0], json.loads(status.read_text())["state"]))
+        if self.refuse_first and len(self.seen) == 1:
+            raise RuntimeError("scripted: cancel crashed")
+        self.inner.cancel()
+
+
+class WaitBreaks:
+    """The inline runner, but its wait raises `error` (as a Ray runner that lost its cluster
+    would, or as Ctrl-C lands while the loop waits); its handles note their cancels in `cancels`."""
+
+    def __init__(self, inner, error: BaseException, refuse_first_cancel: bool = False):
+        self.inner, self.error, self.refuse_first_cancel = inner, error, refuse_first_cancel
+        self.cancels: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def submit(self, call) -> Cancels:
+        return Cancels(self.inner.submit(call), self.cancels, self.refuse_first_cancel)
+
     def wait(self, handles, timeout: float) -> list:
-        raise RuntimeError("scripted: the runner lost its cluster")
+        raise self.error
+
+
+def breaking_runner(monkeypatch, error: BaseException, refuse_first_cancel: bool = False) -> list[WaitBreaks]:
+    """Every runner the run makes is a WaitBreaks (listed, to read their cancels)."""
+    made: list[WaitBreaks] = []
+    new_runner = factory.new_runner
+
+    def make(*args, **kwargs) -> WaitBreaks:
+        made.append(WaitBreaks(new_runner(*args, **kwargs), error, refuse_first_cancel))
+        return made[-1]
+
+    monkeypatch.setattr(factory, "new_runner", make)
+    return made
+
+
+def stored(prefix: Path, name: str) -> dict | None:
+    found = list(prefix.glob(f"{name}-*/.executor/status.json"))
+    return json.loads(found[0].read_text()) if found else None
+
+
+def two_running_one_waiting() -> list[ExecutorStep]:
+    """Started in declaration order under max_concurrent=2: `one` and `two` run, `later` waits."""
+    return [ExecutorStep("one", nap, Nap(this_output_path(), 60.0)), ExecutorStep("two", nap, Nap(this_output_path(), 60.0)),
+            ExecutorStep("later", nap, Nap(this_output_path(), 0.0))]
 
 
 def test_an_error_of_the_runner_itself_fails_the_running_steps_and_releases_their_leases(tmp_path, monkeypatch):
-    """The loop does not crash out leaving a lease RUNNING: the running step ends FAILED with the
-    reason (in the result and in its status), the step the run never reached stays pending, the
-    result carries the error (exit code 1) and a warning says the runner itself broke."""
-    new_runner = factory.new_runner
-    monkeypatch.setattr(factory, "new_runner", lambda *a, **kw: WaitBreaks(new_runner(*a, **kw)))
-    steps = [ExecutorStep("long", nap, Nap(this_output_path(), 60.0)),
-             ExecutorStep("later", nap, Nap(this_output_path(), 0.0))]
+    """The loop does not crash out leaving a lease RUNNING: each running step ends FAILED with the
+    reason (cut at 500 characters; in the result and in its status, written before its task is
+    cancelled), each task is cancelled even when cancelling one crashes, the step the run never
+    reached stays pending, the result carries the whole error (exit code 1) and a warning says the
+    runner itself broke."""
+    error = "RuntimeError: scripted: the runner lost its cluster" + " (details)" * 60
+    made = breaking_runner(monkeypatch, RuntimeError(error.split(": ", 1)[1]), refuse_first_cancel=True)
     seen: list[Any] = []
     started = time.monotonic()
-    result = executor.run(steps, prefix=str(tmp_path), runner="inline", max_concurrent=1, subscribers=[seen.append])
+    result = executor.run(two_running_one_waiting(), prefix=str(tmp_path), runner="inline", max_concurrent=2,
+                          subscribers=[seen.append])
     took = time.monotonic() - started
-    error = "RuntimeError: scripted: the runner lost its cluster"
     assert result.runner_error == error and result.exit_code == 1 and not result.interrupted
     assert LogLine("warning", f"the run stopped on an error of the runner itself: {error}") in seen, seen
-    assert statuses(result) == {"long": Outcome.FAILED, "later": Outcome.PENDING}
-    [long] = [s for s in result.steps if s.name == "long"]
-    assert long.error == f"runner error: {error}", long.error
-    [status] = tmp_path.glob("long-*/.executor/status.json")
-    assert json.loads(status.read_text())["state"] == "FAILED"
-    assert json.loads(status.read_text())["error"] == f"runner error: {error}"
-    assert not list(tmp_path.glob("later-*/.executor/status.json"))
-    assert took < 30, f"the run took {took:.1f}s: the running step was not cancelled"
+    assert statuses(result) == {"one": Outcome.FAILED, "two": Outcome.FAILED, "later": Outcome.PENDING}
+    reason = f"runner error: {error}"[:500]
+    assert len(reason) == 500 and {s.error for s in result.steps if s.name != "later"} == {reason}
+    assert stored(tmp_path, "one")["state"] == stored(tmp_path, "two")["state"] == "FAILED"
+    assert stored(tmp_path, "one")["error"] == stored(tmp_path, "two")["error"] == reason
+    assert stored(tmp_path, "later") is None
+    [runner] = made
+    assert runner.cancels == [("one", "FAILED"), ("two", "FAILED")], runner.cancels
+    assert took < 30, f"the run took {took:.1f}s: the running steps were not stopped"
+
+
+@pytest.mark.parametrize("signal_error, reason, exit_code", [
+    (KeyboardInterrupt(), "interrupted (Ctrl-C)", 130),
+    (signals.Interrupted(signal.SIGTERM), "terminated (SIGTERM)", 143)])
+def test_an_interrupt_fails_the_running_steps_with_its_reason_and_releases_their_leases(
+        tmp_path, monkeypatch, signal_error, reason, exit_code):
+    """Ctrl-C or SIGTERM while the loop waits: the run returns interrupted (exit code 128 + the
+    signal), each running step FAILED with the signal's reason, stored before its task is cancelled."""
+    made = breaking_runner(monkeypatch, signal_error)
+    try:
+        result = executor.run(two_running_one_waiting(), prefix=str(tmp_path), runner="inline", max_concurrent=2)
+    except KeyboardInterrupt as e:  # failed here: escaping, it would stop pytest itself
+        pytest.fail(f"the interrupt escaped the run: {e!r}")
+    assert result.interrupted and result.exit_code == exit_code and result.runner_error is None
+    assert statuses(result) == {"one": Outcome.FAILED, "two": Outcome.FAILED, "later": Outcome.PENDING}
+    assert {s.error for s in result.steps if s.name != "later"} == {reason}
+    assert stored(tmp_path, "one")["error"] == stored(tmp_path, "two")["error"] == reason
+    [runner] = made
+    assert runner.cancels == [("one", "FAILED"), ("two", "FAILED")], runner.cancels
+
+
+def test_an_exit_raised_in_the_loop_propagates_after_the_leases_are_released(tmp_path, monkeypatch):
+    """SystemExit (and the like) is not swallowed, but no lease is left RUNNING behind it."""
+    breaking_runner(monkeypatch, SystemExit(3))
+    with pytest.raises(SystemExit):
+        executor.run(two_running_one_waiting(), prefix=str(tmp_path), runner="inline", max_concurrent=2)
+    for name in ("one", "two"):
+        assert stored(tmp_path, name)["state"] == "FAILED", name
+        assert stored(tmp_path, name)["error"] == "the run stopped: SystemExit: 3"

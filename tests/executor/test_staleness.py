@@ -89,3 +89,18 @@ def test_a_later_plan_reruns_what_a_partial_run_left_stale(tmp_path, monkeypatch
     assert go(tmp_path) == 0
     assert text(tmp_path, "c") == "c<b<a<v2>>>"
     assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 2, "side": 1}
+
+
+def test_a_dependency_committed_before_content_tracking_is_trusted_not_recorded_as_consumed(tmp_path):
+    """A dependency whose status has no content digest (written before content tracking) gives its
+    dependent nothing to compare: the dependent run on it records no input for it (not a null one)
+    and is not re-run as stale when that dependency is re-run later."""
+    assert go(tmp_path) == 0
+    [a_status] = tmp_path.glob("stale/a-*/.executor/status.json")
+    old = {k: v for k, v in json.loads(a_status.read_text()).items() if k != "content_sha256"}
+    a_status.write_text(json.dumps(old))
+    assert go(tmp_path, "--force-run", "stale/b") == 0
+    b = parse_status(next(tmp_path.glob("stale/b-*/.executor/status.json")).read_bytes(), "b")
+    assert old["digest"] not in (b.inputs or {}), b.inputs
+    assert go(tmp_path, "--force-run", "stale/a") == 0  # the same bytes again, now with their digest
+    assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 1, "side": 1}

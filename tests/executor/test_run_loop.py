@@ -22,7 +22,7 @@ import executor
 from executor import ExecutorStep, Resources, output_path_of, this_output_path
 from executor.core.outcome import Outcome
 from executor.engine import execute, location, signals
-from executor.engine.events import LogLine, StepFinished
+from executor.engine.events import LogLine, StepFinished, StepStarted
 from executor.engine.runner import factory
 from executor.engine.store import StoreError
 
@@ -165,6 +165,24 @@ def test_a_run_ends_on_the_pass_its_last_steps_end_without_idling(tmp_path, monk
     result = executor.run([blocked], prefix=str(tmp_path / "prefix"), runner="inline")
     assert statuses(result) == {"fails": Outcome.FAILED, "blocked": Outcome.BLOCKED}
     assert idled == [], f"the loop idled {idled} with nothing left to wait on"
+
+
+def test_a_start_says_takeover_only_when_it_took_over_another_runners_lease(tmp_path):
+    """A new step, a retried failure and a forced re-run start under leases this run took over
+    nothing for: their StepStarted says takeover=False (a real takeover saying True:
+    leases/test_record_fencing.py)."""
+    prefix = str(tmp_path / "prefix")
+    steps = [ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1)),
+             ExecutorStep("nap", nap, Nap(this_output_path(), 0.0))]
+
+    def starts(**options) -> list[tuple[str, int, bool]]:
+        seen: list[Any] = []
+        executor.run(steps, prefix=prefix, runner="inline", subscribers=[seen.append], **options)
+        return sorted((e.name, e.attempt, e.takeover) for e in seen if isinstance(e, StepStarted))
+
+    assert starts() == [("flaky", 1, False), ("nap", 1, False)]  # new; flaky fails
+    assert starts() == [("flaky", 2, False)]  # the failure retried
+    assert starts(force_run="^nap$") == [("nap", 2, False)]  # forced
 
 
 class RefusesSuccess:

@@ -3,23 +3,25 @@ executor/engine/execute.py, scripts/mutation.sh): its declared timeout, its user
 declared, no more), the seconds its end reports, a record that lists runner tries only when the
 runner made some, a commit the store refuses failing that step alone, not the run, and an error of
 the runner itself ending the run honestly (every running step failed with the reason, its lease
-released, the error in the result)."""
+released, the error in the result), and the record's config as JSON."""
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
+import math
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import executor
-from executor import ExecutorStep, Resources, output_path_of, this_output_path
+from executor import ExecutorStep, Resources, output_path_of, secret, this_output_path
 from executor.core.outcome import Outcome
 from executor.engine import execute, location, signals
 from executor.engine.events import LogLine, StepFinished, StepStarted
@@ -183,6 +185,54 @@ def test_a_start_says_takeover_only_when_it_took_over_another_runners_lease(tmp_
     assert starts() == [("flaky", 1, False), ("nap", 1, False)]  # new; flaky fails
     assert starts() == [("flaky", 2, False)]  # the failure retried
     assert starts(force_run="^nap$") == [("nap", 2, False)]  # forced
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+class Mode(enum.StrEnum):
+    FAST = "fast"
+
+
+@dataclass(frozen=True)
+class Inner:
+    share: float
+
+
+@dataclass(frozen=True)
+class Recorded:
+    output_path: Any
+    share: float = 0.5
+    limit: float = math.inf
+    nothing: Any = None
+    flag: bool = True
+    count: int = 3
+    color: Color = Color.RED
+    mode: Mode = Mode.FAST
+    where: PurePosixPath = PurePosixPath("/data/in")
+    table: dict = field(default_factory=lambda: {"k": 2.5, "inner": Inner(0.125)})
+    items: tuple = (1, "a", 0.75)
+    inner: Inner = Inner(0.25)
+    token: str = secret("hunter2")
+
+
+def test_a_record_holds_the_resolved_config_as_json_without_its_secrets(tmp_path):
+    """The record's config is the config the step ran with: the real output path, floats as JSON
+    numbers (non-finite ones as proto3-JSON strings), an Enum by its name, a str or int subclass
+    (a StrEnum) by its value, other leaves (a path) as text, dataclasses and dicts as objects,
+    tuples as lists; a secret field is left out."""
+    assert executor.run([ExecutorStep("recorded", nap_recorded, Recorded(this_output_path()))], prefix=str(tmp_path),
+                        runner="inline").ok
+    [record] = tmp_path.glob("recorded-*/.executor/record.json")
+    assert json.loads(record.read_text())["config"] == {
+        "output_path": str(record.parent.parent), "share": 0.5, "limit": "Infinity", "nothing": None, "flag": True,
+        "count": 3, "color": "RED", "mode": "fast", "where": "/data/in", "table": {"k": 2.5, "inner": {"share": 0.125}},
+        "items": [1, "a", 0.75], "inner": {"share": 0.25}}
+
+
+def nap_recorded(config: Recorded) -> dict:
+    return {}
 
 
 class RefusesSuccess:

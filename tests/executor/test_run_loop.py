@@ -61,12 +61,15 @@ def statuses(result) -> dict[str, Outcome]:
 
 
 def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path):
-    step = ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=1))
+    """Policed while it runs, whatever steps before it have ended (`quick` is tracked first)."""
+    steps = [ExecutorStep("quick", nap, Nap(this_output_path(), 0.0)),
+             ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=1))]
     started = time.monotonic()
-    result = executor.run([step], prefix=str(tmp_path), runner="inline")
+    result = executor.run(steps, prefix=str(tmp_path), runner="inline")
     took = time.monotonic() - started
-    [report] = result.steps
-    assert report.status == Outcome.FAILED and report.error == "timed out after 1s (resources.timeout_s)", report
+    [quick, sleepy] = result.steps
+    assert quick.status == Outcome.SUCCEEDED, quick
+    assert sleepy.status == Outcome.FAILED and sleepy.error == "timed out after 1s (resources.timeout_s)", sleepy
     assert took < 20, f"the run took {took:.1f}s: the step was not cancelled at its timeout"
 
 
@@ -76,13 +79,13 @@ def run_context_with(monkeypatch, **fields) -> None:
     monkeypatch.setattr(execute, "RunContext", functools.partial(execute.RunContext, **fields))
 
 
-@pytest.mark.parametrize("elapsed, ends", [(2.0, Outcome.SUCCEEDED), (2.001, Outcome.FAILED)])
+@pytest.mark.parametrize("elapsed, ends", [(1.0, Outcome.SUCCEEDED), (2.0, Outcome.SUCCEEDED), (2.001, Outcome.FAILED)])
 def test_a_step_times_out_only_once_past_its_timeout(tmp_path, monkeypatch, elapsed, ends):
-    """docs/cli.md: a step that ran *past* Resources(timeout_s) fails; at exactly timeout_s it has
-    not. The loop's clock reads 0 when the step starts and `elapsed` at every check after; it checks
-    every 0.05 s, so several times while the step naps."""
-    readings = iter([0.0])
-    run_context_with(monkeypatch, clock=lambda: next(readings, elapsed), poll_s=0.05)
+    """docs/cli.md: a step that ran *past* Resources(timeout_s) fails; within it, or at exactly
+    timeout_s, it has not. The loop's clock reads 100 when the step starts and 100 + `elapsed` at
+    every check after; it checks every 0.05 s, so several times while the step naps."""
+    readings = iter([100.0])
+    run_context_with(monkeypatch, clock=lambda: next(readings, 100.0 + elapsed), poll_s=0.05)
     step = ExecutorStep("timed", nap, Nap(this_output_path(), 0.5), resources=Resources(timeout_s=2))
     [report] = executor.run([step], prefix=str(tmp_path), runner="inline").steps
     assert report.status == ends, report

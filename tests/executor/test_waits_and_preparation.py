@@ -89,9 +89,11 @@ def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over
     assert (Path(row["output_path"]) / "done.txt").read_text() == "ok"
 
 
-def test_a_step_another_runner_completes_while_this_run_waits_is_done_elsewhere(tmp_path, capsys):
+@pytest.mark.parametrize("adopted", [False, True])
+def test_a_step_another_runner_completes_while_this_run_waits_is_done_elsewhere(tmp_path, capsys, adopted):
     """The run waits on the other runner's lease and, when that runner commits, ends with the step
-    done elsewhere: not run here, and this run ends cleanly although it ran nothing itself."""
+    done elsewhere: not run here, and this run ends cleanly although it ran nothing itself. Its
+    report gives the committed output's path: the step's own, or the one it was adopted from."""
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     assert execute([step], tmp_path, "--dry-run", "--json") == 0
     [row] = json.loads(capsys.readouterr().out)["steps"]
@@ -103,12 +105,15 @@ def test_a_step_another_runner_completes_while_this_run_waits_is_done_elsewhere(
     def commit_when_waited_on(event) -> None:  # the other runner finishes while this run watches it
         if isinstance(event, StepWaiting):
             current = store.read(key)
-            done = running.next(state=State.SUCCESS, written_at=time.time())
+            done = running.next(state=State.SUCCESS, written_at=time.time(), alias_of=alias)
             assert store.replace_if_generation(key, done.to_bytes(), current.generation) is not None
 
+    alias = {"step_id": "held-0ld", "output_rel": "held-0ld", "reason": "same output", "declared_by": "t@h"}
+    alias = alias if adopted else None
     result = executor.run([step], prefix=str(tmp_path), runner="inline", subscribers=[commit_when_waited_on])
     [report] = result.steps
     assert result.ok and report.status == Outcome.SUCCEEDED and not report.ran_here, report
+    assert report.output_path == (str(tmp_path / "held-0ld") if adopted else row["output_path"]), report
     assert not (Path(row["output_path"]) / "done.txt").exists(), "this run ran the step itself"
 
 

@@ -173,17 +173,25 @@ def test_a_run_ends_on_the_pass_its_last_steps_end_without_idling(tmp_path, monk
 
 
 def test_a_start_says_takeover_only_when_it_took_over_another_runners_lease(tmp_path):
-    """A new step, a retried failure and a forced re-run start under leases this run took over
-    nothing for: their StepStarted says takeover=False (a real takeover saying True:
-    leases/test_record_fencing.py)."""
+    """A new step, a retried failure and a forced re-run start once each, under leases this run
+    took over nothing for: their StepStarted says takeover=False (a real takeover saying True:
+    leases/test_record_fencing.py). A second start of a step in one run fails the run at once (a
+    loop that kept losing and retaking its own leases would otherwise never end)."""
     prefix = str(tmp_path / "prefix")
     steps = [ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1)),
              ExecutorStep("nap", nap, Nap(this_output_path(), 0.0))]
 
     def starts(**options) -> list[tuple[str, int, bool]]:
-        seen: list[Any] = []
-        executor.run(steps, prefix=prefix, runner="inline", subscribers=[seen.append], **options)
-        return sorted((e.name, e.attempt, e.takeover) for e in seen if isinstance(e, StepStarted))
+        seen: list[StepStarted] = []
+
+        def once(event) -> None:
+            if isinstance(event, StepStarted):
+                assert event.name not in {s.name for s in seen}, f"{event.name} started twice in one run"
+                seen.append(event)
+
+        result = executor.run(steps, prefix=prefix, runner="inline", subscribers=[once], **options)
+        assert result.runner_error is None, result.runner_error
+        return sorted((e.name, e.attempt, e.takeover) for e in seen)
 
     assert starts() == [("flaky", 1, False), ("nap", 1, False)]  # new; flaky fails
     assert starts() == [("flaky", 2, False)]  # the failure retried

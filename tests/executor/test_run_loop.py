@@ -130,14 +130,19 @@ def test_a_step_failing_past_its_retries_fails_after_exactly_them(tmp_path):
 
 
 def test_a_finished_step_reports_the_seconds_it_ran(tmp_path):
+    """In its StepFinished event and in its record's timings (with the wall-clock start and end)."""
     seen: list[Any] = []
-    started = time.monotonic()
+    started, wall_started = time.monotonic(), time.time()
     result = executor.run([ExecutorStep("nap", nap, Nap(this_output_path(), 0.3))], prefix=str(tmp_path),
                           runner="inline", subscribers=[seen.append])
-    took = time.monotonic() - started
+    took, wall_ended = time.monotonic() - started, time.time()
     assert result.ok
     [finished] = [e for e in seen if isinstance(e, StepFinished)]
     assert 0.3 <= finished.seconds <= took, (finished.seconds, took)
+    [record] = tmp_path.glob("nap-*/.executor/record.json")
+    timings = json.loads(record.read_text())["timings"]
+    assert 0.3 <= timings["seconds"] <= took, (timings, took)
+    assert wall_started <= timings["started_at"] <= timings["finished_at"] - 0.3 <= wall_ended, (timings, wall_started)
 
 
 def test_a_record_lists_runner_tries_only_when_the_runner_made_some(tmp_path):

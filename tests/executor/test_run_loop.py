@@ -345,20 +345,24 @@ def test_an_error_of_the_runner_itself_fails_the_running_steps_and_releases_thei
     """The loop does not crash out leaving a lease RUNNING: each running step ends FAILED with the
     reason (cut at 500 characters; in the result and in its status, written before its task is
     cancelled), each task is cancelled even when cancelling one crashes, the step the run never
-    reached stays pending, the result carries the whole error (exit code 1) and a warning says the
-    runner itself broke."""
+    reached stays pending, one already done stays done, the result carries the whole error (exit
+    code 1) and a warning says the runner itself broke."""
+    done = ExecutorStep("done", nap, Nap(this_output_path(), 0.0))
+    assert executor.run([done], prefix=str(tmp_path), runner="inline").ok
     error = "RuntimeError: scripted: the runner lost its cluster" + " (details)" * 60
     made = breaking_runner(monkeypatch, RuntimeError(error.split(": ", 1)[1]), refuse_first_cancel=True)
     seen: list[Any] = []
     started = time.monotonic()
-    result = executor.run(two_running_one_waiting(), prefix=str(tmp_path), runner="inline", max_concurrent=2,
-                          subscribers=[seen.append])
+    result = executor.run([done, *two_running_one_waiting()], prefix=str(tmp_path), runner="inline",
+                          max_concurrent=2, subscribers=[seen.append])
     took = time.monotonic() - started
     assert result.runner_error == error and result.exit_code == 1 and not result.interrupted
     assert LogLine("warning", f"the run stopped on an error of the runner itself: {error}") in seen, seen
-    assert statuses(result) == {"one": Outcome.FAILED, "two": Outcome.FAILED, "later": Outcome.PENDING}
+    assert statuses(result) == {"done": Outcome.SUCCEEDED, "one": Outcome.FAILED, "two": Outcome.FAILED,
+                                "later": Outcome.PENDING}
     reason = f"runner error: {error}"[:500]
-    assert len(reason) == 500 and {s.error for s in result.steps if s.name != "later"} == {reason}
+    assert len(reason) == 500 and {s.error for s in result.steps if s.name in ("one", "two")} == {reason}
+    assert stored(tmp_path, "done")["state"] == "SUCCESS"
     assert stored(tmp_path, "one")["state"] == stored(tmp_path, "two")["state"] == "FAILED"
     assert stored(tmp_path, "one")["error"] == stored(tmp_path, "two")["error"] == reason
     assert stored(tmp_path, "later") is None

@@ -251,6 +251,28 @@ def nap_recorded(config: Recorded) -> dict:
     return {}
 
 
+@dataclass(frozen=True)
+class Loud:
+    output_path: Any
+    words: int
+
+
+def fail_loudly(config: Loud) -> dict:
+    raise ValueError(" ".join(f"word{i}" for i in range(config.words)))
+
+
+def test_a_failure_stores_the_last_2000_characters_of_its_traceback(tmp_path):
+    """A long traceback (here about 3,000 characters: the runner keeps 4,000) is cut from the front:
+    the status keeps its end, where the error is."""
+    result = executor.run([ExecutorStep("loud", fail_loudly, Loud(this_output_path(), 300))], prefix=str(tmp_path),
+                          runner="inline")
+    [report] = result.steps
+    assert report.status == Outcome.FAILED and len(report.error) > 2000, report
+    [status] = tmp_path.glob("loud-*/.executor/status.json")
+    tail = json.loads(status.read_text())["traceback_tail"]
+    assert len(tail) == 2000 and tail.rstrip().endswith("word298 word299"), tail[-200:]
+
+
 class RefusesSuccess:
     """A store that refuses (permanently) to commit a SUCCESS status of one step."""
 

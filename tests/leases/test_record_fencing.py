@@ -54,7 +54,7 @@ def test_taken_over_holder_writes_no_record(tmp_path, monkeypatch, capsys):
                environ={}, main_file=__file__)
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "lease lost" in out and "took over a stale lease" in out
+    assert "lease lost (taken over by another runner" in out and "took over a stale lease" in out
     calls = [json.loads((tmp_path / f"call-{i}").read_text()) for i in range(2)]
     assert not (tmp_path / "call-2").exists()
     assert calls[1] == {"record_existed": False}  # the robbed holder wrote no record

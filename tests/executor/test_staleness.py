@@ -104,3 +104,16 @@ def test_a_dependency_committed_before_content_tracking_is_trusted_not_recorded_
     assert old["digest"] not in (b.inputs or {}), b.inputs
     assert go(tmp_path, "--force-run", "stale/a") == 0  # the same bytes again, now with their digest
     assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 1, "side": 1}
+
+
+def test_a_dependent_rerun_over_a_skipped_dependency_records_what_it_consumed(tmp_path, monkeypatch):
+    """b forced alone (a skipped) records a's committed content as its input, so a later change of
+    a still makes b stale."""
+    assert go(tmp_path) == 0
+    assert go(tmp_path, "--force-run", "stale/b") == 0
+    a = json.loads(next(tmp_path.glob("stale/a-*/.executor/status.json")).read_text())
+    b = json.loads(next(tmp_path.glob("stale/b-*/.executor/status.json")).read_text())
+    assert b["attempt"] == 2 and b["inputs"] == {a["digest"]: a["content_sha256"]}, b["inputs"]
+    monkeypatch.setenv("STALE_SOURCE", "v2")
+    assert go(tmp_path, "--force-run", "stale/a") == 0
+    assert text(tmp_path, "c") == "c<b<a<v2>>>"

@@ -421,3 +421,23 @@ def test_an_exit_raised_in_the_loop_propagates_after_the_leases_are_released(tmp
     for name in ("one", "two"):
         assert stored(tmp_path, name)["state"] == "FAILED", name
         assert stored(tmp_path, name)["error"] == "the run stopped: SystemExit: 3"
+
+
+def test_a_record_that_cannot_be_written_fails_that_step_not_the_run(tmp_path, monkeypatch):
+    """Storage refusing one step's record.json: that step FAILED ("could not write the record: ..."),
+    its status says so, the other step succeeds and the run itself did not break."""
+    write_json = execute.outputs.write_json
+
+    def refusing(fs, path: str, data: bytes) -> None:
+        if "/refused-" in path and path.endswith("/.executor/record.json"):
+            raise OSError("scripted: no space left for the record")
+        write_json(fs, path, data)
+
+    monkeypatch.setattr(execute.outputs, "write_json", refusing)
+    steps = [ExecutorStep("refused", nap, Nap(this_output_path(), 0.0)), ExecutorStep("fine", nap, Nap(this_output_path(), 0.0))]
+    result = executor.run(steps, prefix=str(tmp_path), runner="inline", max_concurrent=1)
+    assert result.runner_error is None
+    assert statuses(result) == {"refused": Outcome.FAILED, "fine": Outcome.SUCCEEDED}
+    [refused] = [s for s in result.steps if s.name == "refused"]
+    assert refused.error == "could not write the record: OSError: scripted: no space left for the record", refused
+    assert stored(tmp_path, "refused")["state"] == "FAILED"

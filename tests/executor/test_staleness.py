@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from executor import ExecutorStep, output_path_of, this_output_path
 from executor.cli import run
 from executor.core.record import parse_status
@@ -50,16 +52,17 @@ def text(prefix: Path, name: str) -> str:
     return next(prefix.glob(f"stale/{name}-*/out.txt")).read_text()
 
 
-def test_force_run_reruns_the_dependents_whose_input_changed(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("source", ["v2", "v3"])  # a's new content digest sorts below v1's, then above it
+def test_force_run_reruns_the_dependents_whose_input_changed(tmp_path, monkeypatch, capsys, source):
     assert go(tmp_path) == 0
     assert text(tmp_path, "c") == "c<b<a<v1>>>"
-    monkeypatch.setenv("STALE_SOURCE", "v2")
+    monkeypatch.setenv("STALE_SOURCE", source)
     capsys.readouterr()
     assert go(tmp_path, "--force-run", "stale/a", "--dry-run", "--json") == 0
     plan = {s["name"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
     assert plan["stale/b"]["reason"] == "succeeded; re-run if stale/a commits a different output"
     assert go(tmp_path, "--force-run", "stale/a") == 0
-    assert text(tmp_path, "c") == "c<b<a<v2>>>"  # the whole chain downstream is current
+    assert text(tmp_path, "c") == f"c<b<a<{source}>>>"  # the whole chain downstream is current
     assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 2, "side": 1}
     assert "stale/b: stale: dependency stale/a was re-run and its output changed" in capsys.readouterr().out
     record = json.loads(next(tmp_path.glob("stale/b-*/.executor/record.json")).read_text())

@@ -1,21 +1,31 @@
 """What the run loop promises each step, on the inline runner (found unguarded by mutation testing of
 executor/engine/execute.py, scripts/mutation.sh): its declared timeout, its user retries (as many as
 declared, no more), the seconds its end reports, a record that lists runner tries only when the
-runner made some, and a commit the store refuses failing that step alone, not the run."""
+runner made some, a commit the store refuses failing that step alone, not the run, and an error of
+the runner itself ending the run honestly (every running step failed with the reason, its lease
+released, the error in the result), and the record's config as JSON."""
 
 from __future__ import annotations
 
+import enum
+import functools
 import json
+import math
+import signal
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 import executor
-from executor import ExecutorStep, Resources, this_output_path
+from executor import ExecutorStep, Resources, output_path_of, secret, this_output_path
 from executor.core.outcome import Outcome
-from executor.engine import location
-from executor.engine.events import StepFinished
+from executor.engine import execute, location, signals
+from executor.engine.events import LogLine, StepFinished, StepStarted
+from executor.engine.runner import factory
 from executor.engine.store import StoreError
 
 
@@ -51,13 +61,52 @@ def statuses(result) -> dict[str, Outcome]:
 
 
 def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path):
-    step = ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=1))
+    """Policed while it runs, whatever steps before it have ended (`quick` is tracked first)."""
+    steps = [ExecutorStep("quick", nap, Nap(this_output_path(), 0.0)),
+             ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=1))]
     started = time.monotonic()
-    result = executor.run([step], prefix=str(tmp_path), runner="inline")
+    result = executor.run(steps, prefix=str(tmp_path), runner="inline")
     took = time.monotonic() - started
-    [report] = result.steps
-    assert report.status == Outcome.FAILED and report.error == "timed out after 1s (resources.timeout_s)", report
+    [quick, sleepy] = result.steps
+    assert quick.status == Outcome.SUCCEEDED, quick
+    assert sleepy.status == Outcome.FAILED and sleepy.error == "timed out after 1s (resources.timeout_s)", sleepy
     assert took < 20, f"the run took {took:.1f}s: the step was not cancelled at its timeout"
+
+
+def run_context_with(monkeypatch, **fields) -> None:
+    """The run loop's context with `fields` in place of the defaults executor.api leaves to it (its
+    clock, its poll interval): executor.api builds its RunContext from executor.engine.execute."""
+    monkeypatch.setattr(execute, "RunContext", functools.partial(execute.RunContext, **fields))
+
+
+@pytest.mark.parametrize("elapsed, ends", [(1.0, Outcome.SUCCEEDED), (2.0, Outcome.SUCCEEDED), (2.001, Outcome.FAILED)])
+def test_a_step_times_out_only_once_past_its_timeout(tmp_path, monkeypatch, elapsed, ends):
+    """docs/cli.md: a step that ran *past* Resources(timeout_s) fails; within it, or at exactly
+    timeout_s, it has not. The loop's clock reads 100 when the step starts and 100 + `elapsed` at
+    every check after; it checks every 0.05 s, so several times while the step naps."""
+    readings = iter([100.0])
+    run_context_with(monkeypatch, clock=lambda: next(readings, 100.0 + elapsed), poll_s=0.05)
+    step = ExecutorStep("timed", nap, Nap(this_output_path(), 0.5), resources=Resources(timeout_s=2))
+    [report] = executor.run([step], prefix=str(tmp_path), runner="inline").steps
+    assert report.status == ends, report
+    assert report.error == (None if ends == Outcome.SUCCEEDED else "timed out after 2s (resources.timeout_s)")
+
+
+def test_a_failure_is_final_the_loop_does_not_time_out_a_step_that_ended(tmp_path, monkeypatch):
+    """A step that failed on its own keeps its reason, in the result and its status: the loop
+    polices running steps only (the loop's clock here jumps far past the step's timeout the moment
+    its end is reported, and the run's last pass still polices once after it)."""
+    ends: list[StepFinished] = []
+    run_context_with(monkeypatch, clock=lambda: 10.0 if ends else 0.0, poll_s=0.05)
+    step = ExecutorStep("fails", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1),
+                        resources=Resources(timeout_s=2))
+    result = executor.run([step], prefix=str(tmp_path / "prefix"), runner="inline",
+                          subscribers=[lambda e: ends.append(e) if isinstance(e, StepFinished) else None])
+    [report] = result.steps
+    assert report.status == Outcome.FAILED and report.error == "ValueError: call 1 fails on purpose", report
+    assert [e.error for e in ends] == ["ValueError: call 1 fails on purpose"]
+    [status] = (tmp_path / "prefix").glob("fails-*/.executor/status.json")
+    assert json.loads(status.read_text())["error"] == "ValueError: call 1 fails on purpose"
 
 
 def test_user_errors_are_retried_as_many_times_as_declared(tmp_path):
@@ -81,14 +130,19 @@ def test_a_step_failing_past_its_retries_fails_after_exactly_them(tmp_path):
 
 
 def test_a_finished_step_reports_the_seconds_it_ran(tmp_path):
+    """In its StepFinished event and in its record's timings (with the wall-clock start and end)."""
     seen: list[Any] = []
-    started = time.monotonic()
+    started, wall_started = time.monotonic(), time.time()
     result = executor.run([ExecutorStep("nap", nap, Nap(this_output_path(), 0.3))], prefix=str(tmp_path),
                           runner="inline", subscribers=[seen.append])
-    took = time.monotonic() - started
+    took, wall_ended = time.monotonic() - started, time.time()
     assert result.ok
     [finished] = [e for e in seen if isinstance(e, StepFinished)]
     assert 0.3 <= finished.seconds <= took, (finished.seconds, took)
+    [record] = tmp_path.glob("nap-*/.executor/record.json")
+    timings = json.loads(record.read_text())["timings"]
+    assert 0.3 <= timings["seconds"] <= took, (timings, took)
+    assert wall_started <= timings["started_at"] <= timings["finished_at"] - 0.3 <= wall_ended, (timings, wall_started)
 
 
 def test_a_record_lists_runner_tries_only_when_the_runner_made_some(tmp_path):
@@ -98,6 +152,125 @@ def test_a_record_lists_runner_tries_only_when_the_runner_made_some(tmp_path):
                         runner="inline").ok
     [record] = tmp_path.glob("nap-*/.executor/record.json")
     assert "attempts" not in json.loads(record.read_text())["extra"]
+
+
+@dataclass(frozen=True)
+class After:
+    output_path: Any
+    upstream: Any
+
+
+def never_runs(config: After) -> dict:
+    raise AssertionError("a step blocked by a failure ran")
+
+
+def test_a_run_ends_on_the_pass_its_last_steps_end_without_idling(tmp_path, monkeypatch):
+    """A failure blocks its dependent on the next pass, which leaves nothing to wait on: the run
+    returns then. The loop idles a poll interval only while no step of its own runs and some step
+    is left to wait on (here, none ever: the one step runs until it fails)."""
+    idled: list[float] = []
+    monkeypatch.setattr(execute, "time", SimpleNamespace(sleep=lambda s: (idled.append(s), time.sleep(s))))
+    fails = ExecutorStep("fails", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1))
+    blocked = ExecutorStep("blocked", never_runs, After(this_output_path(), output_path_of(fails)))
+    result = executor.run([blocked], prefix=str(tmp_path / "prefix"), runner="inline")
+    assert statuses(result) == {"fails": Outcome.FAILED, "blocked": Outcome.BLOCKED}
+    assert idled == [], f"the loop idled {idled} with nothing left to wait on"
+
+
+def test_a_start_says_takeover_only_when_it_took_over_another_runners_lease(tmp_path):
+    """A new step, a retried failure and a forced re-run start once each, under leases this run
+    took over nothing for: their StepStarted says takeover=False (a real takeover saying True:
+    leases/test_record_fencing.py). A second start of a step in one run fails the run at once (a
+    loop that kept losing and retaking its own leases would otherwise never end)."""
+    prefix = str(tmp_path / "prefix")
+    steps = [ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1)),
+             ExecutorStep("nap", nap, Nap(this_output_path(), 0.0))]
+
+    def starts(**options) -> list[tuple[str, int, bool]]:
+        seen: list[StepStarted] = []
+
+        def once(event) -> None:
+            if isinstance(event, StepStarted):
+                assert event.name not in {s.name for s in seen}, f"{event.name} started twice in one run"
+                seen.append(event)
+
+        result = executor.run(steps, prefix=prefix, runner="inline", subscribers=[once], **options)
+        assert result.runner_error is None, result.runner_error
+        return sorted((e.name, e.attempt, e.takeover) for e in seen)
+
+    assert starts() == [("flaky", 1, False), ("nap", 1, False)]  # new; flaky fails
+    assert starts() == [("flaky", 2, False)]  # the failure retried
+    assert starts(force_run="^nap$") == [("nap", 2, False)]  # forced
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+class Mode(enum.StrEnum):
+    FAST = "fast"
+
+
+@dataclass(frozen=True)
+class Inner:
+    share: float
+
+
+@dataclass(frozen=True)
+class Recorded:
+    output_path: Any
+    share: float = 0.5
+    limit: float = math.inf
+    nothing: Any = None
+    flag: bool = True
+    count: int = 3
+    color: Color = Color.RED
+    mode: Mode = Mode.FAST
+    where: PurePosixPath = PurePosixPath("/data/in")
+    table: dict = field(default_factory=lambda: {"k": 2.5, "inner": Inner(0.125)})
+    items: tuple = (1, "a", 0.75)
+    inner: Inner = Inner(0.25)
+    token: str = secret("hunter2")
+
+
+def test_a_record_holds_the_resolved_config_as_json_without_its_secrets(tmp_path):
+    """The record's config is the config the step ran with: the real output path, floats as JSON
+    numbers (non-finite ones as proto3-JSON strings), an Enum by its name, a str or int subclass
+    (a StrEnum) by its value, other leaves (a path) as text, dataclasses and dicts as objects,
+    tuples as lists; a secret field is left out."""
+    assert executor.run([ExecutorStep("recorded", nap_recorded, Recorded(this_output_path()))], prefix=str(tmp_path),
+                        runner="inline").ok
+    [record] = tmp_path.glob("recorded-*/.executor/record.json")
+    assert json.loads(record.read_text())["config"] == {
+        "output_path": str(record.parent.parent), "share": 0.5, "limit": "Infinity", "nothing": None, "flag": True,
+        "count": 3, "color": "RED", "mode": "fast", "where": "/data/in", "table": {"k": 2.5, "inner": {"share": 0.125}},
+        "items": [1, "a", 0.75], "inner": {"share": 0.25}}
+
+
+def nap_recorded(config: Recorded) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class Loud:
+    output_path: Any
+    words: int
+
+
+def fail_loudly(config: Loud) -> dict:
+    raise ValueError(" ".join(f"word{i}" for i in range(config.words)))
+
+
+def test_a_failure_stores_the_last_2000_characters_of_its_traceback(tmp_path):
+    """A long traceback (here about 3,000 characters: the runner keeps 4,000) is cut from the front:
+    the status keeps its end, where the error is."""
+    result = executor.run([ExecutorStep("loud", fail_loudly, Loud(this_output_path(), 300))], prefix=str(tmp_path),
+                          runner="inline")
+    [report] = result.steps
+    assert report.status == Outcome.FAILED and len(report.error) > 2000, report
+    [status] = tmp_path.glob("loud-*/.executor/status.json")
+    tail = json.loads(status.read_text())["traceback_tail"]
+    assert len(tail) == 2000 and tail.rstrip().endswith("word298 word299"), tail[-200:]
 
 
 class RefusesSuccess:
@@ -128,3 +301,143 @@ def test_a_commit_the_store_refuses_fails_that_step_not_the_run(tmp_path, monkey
     assert refused.error.startswith("could not commit: StoreError: scripted:"), refused.error
     [status] = tmp_path.glob("refused-*/.executor/status.json")
     assert json.loads(status.read_text())["state"] == "FAILED"
+
+
+class Cancels:
+    """A step's handle that notes each cancel and the step's stored state at that moment; the
+    first one raises when `refuse_first` (a runner whose cancel path crashes, as Ray's can)."""
+
+    def __init__(self, inner, seen: list[tuple[str, str]], refuse_first: bool):
+        self.inner, self.seen, self.refuse_first = inner, seen, refuse_first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def cancel(self) -> None:
+        [status] = Path(self.inner.call.output_path).glob(".executor/status.json")
+        self.seen.append((Path(self.inner.call.output_path).name.split("-")[0], json.loads(status.read_text())["state"]))
+        if self.refuse_first and len(self.seen) == 1:
+            raise RuntimeError("scripted: cancel crashed")
+        self.inner.cancel()
+
+
+class WaitBreaks:
+    """The inline runner, but its wait raises `error` (as a Ray runner that lost its cluster
+    would, or as Ctrl-C lands while the loop waits); its handles note their cancels in `cancels`."""
+
+    def __init__(self, inner, error: BaseException, refuse_first_cancel: bool = False):
+        self.inner, self.error, self.refuse_first_cancel = inner, error, refuse_first_cancel
+        self.cancels: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def submit(self, call) -> Cancels:
+        return Cancels(self.inner.submit(call), self.cancels, self.refuse_first_cancel)
+
+    def wait(self, handles, timeout: float) -> list:
+        raise self.error
+
+
+def breaking_runner(monkeypatch, error: BaseException, refuse_first_cancel: bool = False) -> list[WaitBreaks]:
+    """Every runner the run makes is a WaitBreaks (listed, to read their cancels)."""
+    made: list[WaitBreaks] = []
+    new_runner = factory.new_runner
+
+    def make(*args, **kwargs) -> WaitBreaks:
+        made.append(WaitBreaks(new_runner(*args, **kwargs), error, refuse_first_cancel))
+        return made[-1]
+
+    monkeypatch.setattr(factory, "new_runner", make)
+    return made
+
+
+def stored(prefix: Path, name: str) -> dict | None:
+    found = list(prefix.glob(f"{name}-*/.executor/status.json"))
+    return json.loads(found[0].read_text()) if found else None
+
+
+def two_running_one_waiting() -> list[ExecutorStep]:
+    """Started in declaration order under max_concurrent=2: `one` and `two` run, `later` waits."""
+    return [ExecutorStep("one", nap, Nap(this_output_path(), 60.0)), ExecutorStep("two", nap, Nap(this_output_path(), 60.0)),
+            ExecutorStep("later", nap, Nap(this_output_path(), 0.0))]
+
+
+def test_an_error_of_the_runner_itself_fails_the_running_steps_and_releases_their_leases(tmp_path, monkeypatch):
+    """The loop does not crash out leaving a lease RUNNING: each running step ends FAILED with the
+    reason (cut at 500 characters; in the result and in its status, written before its task is
+    cancelled), each task is cancelled even when cancelling one crashes, the step the run never
+    reached stays pending, one already done stays done, the result carries the whole error (exit
+    code 1) and a warning says the runner itself broke."""
+    done = ExecutorStep("done", nap, Nap(this_output_path(), 0.0))
+    assert executor.run([done], prefix=str(tmp_path), runner="inline").ok
+    error = "RuntimeError: scripted: the runner lost its cluster" + " (details)" * 60
+    made = breaking_runner(monkeypatch, RuntimeError(error.split(": ", 1)[1]), refuse_first_cancel=True)
+    seen: list[Any] = []
+    started = time.monotonic()
+    result = executor.run([done, *two_running_one_waiting()], prefix=str(tmp_path), runner="inline",
+                          max_concurrent=2, subscribers=[seen.append])
+    took = time.monotonic() - started
+    assert result.runner_error == error and result.exit_code == 1 and not result.interrupted
+    assert LogLine("warning", f"the run stopped on an error of the runner itself: {error}") in seen, seen
+    assert statuses(result) == {"done": Outcome.SUCCEEDED, "one": Outcome.FAILED, "two": Outcome.FAILED,
+                                "later": Outcome.PENDING}
+    reason = f"runner error: {error}"[:500]
+    assert len(reason) == 500 and {s.error for s in result.steps if s.name in ("one", "two")} == {reason}
+    assert stored(tmp_path, "done")["state"] == "SUCCESS"
+    assert stored(tmp_path, "one")["state"] == stored(tmp_path, "two")["state"] == "FAILED"
+    assert stored(tmp_path, "one")["error"] == stored(tmp_path, "two")["error"] == reason
+    assert stored(tmp_path, "later") is None
+    [runner] = made
+    assert runner.cancels == [("one", "FAILED"), ("two", "FAILED")], runner.cancels
+    assert took < 30, f"the run took {took:.1f}s: the running steps were not stopped"
+
+
+@pytest.mark.parametrize("signal_error, reason, exit_code", [
+    (KeyboardInterrupt(), "interrupted (Ctrl-C)", 130),
+    (signals.Interrupted(signal.SIGTERM), "terminated (SIGTERM)", 143)])
+def test_an_interrupt_fails_the_running_steps_with_its_reason_and_releases_their_leases(
+        tmp_path, monkeypatch, signal_error, reason, exit_code):
+    """Ctrl-C or SIGTERM while the loop waits: the run returns interrupted (exit code 128 + the
+    signal), each running step FAILED with the signal's reason, stored before its task is cancelled."""
+    made = breaking_runner(monkeypatch, signal_error)
+    try:
+        result = executor.run(two_running_one_waiting(), prefix=str(tmp_path), runner="inline", max_concurrent=2)
+    except KeyboardInterrupt as e:  # failed here: escaping, it would stop pytest itself
+        pytest.fail(f"the interrupt escaped the run: {e!r}")
+    assert result.interrupted and result.exit_code == exit_code and result.runner_error is None
+    assert statuses(result) == {"one": Outcome.FAILED, "two": Outcome.FAILED, "later": Outcome.PENDING}
+    assert {s.error for s in result.steps if s.name != "later"} == {reason}
+    assert stored(tmp_path, "one")["error"] == stored(tmp_path, "two")["error"] == reason
+    [runner] = made
+    assert runner.cancels == [("one", "FAILED"), ("two", "FAILED")], runner.cancels
+
+
+def test_an_exit_raised_in_the_loop_propagates_after_the_leases_are_released(tmp_path, monkeypatch):
+    """SystemExit (and the like) is not swallowed, but no lease is left RUNNING behind it."""
+    breaking_runner(monkeypatch, SystemExit(3))
+    with pytest.raises(SystemExit):
+        executor.run(two_running_one_waiting(), prefix=str(tmp_path), runner="inline", max_concurrent=2)
+    for name in ("one", "two"):
+        assert stored(tmp_path, name)["state"] == "FAILED", name
+        assert stored(tmp_path, name)["error"] == "the run stopped: SystemExit: 3"
+
+
+def test_a_record_that_cannot_be_written_fails_that_step_not_the_run(tmp_path, monkeypatch):
+    """Storage refusing one step's record.json: that step FAILED ("could not write the record: ..."),
+    its status says so, the other step succeeds and the run itself did not break."""
+    write_json = execute.outputs.write_json
+
+    def refusing(fs, path: str, data: bytes) -> None:
+        if "/refused-" in path and path.endswith("/.executor/record.json"):
+            raise OSError("scripted: no space left for the record")
+        write_json(fs, path, data)
+
+    monkeypatch.setattr(execute.outputs, "write_json", refusing)
+    steps = [ExecutorStep("refused", nap, Nap(this_output_path(), 0.0)), ExecutorStep("fine", nap, Nap(this_output_path(), 0.0))]
+    result = executor.run(steps, prefix=str(tmp_path), runner="inline", max_concurrent=1)
+    assert result.runner_error is None
+    assert statuses(result) == {"refused": Outcome.FAILED, "fine": Outcome.SUCCEEDED}
+    [refused] = [s for s in result.steps if s.name == "refused"]
+    assert refused.error == "could not write the record: OSError: scripted: no space left for the record", refused
+    assert stored(tmp_path, "refused")["state"] == "FAILED"

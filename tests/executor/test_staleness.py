@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from executor import ExecutorStep, output_path_of, this_output_path
 from executor.cli import run
 from executor.core.record import parse_status
@@ -50,16 +52,17 @@ def text(prefix: Path, name: str) -> str:
     return next(prefix.glob(f"stale/{name}-*/out.txt")).read_text()
 
 
-def test_force_run_reruns_the_dependents_whose_input_changed(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("source", ["v2", "v3"])  # a's new content digest sorts below v1's, then above it
+def test_force_run_reruns_the_dependents_whose_input_changed(tmp_path, monkeypatch, capsys, source):
     assert go(tmp_path) == 0
     assert text(tmp_path, "c") == "c<b<a<v1>>>"
-    monkeypatch.setenv("STALE_SOURCE", "v2")
+    monkeypatch.setenv("STALE_SOURCE", source)
     capsys.readouterr()
     assert go(tmp_path, "--force-run", "stale/a", "--dry-run", "--json") == 0
     plan = {s["name"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
     assert plan["stale/b"]["reason"] == "succeeded; re-run if stale/a commits a different output"
     assert go(tmp_path, "--force-run", "stale/a") == 0
-    assert text(tmp_path, "c") == "c<b<a<v2>>>"  # the whole chain downstream is current
+    assert text(tmp_path, "c") == f"c<b<a<{source}>>>"  # the whole chain downstream is current
     assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 2, "side": 1}
     assert "stale/b: stale: dependency stale/a was re-run and its output changed" in capsys.readouterr().out
     record = json.loads(next(tmp_path.glob("stale/b-*/.executor/record.json")).read_text())
@@ -89,3 +92,31 @@ def test_a_later_plan_reruns_what_a_partial_run_left_stale(tmp_path, monkeypatch
     assert go(tmp_path) == 0
     assert text(tmp_path, "c") == "c<b<a<v2>>>"
     assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 2, "side": 1}
+
+
+def test_a_dependency_committed_before_content_tracking_is_trusted_not_recorded_as_consumed(tmp_path):
+    """A dependency whose status has no content digest (written before content tracking) gives its
+    dependent nothing to compare: the dependent run on it records no input for it (not a null one)
+    and is not re-run as stale when that dependency is re-run later."""
+    assert go(tmp_path) == 0
+    [a_status] = tmp_path.glob("stale/a-*/.executor/status.json")
+    old = {k: v for k, v in json.loads(a_status.read_text()).items() if k != "content_sha256"}
+    a_status.write_text(json.dumps(old))
+    assert go(tmp_path, "--force-run", "stale/b") == 0
+    b = parse_status(next(tmp_path.glob("stale/b-*/.executor/status.json")).read_bytes(), "b")
+    assert old["digest"] not in (b.inputs or {}), b.inputs
+    assert go(tmp_path, "--force-run", "stale/a") == 0  # the same bytes again, now with their digest
+    assert attempts(tmp_path) == {"a": 2, "b": 2, "c": 1, "side": 1}
+
+
+def test_a_dependent_rerun_over_a_skipped_dependency_records_what_it_consumed(tmp_path, monkeypatch):
+    """b forced alone (a skipped) records a's committed content as its input, so a later change of
+    a still makes b stale."""
+    assert go(tmp_path) == 0
+    assert go(tmp_path, "--force-run", "stale/b") == 0
+    a = json.loads(next(tmp_path.glob("stale/a-*/.executor/status.json")).read_text())
+    b = json.loads(next(tmp_path.glob("stale/b-*/.executor/status.json")).read_text())
+    assert b["attempt"] == 2 and b["inputs"] == {a["digest"]: a["content_sha256"]}, b["inputs"]
+    monkeypatch.setenv("STALE_SOURCE", "v2")
+    assert go(tmp_path, "--force-run", "stale/a") == 0
+    assert text(tmp_path, "c") == "c<b<a<v2>>>"

@@ -3,7 +3,9 @@
 - a step whose config cannot be resolved into real paths (its own validation refuses the real
   output path) fails alone, recorded as "could not prepare the step", and the other steps run;
 - a step whose lease another runner holds is announced once ("running elsewhere … waiting"), then
-  the wait is reported as "no heartbeat for Ns", and the lease is taken over after the TTL;
+  the wait is reported as "no heartbeat for Ns", and the lease is taken over after the TTL; when
+  that runner commits meanwhile, the step is done elsewhere (and the run, which ran nothing, ends
+  cleanly);
 - a step forced with --force-run that another runner re-ran and committed after this run's plan
   is not run a second time ("completed by another runner").
 """
@@ -19,9 +21,12 @@ from typing import Any
 
 import pytest
 
+import executor
 from executor import ExecutorStep, this_output_path
 from executor.cli import run
+from executor.core.outcome import Outcome
 from executor.core.record import Owner, State, Status, parse_status, status_key
+from executor.engine.events import StepWaiting
 from executor.engine.report import ConsoleReporter
 from executor.engine.store.local import LocalStore, _generation
 
@@ -82,6 +87,34 @@ def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over
     assert re.search(r"held: no heartbeat for \d+s of 3s before takeover", out), out
     assert status_of(tmp_path, "held").state == State.SUCCESS
     assert (Path(row["output_path"]) / "done.txt").read_text() == "ok"
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+def test_a_step_another_runner_completes_while_this_run_waits_is_done_elsewhere(tmp_path, capsys, adopted):
+    """The run waits on the other runner's lease and, when that runner commits, ends with the step
+    done elsewhere: not run here, and this run ends cleanly although it ran nothing itself. Its
+    report gives the committed output's path: the step's own, or the one it was adopted from."""
+    step = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    assert execute([step], tmp_path, "--dry-run", "--json") == 0
+    [row] = json.loads(capsys.readouterr().out)["steps"]
+    store, key = LocalStore(str(tmp_path)), status_key(row["output_path"][len(str(tmp_path)) + 1:])
+    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
+    running = Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(), started_at=time.time())
+    store.create_if_absent(key, running.to_bytes())
+
+    def commit_when_waited_on(event) -> None:  # the other runner finishes while this run watches it
+        if isinstance(event, StepWaiting):
+            current = store.read(key)
+            done = running.next(state=State.SUCCESS, written_at=time.time(), alias_of=alias)
+            assert store.replace_if_generation(key, done.to_bytes(), current.generation) is not None
+
+    alias = {"step_id": "held-0ld", "output_rel": "held-0ld", "reason": "same output", "declared_by": "t@h"}
+    alias = alias if adopted else None
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", subscribers=[commit_when_waited_on])
+    [report] = result.steps
+    assert result.ok and report.status == Outcome.SUCCEEDED and not report.ran_here, report
+    assert report.output_path == (str(tmp_path / "held-0ld") if adopted else row["output_path"]), report
+    assert not (Path(row["output_path"]) / "done.txt").exists(), "this run ran the step itself"
 
 
 @dataclass(frozen=True)

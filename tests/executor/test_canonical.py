@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executor import ConfigEncodingError, ExecutorStep, execution_only, output_path_of, secret, this_output_path
+from executor import (ConfigEncodingError, ExecutorStep, execution_only, hashed_unless_default, output_path_of, secret,
+                      this_output_path)
 from executor.core.canonical import canonical_bytes, encode_value
 from executor.core.graph import build_graph
 
@@ -202,3 +203,30 @@ def test_shared_dataclasses_and_large_containers_are_encoded_once_per_graph():
             assert _Counted.calls == expected, kind
     finally:
         encodings._exact.pop(_Counted)  # a registration of this test's own type only
+
+
+@dataclasses.dataclass(frozen=True)
+class Added:
+    """A class whose last four fields were added after its steps had outputs (hashed_unless_default)."""
+
+    lr: float = 0.1
+    rate: float = hashed_unless_default(0.0)
+    dtype: str = hashed_unless_default("float32")
+    steps: int = hashed_unless_default(1)
+    unset: object = hashed_unless_default(None)
+    nan: float = hashed_unless_default(float("nan"))
+
+
+@pytest.mark.parametrize("name, value, left_out", [
+    ("rate", 0.0, True), ("rate", -0.0, False), ("rate", 0, False), ("rate", 0.5, False), ("rate", -1.0, False),
+    ("nan", float("nan"), True), ("nan", float("inf"), False),
+    ("dtype", "float32", True), ("dtype", "bfloat16", False), ("dtype", "float3", False), ("dtype", None, False),
+    ("steps", 1, True), ("steps", True, False), ("steps", 1.0, False), ("steps", 2, False), ("steps", 0, False),
+    ("unset", None, True), ("unset", False, False), ("unset", "", False),
+])
+def test_a_field_added_later_is_left_out_exactly_while_it_holds_its_default(name, value, left_out):
+    """Out of the id while it holds its default (so ids made before it existed stay), hashed like
+    any field otherwise: another value, an equal value of another type, -0.0 for 0.0."""
+    fields = encode_value(Added(**{name: value}), no_deps)["fields"]
+    expected = {"lr": {"float": "0.1"}} | ({} if left_out else {name: encode_value(value, no_deps)})
+    assert fields == expected

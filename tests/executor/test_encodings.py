@@ -77,6 +77,20 @@ def test_numpy_scalars_and_dtypes():
     assert encoded(np.float32) == {"type": "numpy.scalar_type", "value": "float32"}  # a dtype given as its class
 
 
+def test_a_numpy_scalar_type_is_encoded_when_it_is_the_first_numpy_value_met(monkeypatch):
+    """A dtype given as its class (`np.float32`) in a config that holds no other numpy value: the
+    class itself must load numpy's encodings. The registry is set back to before numpy's were
+    loaded, as in a fresh process (the tests before this one met numpy values)."""
+    np = pytest.importorskip("numpy")
+    from executor.core import encodings
+
+    monkeypatch.setattr(encodings, "_loaded", encodings._loaded - {"_register_numpy", "_register_ml_dtypes"})
+    monkeypatch.setattr(encodings, "_constants", {})
+    monkeypatch.setattr(encodings, "_exact", dict(encodings._exact))
+    monkeypatch.setattr(encodings, "_with_subclasses", dict(encodings._with_subclasses))
+    assert encoded({"dtype": np.float32}) == {"dict": {"dtype": {"type": "numpy.scalar_type", "value": "float32"}}}
+
+
 JAX_CONFIG = """
 import dataclasses, datetime, pathlib, sys
 from executor.core.graph import build_graph
@@ -223,6 +237,8 @@ def test_a_lone_surrogate_names_step_and_field():
         build_graph([ExecutorStep("s", fn, Outer(), code_version=bad)])
     with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.files\['\{\}'\]`.*lone surrogate"):
         digest({"files": frozenset({"ok.txt", bad})})  # inside a set, too
+    with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.files\['file-\\udcff\.txt'\]`.*lone surrogate"):
+        digest({"files": {bad: 1}})  # a dict key
 
 
 def test_a_chain_deeper_than_the_recursion_limit_is_digested():

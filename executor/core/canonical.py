@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import keyword
 import pathlib
 from typing import Any, Callable
 
@@ -310,7 +311,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
-        read = f"v.{name}" if name.isidentifier() else f"getattr(v, {name!r})"
+        read = f"v.{name}" if name.isidentifier() and not keyword.iskeyword(name) else f"getattr(v, {name!r})"
         if name in defaults:  # x read in the test: the dispatch below types the value already read
             namespace[f"D{i}"] = defaults[name]
             namespace[f"T{i}"] = CanonicalEncoder(_no_dependencies).text(defaults[name])

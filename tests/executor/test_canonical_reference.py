@@ -147,3 +147,23 @@ def test_a_shared_sub_config_holding_a_dependency_makes_every_step_that_uses_it_
     users = [ExecutorStep(f"user{i}", fn, Outer(a=shared)) for i in range(3)]
     graph = build_graph(users)
     assert [graph.nodes[graph.digest_of(u)].deps for u in users] == [(graph.digest_of(source),)] * 3
+
+
+def _class_with_odd_field_names() -> type:
+    """A dataclass whose field names are not Python names ('a-b') or are keywords ('class'): dataclasses
+    accepts them in a class without a generated __init__, and the encoder reads them all the same."""
+    namespace = {"__annotations__": {"a-b": int, "class": str, "plain": float}, "a-b": 1, "class": "x", "plain": 0.5}
+    return dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(type("OddNames", (), namespace))
+
+
+OddNames = _class_with_odd_field_names()
+
+
+def test_fields_whose_names_are_not_python_names_encode_as_the_reference_does():
+    changed = OddNames()
+    for name, value in (("a-b", [2, 3]), ("class", "y")):
+        object.__setattr__(changed, name, value)
+    for config in (OddNames(), changed):
+        expected = reference.canonical_json(reference.encode_value(config, no_deps))
+        assert CanonicalEncoder(no_deps).config_text(config) == expected
+    assert '"a-b":[2,3],"class":"y"' in CanonicalEncoder(no_deps).config_text(changed)

@@ -188,8 +188,13 @@ class CanonicalEncoder:
             if kind == _DICT:
                 return _dict_text(v, text)
         except (_Unencodable, TypeError):
-            pass  # encode again, one child at a time, to name the field that failed
-        return self._container_naming_fields(v, t, kind)
+            self._raise_at_failing_child(v, t, kind)
+            raise  # no child fails alone (never seen): the fast path's own error stands
+        if kind == _NAMEDTUPLE:
+            items = ",".join([_string(name) + ":" + self._field(x, name)
+                              for name, x in sorted(zip(t._fields, v), key=lambda item: item[0])])
+            return '{"fields":{' + items + '},"namedtuple":' + _string(type_name(t)) + "}"
+        return '{"set":[' + ",".join(sorted([self._field(x, "{}") for x in v])) + "]}"
 
     def _field(self, x: Any, key: Any) -> str:
         try:
@@ -198,27 +203,25 @@ class CanonicalEncoder:
             e.path.append(key)
             raise
 
-    def _container_naming_fields(self, v: Any, t: type, kind: int) -> str:
+    def _raise_at_failing_child(self, v: Any, t: type, kind: int) -> None:
+        """Encode a container its fast path refused again, one child at a time and in the same
+        order, so that the child that fails raises with its key (field, index or dict key) on the
+        error's path. The fast paths only fail where a child fails: this never returns text."""
         field = self._field
         if kind == _DATACLASS:
-            head, keys = _dataclass_layout(t, v)
-            return head + "".join([key + field(getattr(v, name), name) for name, key in keys]) + "}}"
-        if kind == _LIST:
-            return "[" + ",".join([field(x, i) for i, x in enumerate(v)]) + "]"
-        if kind == _TUPLE:
-            return '{"tuple":[' + ",".join([field(x, i) for i, x in enumerate(v)]) + "]}"
-        if kind == _DICT:
+            for name, _ in _dataclass_layout(t, v)[1]:
+                field(getattr(v, name), name)
+        elif isinstance(v, dict):
             for k in v:
                 if not isinstance(k, str):
                     error = _Unencodable(k, "Dict keys in configs must be strings.")
                     error.path.append(k)
                     raise error
-            return '{"dict":{' + ",".join([_string(k) + ":" + field(v[k], k) for k in sorted(v)]) + "}}"
-        if kind == _NAMEDTUPLE:
-            items = ",".join([_string(name) + ":" + field(x, name)
-                              for name, x in sorted(zip(t._fields, v), key=lambda item: item[0])])
-            return '{"fields":{' + items + '},"namedtuple":' + _string(type_name(t)) + "}"
-        return '{"set":[' + ",".join(sorted([field(x, "{}") for x in v])) + "]}"
+            for k in sorted(v):
+                field(v[k], k)
+        else:
+            for i, x in enumerate(v):
+                field(x, i)
 
     def _registered(self, v: Any, t: type) -> str:
         entry = encodings.lookup(t)

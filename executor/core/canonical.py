@@ -432,11 +432,3 @@ def _valid_text(s: str) -> bool:
 def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None) -> Any:
     """The canonical form of a config tree as JSON data (execution-only fields left out)."""
     return json.loads(CanonicalEncoder(digest_of).config_text(config, step_name))
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def canonical_bytes(value: Any) -> bytes:
-    return canonical_json(value).encode("utf-8")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from executor import (ConfigEncodingError, ExecutorStep, execution_only, hashed_unless_default, mirrored,
                       output_path_of, prefix_path, secret, this_output_path)
-from executor.core.canonical import CanonicalEncoder, canonical_bytes, encode_value
+from executor.core.canonical import CanonicalEncoder, encode_value
 from executor.core.graph import build_graph
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
@@ -29,7 +29,7 @@ def no_deps(step):
 
 
 def enc(value):
-    return canonical_bytes(encode_value(value, no_deps))
+    return CanonicalEncoder(no_deps).config_text(value)
 
 
 @given(st.dictionaries(st.text(max_size=6), values, max_size=6))
@@ -88,7 +88,7 @@ def test_execution_only_and_secret_fields_do_not_change_the_id(workers, password
 def test_secret_value_never_appears_in_the_identity():
     graph = build_graph([ExecutorStep("s", fn, Cfg(password="sup3r-s3cret"))])
     node = next(iter(graph.nodes.values()))
-    assert b"sup3r-s3cret" not in canonical_bytes(node.identity)
+    assert b"sup3r-s3cret" not in node.identity_bytes
 
 
 def test_name_and_code_version_change_the_id():

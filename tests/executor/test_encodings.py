@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pytest
 
-from executor import ConfigEncodingError, ExecutorStep, register_encoding
+from executor import ConfigEncodingError, ExecutorStep, register_encoding, this_output_path
 from executor.core.canonical import CanonicalEncoder, encode_value
 from executor.core.graph import build_graph
 
@@ -239,6 +239,8 @@ def test_a_lone_surrogate_names_step_and_field():
         digest({"files": frozenset({"ok.txt", bad})})  # inside a set, too
     with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.files\['file-\\udcff\.txt'\]`.*lone surrogate"):
         digest({"files": {bad: 1}})  # a dict key
+    with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.out\.sub`.*lone surrogate"):
+        digest({"out": this_output_path(bad)})  # the subpath of a placeholder
 
 
 def test_a_chain_deeper_than_the_recursion_limit_is_digested():

@@ -225,6 +225,7 @@ class Added:
     steps: int = hashed_unless_default(1)
     unset: object = hashed_unless_default(None)
     nan: float = hashed_unless_default(float("nan"))
+    big: int = hashed_unless_default(1000)
 
 
 @pytest.mark.parametrize("name, value, left_out", [
@@ -233,6 +234,7 @@ class Added:
     ("dtype", "float32", True), ("dtype", "bfloat16", False), ("dtype", "float3", False), ("dtype", None, False),
     ("steps", 1, True), ("steps", True, False), ("steps", 1.0, False), ("steps", 2, False), ("steps", 0, False),
     ("unset", None, True), ("unset", False, False), ("unset", "", False),
+    ("dtype", "".join(["float", "32"]), True), ("big", int("1000"), True), ("big", 1001, False),  # equal, not the same object
 ])
 def test_a_field_added_later_is_left_out_exactly_while_it_holds_its_default(name, value, left_out):
     """Out of the id while it holds its default (so ids made before it existed stay), hashed like
@@ -328,3 +330,17 @@ def test_the_fast_encoder_encodes_each_value_once(counted, place):
         _Counted.calls = 0
         CanonicalEncoder(no_deps).config_text(_PLACES[place](_Counted(), value))
         assert _Counted.calls == 1, value
+
+
+class Count(int):
+    pass
+
+
+class Ratio(float):
+    pass
+
+
+@pytest.mark.parametrize("value, kind", [(Count(3), "int"), (Ratio(0.5), "float")])
+def test_a_subclass_of_a_plain_number_gets_a_plain_number_hint(value, kind):
+    with pytest.raises(ConfigEncodingError, match=rf"`value`.*Convert it to a plain {kind} "):
+        digest(Wide(value))

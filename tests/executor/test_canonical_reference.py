@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import pathlib
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -139,11 +140,13 @@ def test_the_encoder_and_tree_fold_see_the_same_placeholders(config):
     assert CanonicalEncoder(no_deps).config_text(config).count('"this_output"') == len(found)
 
 
-def test_a_shared_sub_config_holding_a_dependency_makes_every_step_that_uses_it_depend_on_it():
-    """The encoder memoises shared sub-configs, but never one holding a placeholder: each step
-    that holds it must register the dependency (and wait for it)."""
+@pytest.mark.parametrize("shape", ["small tuple", "dataclass", "large tuple"])
+def test_a_shared_sub_config_holding_a_dependency_makes_every_step_that_uses_it_depend_on_it(shape):
+    """The encoder memoises shared sub-configs (dataclasses, large containers), but never one
+    holding a placeholder: each step that holds it must register the dependency (and wait for it)."""
     source = ExecutorStep("source", fn, Inner())
-    shared = (output_path_of(source), "x")
+    shared = {"small tuple": (output_path_of(source), "x"), "dataclass": Inner(0.5, (output_path_of(source),)),
+              "large tuple": (output_path_of(source),) + ("x",) * 20}[shape]
     users = [ExecutorStep(f"user{i}", fn, Outer(a=shared)) for i in range(3)]
     graph = build_graph(users)
     assert [graph.nodes[graph.digest_of(u)].deps for u in users] == [(graph.digest_of(source),)] * 3

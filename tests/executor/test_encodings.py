@@ -8,6 +8,7 @@ import datetime
 import decimal
 import fractions
 import pathlib
+import re
 import subprocess
 import sys
 import uuid
@@ -241,6 +242,19 @@ def test_a_lone_surrogate_names_step_and_field():
         digest({"files": {bad: 1}})  # a dict key
     with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.out\.sub`.*lone surrogate"):
         digest({"out": this_output_path(bad)})  # the subpath of a placeholder
+
+
+_BAD = "file-\udcff.txt"
+
+
+@pytest.mark.parametrize("value, path", [
+    (["ok", _BAD], "nested.value[1]"), (("ok", _BAD), "nested.value[1]"), (NT("ok", _BAD), "nested.value[1]"),
+    ({"a": ["ok", {"b": ("ok", _BAD)}]}, "nested.value.a[1].b[1]"), (Holder(_BAD), "nested.value.value"),
+    (frozenset({("ok", _BAD)}), "nested.value['{}'][1]"),
+])
+def test_a_lone_surrogate_is_named_in_every_kind_of_container(value, path):
+    with pytest.raises(ConfigEncodingError, match=rf"step 's'.*`{re.escape(path)}`.*lone surrogate"):
+        digest(value)
 
 
 def test_a_chain_deeper_than_the_recursion_limit_is_digested():

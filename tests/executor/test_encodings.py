@@ -196,6 +196,24 @@ def test_a_registered_encoding_that_returns_no_config_data_is_named():
         encodings._exact.pop(Odd)
 
 
+def test_a_registered_encoding_that_raises_is_reported_at_the_field_that_used_it():
+    class Fragile:
+        pass
+
+    def encode(value):
+        raise ValueError("no currency")
+
+    register_encoding(Fragile, encode)
+    try:
+        with pytest.raises(ConfigEncodingError,
+                           match=r"nested\.value.*registered encoding \(.*Fragile\) failed: ValueError: no currency"):
+            digest(Fragile())
+    finally:
+        from executor.core import encodings
+
+        encodings._exact.pop(Fragile)
+
+
 # -- issue 12: namedtuples, cycles, numbers of other libraries, lone surrogates ----------------------------
 NT = collections.namedtuple("NT", "a b")
 NT2 = collections.namedtuple("NT2", "a b")

@@ -322,7 +322,7 @@ _PLACES = {
 
 
 @pytest.mark.parametrize("place", _PLACES)
-def test_the_fast_encoder_encodes_each_value_once(counted, place):
+def test_a_valid_config_has_each_value_encoded_once(counted, place):
     """The fast paths encode again, child by child, only to name a field that cannot be encoded:
     in a valid config nothing is encoded twice (a fast path that failed on valid data would still
     give the right text, only slower). The counted value sits before the value under test."""

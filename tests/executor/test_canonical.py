@@ -203,11 +203,13 @@ def test_shared_dataclasses_and_large_containers_are_encoded_once_per_graph():
                   "larger list in a list": [[_Counted()] + ["x"] * MEMO_MIN_ITEMS],
                   "larger list": [_Counted()] + ["x"] * MEMO_MIN_ITEMS,
                   "large dict": {"k": _Counted(), **{f"k{i}": i for i in range(MEMO_MIN_ITEMS - 1)}},
-                  "larger dict": {"k": _Counted(), **{f"k{i}": i for i in range(MEMO_MIN_ITEMS)}}}
+                  "larger dict": {"k": _Counted(), **{f"k{i}": i for i in range(MEMO_MIN_ITEMS)}},
+                  "small dict in a list": [{"k": _Counted()}], "small tuple in a dict": {"k": (_Counted(), "x")}}
         for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50), ("large list in a dict", 1),
                                ("larger list in a dict", 1), ("small list in a list", 50),
                                ("large list in a list", 1), ("larger list in a list", 1), ("larger list", 1),
-                               ("large dict", 1), ("larger dict", 1)):
+                               ("large dict", 1), ("larger dict", 1), ("small dict in a list", 50),
+                               ("small tuple in a dict", 50)):
             _Counted.calls = 0
             build_graph([ExecutorStep(f"s{i}", _counted_step_fn, _Holder(i, shared[kind])) for i in range(50)])
             assert _Counted.calls == expected, kind

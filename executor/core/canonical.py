@@ -44,9 +44,10 @@ def is_hashed_field(f: dataclasses.Field) -> bool:
 
 
 class _Unencodable(Exception):
-    """Raised inside the encoder; containers add their key to `path` on the way out."""
+    """Raised inside the encoder, always with a hint (how to fix it); containers add their key to
+    `path` on the way out."""
 
-    def __init__(self, value: Any, hint: str = ""):
+    def __init__(self, value: Any, hint: str):
         super().__init__()
         self.value, self.hint, self.path = value, hint, []
 
@@ -234,7 +235,7 @@ class CanonicalEncoder:
             value = self.text(data)
         except _Unencodable as e:
             e.hint = (f"The registered encoding of {entry.name} must return plain config data; "
-                      f"it returned a {type(e.value).__qualname__} ({e.hint or 'not encodable'})")
+                      f"it returned a {type(e.value).__qualname__} ({e.hint})")
             e.value, e.path = v, []
             raise
         return f'{{"type":{_string(entry.name)},"value":{value}}}'

@@ -188,7 +188,8 @@ def test_a_registered_encoding_that_returns_no_config_data_is_named():
 
     register_encoding(Odd, lambda o: object())
     try:
-        with pytest.raises(ConfigEncodingError, match=r"nested\.value.*registered encoding.*must return plain config data"):
+        with pytest.raises(ConfigEncodingError, match=r"nested\.value.*registered encoding.*must return plain config data; "
+                                                      r"it returned a object \(Say how it becomes canonical data"):
             digest(Odd())
     finally:
         from executor.core import encodings

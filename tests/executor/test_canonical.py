@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import datetime
 import enum
+import json
 import pathlib
 
 import pytest
@@ -262,8 +263,9 @@ NT = collections.namedtuple("NT", "b a")
     (float("-inf"), {"float": "-inf"}), (None, None), (False, False), (10**30, 10**30),
 ])
 def test_each_kind_of_value_has_its_documented_form(value, expected):
-    """The forms the module docstring of executor/core/canonical.py lists, value by value."""
-    assert encode_value(value, no_deps) == expected
+    """The forms the module docstring of executor/core/canonical.py lists, value by value, as
+    canonical JSON text (keys sorted, no spaces)."""
+    assert CanonicalEncoder(no_deps).config_text(value) == json.dumps(expected, sort_keys=True, separators=(",", ":"))
     assert encode_value([value], no_deps) == [expected]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import keyword
 import pathlib
 from typing import Any, Callable
 
@@ -43,9 +44,10 @@ def is_hashed_field(f: dataclasses.Field) -> bool:
 
 
 class _Unencodable(Exception):
-    """Raised inside the encoder; containers add their key to `path` on the way out."""
+    """Raised inside the encoder, always with a hint (how to fix it); containers add their key to
+    `path` on the way out."""
 
-    def __init__(self, value: Any, hint: str = ""):
+    def __init__(self, value: Any, hint: str):
         super().__init__()
         self.value, self.hint, self.path = value, hint, []
 
@@ -187,8 +189,13 @@ class CanonicalEncoder:
             if kind == _DICT:
                 return _dict_text(v, text)
         except (_Unencodable, TypeError):
-            pass  # encode again, one child at a time, to name the field that failed
-        return self._container_naming_fields(v, t, kind)
+            self._raise_at_failing_child(v, t, kind)
+            raise  # no child fails alone (never seen): the fast path's own error stands
+        if kind == _NAMEDTUPLE:
+            items = ",".join([_string(name) + ":" + self._field(x, name)
+                              for name, x in sorted(zip(t._fields, v), key=lambda item: item[0])])
+            return '{"fields":{' + items + '},"namedtuple":' + _string(type_name(t)) + "}"
+        return '{"set":[' + ",".join(sorted([self._field(x, "{}") for x in v])) + "]}"
 
     def _field(self, x: Any, key: Any) -> str:
         try:
@@ -197,27 +204,25 @@ class CanonicalEncoder:
             e.path.append(key)
             raise
 
-    def _container_naming_fields(self, v: Any, t: type, kind: int) -> str:
+    def _raise_at_failing_child(self, v: Any, t: type, kind: int) -> None:
+        """Encode a container its fast path refused again, one child at a time and in the same
+        order, so that the child that fails raises with its key (field, index or dict key) on the
+        error's path. The fast paths only fail where a child fails: this never returns text."""
         field = self._field
         if kind == _DATACLASS:
-            head, keys = _dataclass_layout(t, v)
-            return head + "".join([key + field(getattr(v, name), name) for name, key in keys]) + "}}"
-        if kind == _LIST:
-            return "[" + ",".join([field(x, i) for i, x in enumerate(v)]) + "]"
-        if kind == _TUPLE:
-            return '{"tuple":[' + ",".join([field(x, i) for i, x in enumerate(v)]) + "]}"
-        if kind == _DICT:
+            for name, _ in _dataclass_layout(t, v)[1]:
+                field(getattr(v, name), name)
+        elif isinstance(v, dict):
             for k in v:
                 if not isinstance(k, str):
                     error = _Unencodable(k, "Dict keys in configs must be strings.")
                     error.path.append(k)
                     raise error
-            return '{"dict":{' + ",".join([_string(k) + ":" + field(v[k], k) for k in sorted(v)]) + "}}"
-        if kind == _NAMEDTUPLE:
-            items = ",".join([_string(name) + ":" + field(x, name)
-                              for name, x in sorted(zip(t._fields, v), key=lambda item: item[0])])
-            return '{"fields":{' + items + '},"namedtuple":' + _string(type_name(t)) + "}"
-        return '{"set":[' + ",".join(sorted([field(x, "{}") for x in v])) + "]}"
+            for k in sorted(v):
+                field(v[k], k)
+        else:
+            for i, x in enumerate(v):
+                field(x, i)
 
     def _registered(self, v: Any, t: type) -> str:
         entry = encodings.lookup(t)
@@ -230,7 +235,7 @@ class CanonicalEncoder:
             value = self.text(data)
         except _Unencodable as e:
             e.hint = (f"The registered encoding of {entry.name} must return plain config data; "
-                      f"it returned a {type(e.value).__qualname__} ({e.hint or 'not encodable'})")
+                      f"it returned a {type(e.value).__qualname__} ({e.hint})")
             e.value, e.path = v, []
             raise
         return f'{{"type":{_string(entry.name)},"value":{value}}}'
@@ -310,7 +315,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
-        read = f"v.{name}" if name.isidentifier() else f"getattr(v, {name!r})"
+        read = f"v.{name}" if name.isidentifier() and not keyword.iskeyword(name) else f"getattr(v, {name!r})"
         if name in defaults:  # x read in the test: the dispatch below types the value already read
             namespace[f"D{i}"] = defaults[name]
             namespace[f"T{i}"] = CanonicalEncoder(_no_dependencies).text(defaults[name])
@@ -428,11 +433,3 @@ def _valid_text(s: str) -> bool:
 def encode_value(config: Any, digest_of: DigestOf, step_name: str | None = None) -> Any:
     """The canonical form of a config tree as JSON data (execution-only fields left out)."""
     return json.loads(CanonicalEncoder(digest_of).config_text(config, step_name))
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def canonical_bytes(value: Any) -> bytes:
-    return canonical_json(value).encode("utf-8")

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import datetime
 import enum
+import json
 import pathlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executor import ConfigEncodingError, ExecutorStep, execution_only, output_path_of, secret, this_output_path
-from executor.core.canonical import canonical_bytes, encode_value
+from executor import (ConfigEncodingError, ExecutorStep, execution_only, hashed_unless_default, mirrored,
+                      output_path_of, prefix_path, secret, this_output_path)
+from executor.core.canonical import CanonicalEncoder, encode_value
 from executor.core.graph import build_graph
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
@@ -26,7 +30,7 @@ def no_deps(step):
 
 
 def enc(value):
-    return canonical_bytes(encode_value(value, no_deps))
+    return CanonicalEncoder(no_deps).config_text(value)
 
 
 @given(st.dictionaries(st.text(max_size=6), values, max_size=6))
@@ -85,7 +89,7 @@ def test_execution_only_and_secret_fields_do_not_change_the_id(workers, password
 def test_secret_value_never_appears_in_the_identity():
     graph = build_graph([ExecutorStep("s", fn, Cfg(password="sup3r-s3cret"))])
     node = next(iter(graph.nodes.values()))
-    assert b"sup3r-s3cret" not in canonical_bytes(node.identity)
+    assert b"sup3r-s3cret" not in node.identity_bytes
 
 
 def test_name_and_code_version_change_the_id():
@@ -194,11 +198,153 @@ def test_shared_dataclasses_and_large_containers_are_encoded_once_per_graph():
         shared = {"dataclass": _Shared(_Counted()), "large": (_Counted(),) + ("x",) * (MEMO_MIN_ITEMS - 1),
                   "small": (_Counted(), "x"),
                   "large list in a dict": {"k": [_Counted()] + ["x"] * (MEMO_MIN_ITEMS - 1)},
-                  "small list in a list": [[_Counted(), "x"]]}
+                  "larger list in a dict": {"k": [_Counted()] + ["x"] * MEMO_MIN_ITEMS},
+                  "small list in a list": [[_Counted(), "x"]],
+                  "large list in a list": [[_Counted()] + ["x"] * (MEMO_MIN_ITEMS - 1)],
+                  "larger list in a list": [[_Counted()] + ["x"] * MEMO_MIN_ITEMS],
+                  "larger list": [_Counted()] + ["x"] * MEMO_MIN_ITEMS,
+                  "large dict": {"k": _Counted(), **{f"k{i}": i for i in range(MEMO_MIN_ITEMS - 1)}},
+                  "larger dict": {"k": _Counted(), **{f"k{i}": i for i in range(MEMO_MIN_ITEMS)}},
+                  "small dict in a list": [{"k": _Counted()}], "small tuple in a dict": {"k": (_Counted(), "x")}}
         for kind, expected in (("dataclass", 1), ("large", 1), ("small", 50), ("large list in a dict", 1),
-                               ("small list in a list", 50)):
+                               ("larger list in a dict", 1), ("small list in a list", 50),
+                               ("large list in a list", 1), ("larger list in a list", 1), ("larger list", 1),
+                               ("large dict", 1), ("larger dict", 1), ("small dict in a list", 50),
+                               ("small tuple in a dict", 50)):
             _Counted.calls = 0
             build_graph([ExecutorStep(f"s{i}", _counted_step_fn, _Holder(i, shared[kind])) for i in range(50)])
             assert _Counted.calls == expected, kind
     finally:
         encodings._exact.pop(_Counted)  # a registration of this test's own type only
+
+
+@dataclasses.dataclass(frozen=True)
+class Added:
+    """A class whose last four fields were added after its steps had outputs (hashed_unless_default)."""
+
+    lr: float = 0.1
+    rate: float = hashed_unless_default(0.0)
+    dtype: str = hashed_unless_default("float32")
+    steps: int = hashed_unless_default(1)
+    unset: object = hashed_unless_default(None)
+    nan: float = hashed_unless_default(float("nan"))
+    big: int = hashed_unless_default(1000)
+
+
+@pytest.mark.parametrize("name, value, left_out", [
+    ("rate", 0.0, True), ("rate", -0.0, False), ("rate", 0, False), ("rate", 0.5, False), ("rate", -1.0, False),
+    ("nan", float("nan"), True), ("nan", float("inf"), False),
+    ("dtype", "float32", True), ("dtype", "bfloat16", False), ("dtype", "float3", False), ("dtype", None, False),
+    ("steps", 1, True), ("steps", True, False), ("steps", 1.0, False), ("steps", 2, False), ("steps", 0, False),
+    ("unset", None, True), ("unset", False, False), ("unset", "", False),
+    ("dtype", "".join(["float", "32"]), True), ("big", int("1000"), True), ("big", 1001, False),  # equal, not the same object
+])
+def test_a_field_added_later_is_left_out_exactly_while_it_holds_its_default(name, value, left_out):
+    """Out of the id while it holds its default (so ids made before it existed stay), hashed like
+    any field otherwise: another value, an equal value of another type, -0.0 for 0.0."""
+    fields = encode_value(Added(**{name: value}), no_deps)["fields"]
+    expected = {"lr": {"float": "0.1"}} | ({} if left_out else {name: encode_value(value, no_deps)})
+    assert fields == expected
+
+
+NT = collections.namedtuple("NT", "b a")
+
+
+@pytest.mark.parametrize("value, expected", [
+    (prefix_path("raw/a"), {"prefix_path": "raw/a"}),
+    (mirrored("gs://bucket/raw/corpus"), "gs://bucket/raw/corpus"),  # the logical URL, as the plain string
+    (this_output_path("sub"), {"this_output": "sub"}), (this_output_path(), {"this_output": None}),
+    (Color.RED, {"enum": f"{__name__}.Color", "name": "RED"}),
+    (b"\x00\xff", {"bytes": "00ff"}), (bytearray(b"\x01"), {"bytes": "01"}),
+    (pathlib.PurePosixPath("a/b"), {"path": "a/b"}), (pathlib.PureWindowsPath("a\\b"), {"path": "a/b"}),
+    (NT(1, 2), {"fields": {"a": 2, "b": 1}, "namedtuple": f"{__name__}.NT"}),
+    (frozenset({"b", "a"}), {"set": ["a", "b"]}), ({2, 1}, {"set": [1, 2]}),
+    (datetime.timedelta(seconds=1), {"type": "datetime.timedelta", "value": {"tuple": [0, 1, 0]}}),
+    (float("-inf"), {"float": "-inf"}), (None, None), (False, False), (10**30, 10**30),
+])
+def test_each_kind_of_value_has_its_documented_form(value, expected):
+    """The forms the module docstring of executor/core/canonical.py lists, value by value, as
+    canonical JSON text (keys sorted, no spaces)."""
+    assert CanonicalEncoder(no_deps).config_text(value) == json.dumps(expected, sort_keys=True, separators=(",", ":"))
+    assert encode_value([value], no_deps) == [expected]
+
+
+@pytest.mark.parametrize("bad", [prefix_path("/abs"), prefix_path("a/../b"), mirrored("gs://bucket"),
+                                 mirrored("raw/corpus")])
+def test_a_prefix_path_or_mirrored_input_that_names_no_place_is_refused_at_its_field(bad):
+    with pytest.raises(ConfigEncodingError, match=rf"step 's'.*`value`.*{type(bad).__name__[:6].lower()}"):
+        digest(Wide(bad))
+
+
+def test_every_step_holding_a_shared_mirrored_input_lists_it():
+    """A sub-config holding a mirrored input is not memoised: each step that holds it is told."""
+    shared = Wide(mirrored("gs://bucket/raw/corpus"))
+    graph = build_graph([ExecutorStep(f"s{i}", fn, _Holder(i, shared)) for i in range(3)])
+    assert [node.mirrored for node in graph.nodes.values()] == [("gs://bucket/raw/corpus",)] * 3
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    a: object
+    b: object
+
+
+@pytest.fixture
+def counted():
+    """_Counted registered with an encoding that counts its calls; unregistered afterwards."""
+    from executor import register_encoding
+    from executor.core import encodings
+
+    def encode(value):
+        _Counted.calls += 1
+        return "counted"
+
+    register_encoding(_Counted, encode)
+    _Counted.calls = 0
+    yield
+    encodings._exact.pop(_Counted)
+    for clear in encodings._listeners:  # the caches that knew it as registered
+        clear()
+
+
+# One value of every kind each fast path dispatches on (str, int, float, None, bools, small and large
+# lists, tuples and dicts, everything else), and where it sits in each fast path.
+_EVERY_KIND = ["s", 3, 10**30, 0.5, None, True, False, [1, "x"], [[2]], ["y"] * 16, (1, 2.5), ("z",) * 16, {"k": 1},
+               dict.fromkeys("abcdefghijklmnopq", 0), Color.RED, b"\x00", pathlib.PurePosixPath("a"),
+               frozenset({1}), NT(1, 2), Wide(1), datetime.timedelta(1), this_output_path("x")]
+_PLACES = {
+    "list item": lambda spy, x: [spy, x],
+    "tuple item": lambda spy, x: (spy, x),
+    "dict value": lambda spy, x: {"a": spy, "b": x},
+    "item of a small list in a list": lambda spy, x: [[spy, x]],
+    "list in a dict value": lambda spy, x: {"a": spy, "b": [x]},
+    "dataclass field": lambda spy, x: _Pair(spy, x),
+    "list in a dataclass field": lambda spy, x: _Pair(spy, [x]),
+    "tuple in a dataclass field": lambda spy, x: _Pair(spy, (x,)),
+    "dict in a dataclass field": lambda spy, x: _Pair(spy, {"k": x}),
+}
+
+
+@pytest.mark.parametrize("place", _PLACES)
+def test_a_valid_config_has_each_value_encoded_once(counted, place):
+    """The fast paths encode again, child by child, only to name a field that cannot be encoded:
+    in a valid config nothing is encoded twice (a fast path that failed on valid data would still
+    give the right text, only slower). The counted value sits before the value under test."""
+    for value in _EVERY_KIND:
+        _Counted.calls = 0
+        CanonicalEncoder(no_deps).config_text(_PLACES[place](_Counted(), value))
+        assert _Counted.calls == 1, value
+
+
+class Count(int):
+    pass
+
+
+class Ratio(float):
+    pass
+
+
+@pytest.mark.parametrize("value, kind", [(Count(3), "int"), (Ratio(0.5), "float")])
+def test_a_subclass_of_a_plain_number_gets_a_plain_number_hint(value, kind):
+    with pytest.raises(ConfigEncodingError, match=rf"`value`.*Convert it to a plain {kind} "):
+        digest(Wide(value))

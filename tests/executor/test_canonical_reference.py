@@ -6,11 +6,12 @@ import dataclasses
 import enum
 import pathlib
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from executor import ExecutorStep, execution_only, output_path_of, this_output_path
-from executor.core.canonical import CanonicalEncoder, canonical_json, encode_value
+from executor.core.canonical import CanonicalEncoder, encode_value
 from executor.core.graph import build_graph
 from executor.core.identity import identity_and_digest
 from executor.core.tree import fold
@@ -108,7 +109,7 @@ def test_a_default_that_can_change_is_encoded_as_it_is_now():
 @given(trees(leaves))
 def test_the_text_is_canonical_json(config):
     text = CanonicalEncoder(no_deps).config_text(config)
-    assert canonical_json(encode_value(config, no_deps)) == text
+    assert reference.canonical_json(encode_value(config, no_deps)) == text
 
 
 @settings(max_examples=50)
@@ -139,11 +140,33 @@ def test_the_encoder_and_tree_fold_see_the_same_placeholders(config):
     assert CanonicalEncoder(no_deps).config_text(config).count('"this_output"') == len(found)
 
 
-def test_a_shared_sub_config_holding_a_dependency_makes_every_step_that_uses_it_depend_on_it():
-    """The encoder memoises shared sub-configs, but never one holding a placeholder: each step
-    that holds it must register the dependency (and wait for it)."""
+@pytest.mark.parametrize("shape", ["small tuple", "dataclass", "large tuple"])
+def test_a_shared_sub_config_holding_a_dependency_makes_every_step_that_uses_it_depend_on_it(shape):
+    """The encoder memoises shared sub-configs (dataclasses, large containers), but never one
+    holding a placeholder: each step that holds it must register the dependency (and wait for it)."""
     source = ExecutorStep("source", fn, Inner())
-    shared = (output_path_of(source), "x")
+    shared = {"small tuple": (output_path_of(source), "x"), "dataclass": Inner(0.5, (output_path_of(source),)),
+              "large tuple": (output_path_of(source),) + ("x",) * 20}[shape]
     users = [ExecutorStep(f"user{i}", fn, Outer(a=shared)) for i in range(3)]
     graph = build_graph(users)
     assert [graph.nodes[graph.digest_of(u)].deps for u in users] == [(graph.digest_of(source),)] * 3
+
+
+def _class_with_odd_field_names() -> type:
+    """A dataclass whose field names are not Python names ('a-b') or are keywords ('class'): dataclasses
+    accepts them in a class without a generated __init__, and the encoder reads them all the same."""
+    namespace = {"__annotations__": {"a-b": int, "class": str, "plain": float}, "a-b": 1, "class": "x", "plain": 0.5}
+    return dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(type("OddNames", (), namespace))
+
+
+OddNames = _class_with_odd_field_names()
+
+
+def test_fields_whose_names_are_not_python_names_encode_as_the_reference_does():
+    changed = OddNames()
+    for name, value in (("a-b", [2, 3]), ("class", "y")):
+        object.__setattr__(changed, name, value)
+    for config in (OddNames(), changed):
+        expected = reference.canonical_json(reference.encode_value(config, no_deps))
+        assert CanonicalEncoder(no_deps).config_text(config) == expected
+    assert '"a-b":[2,3],"class":"y"' in CanonicalEncoder(no_deps).config_text(changed)

@@ -8,6 +8,7 @@ import datetime
 import decimal
 import fractions
 import pathlib
+import re
 import subprocess
 import sys
 import uuid
@@ -16,7 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from executor import ConfigEncodingError, ExecutorStep, register_encoding
+from executor import ConfigEncodingError, ExecutorStep, register_encoding, this_output_path
 from executor.core.canonical import CanonicalEncoder, encode_value
 from executor.core.graph import build_graph
 
@@ -75,6 +76,20 @@ def test_numpy_scalars_and_dtypes():
     assert encoded(np.dtype("float32"))["type"] == "numpy.dtype"
     assert digest(np.dtype("float32")) != digest(np.dtype("bfloat16") if hasattr(np, "bfloat16") else np.dtype("float16"))
     assert encoded(np.float32) == {"type": "numpy.scalar_type", "value": "float32"}  # a dtype given as its class
+
+
+def test_a_numpy_scalar_type_is_encoded_when_it_is_the_first_numpy_value_met(monkeypatch):
+    """A dtype given as its class (`np.float32`) in a config that holds no other numpy value: the
+    class itself must load numpy's encodings. The registry is set back to before numpy's were
+    loaded, as in a fresh process (the tests before this one met numpy values)."""
+    np = pytest.importorskip("numpy")
+    from executor.core import encodings
+
+    monkeypatch.setattr(encodings, "_loaded", encodings._loaded - {"_register_numpy", "_register_ml_dtypes"})
+    monkeypatch.setattr(encodings, "_constants", {})
+    monkeypatch.setattr(encodings, "_exact", dict(encodings._exact))
+    monkeypatch.setattr(encodings, "_with_subclasses", dict(encodings._with_subclasses))
+    assert encoded({"dtype": np.float32}) == {"dict": {"dtype": {"type": "numpy.scalar_type", "value": "float32"}}}
 
 
 JAX_CONFIG = """
@@ -173,12 +188,31 @@ def test_a_registered_encoding_that_returns_no_config_data_is_named():
 
     register_encoding(Odd, lambda o: object())
     try:
-        with pytest.raises(ConfigEncodingError, match=r"nested\.value.*registered encoding.*must return plain config data"):
+        with pytest.raises(ConfigEncodingError, match=r"nested\.value.*registered encoding.*must return plain config data; "
+                                                      r"it returned a object \(Say how it becomes canonical data"):
             digest(Odd())
     finally:
         from executor.core import encodings
 
         encodings._exact.pop(Odd)
+
+
+def test_a_registered_encoding_that_raises_is_reported_at_the_field_that_used_it():
+    class Fragile:
+        pass
+
+    def encode(value):
+        raise ValueError("no currency")
+
+    register_encoding(Fragile, encode)
+    try:
+        with pytest.raises(ConfigEncodingError,
+                           match=r"nested\.value.*registered encoding \(.*Fragile\) failed: ValueError: no currency"):
+            digest(Fragile())
+    finally:
+        from executor.core import encodings
+
+        encodings._exact.pop(Fragile)
 
 
 # -- issue 12: namedtuples, cycles, numbers of other libraries, lone surrogates ----------------------------
@@ -223,6 +257,23 @@ def test_a_lone_surrogate_names_step_and_field():
         build_graph([ExecutorStep("s", fn, Outer(), code_version=bad)])
     with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.files\['\{\}'\]`.*lone surrogate"):
         digest({"files": frozenset({"ok.txt", bad})})  # inside a set, too
+    with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.files\['file-\\udcff\.txt'\]`.*lone surrogate"):
+        digest({"files": {bad: 1}})  # a dict key
+    with pytest.raises(ConfigEncodingError, match=r"step 's'.*`nested\.value\.out\.sub`.*lone surrogate"):
+        digest({"out": this_output_path(bad)})  # the subpath of a placeholder
+
+
+_BAD = "file-\udcff.txt"
+
+
+@pytest.mark.parametrize("value, path", [
+    (["ok", _BAD], "nested.value[1]"), (("ok", _BAD), "nested.value[1]"), (NT("ok", _BAD), "nested.value[1]"),
+    ({"a": ["ok", {"b": ("ok", _BAD)}]}, "nested.value.a[1].b[1]"), (Holder(_BAD), "nested.value.value"),
+    (frozenset({("ok", _BAD)}), "nested.value['{}'][1]"),
+])
+def test_a_lone_surrogate_is_named_in_every_kind_of_container(value, path):
+    with pytest.raises(ConfigEncodingError, match=rf"step 's'.*`{re.escape(path)}`.*lone surrogate"):
+        digest(value)
 
 
 def test_a_chain_deeper_than_the_recursion_limit_is_digested():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from executor.core.identity import ID_HEX_CHARS, step_id
+from executor.core.identity import step_id
 from tests.executor.golden_configs import GOLDEN_FILE, golden_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +21,8 @@ def test_golden_ids_unchanged():
 
 
 def test_step_id_shape():
-    assert step_id("tokenized/x", "ab" * 32) == "tokenized/x-" + ("ab" * 32)[:ID_HEX_CHARS]
+    """`<name>-<first 12 hex digits of the digest>` (docs/concepts.md): every output path is named so."""
+    assert step_id("tokenized/x", "0123456789abcdef" * 4) == "tokenized/x-0123456789ab"
 
 
 def _dry_run_ids(prefix: Path, seed: str) -> dict[str, str]:

@@ -65,6 +65,16 @@ def test_taken_over_holder_writes_no_record(tmp_path, monkeypatch, capsys):
     assert record["attempt"] == 3 and record["result"] == {"call": 1}
 
 
+def take_the_lease_as_another_runner(output_path: str) -> None:
+    """What a runner taking over does: its own attempt and owner, CAS'd over the status."""
+    store = open_store(output_path)
+    current = store.read(".executor/status.json")
+    status = json.loads(current.data)
+    status.update(seq=status["seq"] + 1, attempt=status["attempt"] + 1, owner={**status["owner"], **STOLEN})
+    assert store.replace_if_generation(".executor/status.json", json.dumps(status).encode(),
+                                       current.generation) is not None
+
+
 def steal_then_keep_writing(config: StealConfig) -> dict:
     """First call: another runner 'takes over' the lease, then this holder keeps writing into a log
     until it is stopped. The retaker's call measures whether the old holder still writes."""
@@ -73,12 +83,7 @@ def steal_then_keep_writing(config: StealConfig) -> dict:
     (marker / f"call-{calls}").write_text("")
     log = marker / "old-holder-writes"
     if calls == 0:
-        store = open_store(config.output_path)
-        current = store.read(".executor/status.json")
-        status = json.loads(current.data)
-        status.update(seq=status["seq"] + 1, attempt=status["attempt"] + 1, owner={**status["owner"], **STOLEN})
-        assert store.replace_if_generation(".executor/status.json", json.dumps(status).encode(),
-                                           current.generation) is not None
+        take_the_lease_as_another_runner(config.output_path)
         while True:  # a step that would run for ever: only the runner can stop it
             with log.open("a") as f:
                 f.write("x")
@@ -127,12 +132,7 @@ def steal_then_fail(config: StealConfig) -> dict:
     calls = len(list(marker.glob("call-*")))
     (marker / f"call-{calls}").write_text("")
     if calls == 0:
-        store = open_store(config.output_path)
-        current = store.read(".executor/status.json")
-        status = json.loads(current.data)
-        status.update(seq=status["seq"] + 1, attempt=status["attempt"] + 1, owner={**status["owner"], **STOLEN})
-        assert store.replace_if_generation(".executor/status.json", json.dumps(status).encode(),
-                                           current.generation) is not None
+        take_the_lease_as_another_runner(config.output_path)
         raise RuntimeError("stopped: my lease is gone")
     return {"call": calls}
 

@@ -122,7 +122,8 @@ def test_a_run_stopped_by_its_deadline_or_a_ctrl_c_ends_cosmic_ray_and_the_tests
 
 
 CTRL_C_DRIVER = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job inherits it ignored
 sys.path.insert(0, "scripts")
 import mutation
 

@@ -65,8 +65,11 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     # Shards open paths like their step does: the step's storage options go with each task (one
     # object in Ray's store, hidden from reprs), the shard's storage while fn runs in the worker.
     storage, fn_ref = ray.put(location.current_storage()), ray.put(fn)
+    # SPREAD: shard tasks are independent and read their input from storage, so every node should
+    # take its share; Ray's default packs the driver's node first (until half its CPUs are busy), and
+    # short shard tasks then all ran on one node of a cluster (seen in CI on a loaded machine).
     remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(run_shard).options(
-        name=getattr(fn, "__qualname__", "shard"))
+        name=getattr(fn, "__qualname__", "shard"), scheduling_strategy="SPREAD")
     limit = max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-3)) * 2)
     results: list[Any] = [None] * len(items)
     pending: dict[Any, int] = {}

@@ -241,6 +241,37 @@ def test_a_renewal_that_hangs_delays_only_its_own_lease(request):
     assert slow.lost and "half the 2s TTL" in slow.lost_reason
 
 
+class HungStore(MemoryStore):
+    """A store whose conditional writes never return until released (a write stuck for good)."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.in_flight, self.release = threading.Semaphore(0), threading.Event()
+
+    def replace_if_generation(self, key, data, generation):
+        self.in_flight.release()
+        self.release.wait(timeout=60)
+        return super().replace_if_generation(key, data, generation)
+
+
+def test_stop_waits_five_seconds_in_all_for_renewals_stuck_in_flight(request):
+    """Two renewals that never return: stop() gives them 5 s together (not 5 s each, not for ever),
+    and they run on daemon threads, so a stuck write never keeps the process alive."""
+    store = HungStore(f"memory://hung-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(ttl_s=2.0, heartbeat_s=0.05))
+    keeper.acquire("a", running(), None), keeper.acquire("b", running("b"), None)
+    keeper.start()
+    try:
+        assert store.in_flight.acquire(timeout=10) and store.in_flight.acquire(timeout=10)  # both stuck
+        stuck = [t for t in threading.enumerate() if t.name == "lease-heartbeat-renew"]
+        assert len(stuck) == 2 and all(t.daemon for t in stuck)
+        started = time.monotonic()
+        keeper.stop()
+        assert 4.8 <= time.monotonic() - started < 5.8
+    finally:
+        store.release.set()
+
+
 class SlowStore(MemoryStore):
     """A store whose conditional writes take `delay` seconds of the injected clock (a hung call, or
     a holder paused by SIGSTOP while its request was in flight)."""

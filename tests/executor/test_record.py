@@ -68,6 +68,7 @@ def test_records_and_run_files_are_checked_before_any_tool_reads_them(parse, kin
     ([{"path": "a.txt"}, {"size": 3}], 'manifest entry 1 names no path: {"size": 3}'),
     ([{"path": 7}], 'manifest entry 0 names no path: {"path": 7}'),
     (["a.txt"], 'manifest entry 0 names no path: "a.txt"'),
+    ([{"size": 3, "note": "x" * 100}], 'manifest entry 0 names no path: ' + ('{"size": 3, "note": "' + "x" * 100)[:80]),
 ])
 def test_a_record_whose_manifest_names_no_path_is_refused_naming_the_entry(manifest, damage):
     fields = {"schema": 1, "step_id": "s-1", "digest": "d", "name": "s"}

@@ -131,12 +131,6 @@ class LeaseKeeper:
                 lease.lost_reason = "taken over by another runner (status changed under us)"
             return self.is_valid(lease)
 
-    def renew_all(self) -> None:
-        with self._held_lock:
-            leases = list(self._held.values())
-        for lease in leases:
-            self.renew(lease)
-
     def held(self) -> list[Lease]:
         with self._held_lock:
             return list(self._held.values())

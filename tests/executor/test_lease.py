@@ -43,7 +43,7 @@ def test_heartbeat_bumps_sequence_and_generation(store):
     lease = keeper.acquire("k", running(), None)
     first = lease.generation
     clock.now += 15
-    keeper.renew_all()
+    keeper.renew(lease)
     assert lease.generation != first and parse_status(store.read("k").data, "k").seq == 1
     assert keeper.is_valid(lease)
 

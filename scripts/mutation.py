@@ -5,6 +5,11 @@
     scripts/mutation.sh --report tests/mutation/report.md deciding   # the committed report
     scripts/mutation.sh --list                   # the targets and the tests each is scored against
     scripts/mutation.sh --show executor/engine/lease.py   # every mutant of a module, as equivalents list them
+    scripts/mutation.sh --recheck --report tests/mutation/report.md execute   # its open mutants, today's tests
+
+A full run of a large target takes hours: `--recheck` runs only a kept result's survivors, timeouts
+and errors again against today's tests, while the target's modules are still the ones that run
+mutated (scripts/mutation_recheck.py); the report says so on the target's line.
 
 While cosmic-ray runs, a line a minute says how many mutants have run and how they ended; Ctrl-C
 stops the run as --deadline does (what ran is scored and kept; a second Ctrl-C leaves at once).
@@ -45,6 +50,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutation_recheck import recheck, why_not_recheckable  # noqa: E402
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
                                list_mutants, load_equivalents, reclassify, render_report, score_from_json,
                                score_session, score_to_json, session_progress, unsettled)
@@ -258,6 +264,44 @@ def copy_tree(dest: Path, rev: str | None) -> None:
             shutil.copy2(src, dest / rel)
 
 
+def make_working_copy(rev: str | None) -> Path:
+    """A temporary copy of the tree (or of `rev`) with its own environment."""
+    work = Path(tempfile.mkdtemp(prefix="stepgraph-mutation-"))
+    print(f"working copy: {work}", flush=True)
+    copy_tree(work, rev)
+    subprocess.run(["uv", "sync", "--quiet", "--frozen"], cwd=work, check=True,
+                   env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
+    return work
+
+
+def recheck_kept(args: argparse.Namespace) -> int:
+    """--recheck: the named targets' open mutants run again against today's tests (mutation_recheck.py)."""
+    if not args.targets:
+        print("--recheck needs the targets to re-check, by name", file=sys.stderr)
+        return 2
+    kept = kept_results(args.results)
+    refusals = {n: "no kept result" if n not in kept else why_not_recheckable(kept[n], ROOT) for n in args.targets}
+    for name, why in refusals.items():
+        if why:
+            print(f"{name}: not re-checked: {why}", file=sys.stderr)
+    if any(refusals.values()):
+        return 2
+    where = f"{tree_rev()} (load average {os.getloadavg()[0]:.1f} at the start)"
+    work = make_working_copy(None)
+    try:
+        python = str(work / ".venv" / "bin" / "python")
+        for name in args.targets:
+            score = recheck(kept[name], work, test_command(kept[name].target, python).split(), where,
+                            lambda line: print(line, flush=True))
+            (args.results / f"{name}.json").write_text(json.dumps(score_to_json(score), indent=1))
+            print(render_report([score], sampled=None), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.report is not None:
+        args.report.write_text(report_from_results(args.results, None, {}))
+    return 0
+
+
 def should_stop(args: argparse.Namespace) -> bool:
     """The run's deadline has come, or a Ctrl-C asked to stop."""
     return args.stop.is_set() or (args.deadline_at is not None and time.monotonic() >= args.deadline_at)
@@ -266,12 +310,8 @@ def should_stop(args: argparse.Namespace) -> bool:
 def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Namespace, finished) -> None:
     """One worker: its own working copy (a mutant is a file changed in place, so two targets never
     share one), taking targets from the queue in order."""
-    work = Path(tempfile.mkdtemp(prefix="stepgraph-mutation-"))
-    print(f"working copy: {work}", flush=True)
+    work = make_working_copy(args.rev)
     try:
-        copy_tree(work, args.rev)
-        subprocess.run(["uv", "sync", "--quiet", "--frozen"], cwd=work, check=True,
-                       env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"))
         while True:
             with lock:
                 if not queue or should_stop(args):
@@ -314,10 +354,14 @@ def report_from_results(results: Path, sampled: int | None, scores: dict[str, Ta
     return render_report(list(scores.values()), sampled=sampled)
 
 
+def tree_rev() -> str:
+    return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def report_header(argv: list[str], note: str | None) -> str:
     """Where and when the figures were measured: they are times on a shared machine."""
-    rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
+    rev = tree_rev()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     line = (f"`scripts/mutation.sh {shlex.join(argv)}` on {rev}, started "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
@@ -347,6 +391,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 unless every target named settles: no survivor unlisted, no timeout, error "
                              "or mutant left unrun; with --render, judges the kept results (.ci/nightly)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the named targets' kept survivors, timeouts and errors again against today's "
+                             "tests (refused if the target's modules changed since its run)")
     parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
                         help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
@@ -373,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args.report.write_text(report_from_results(args.results, None, {}))
         return report_strictly(kept_results(args.results), args.targets or DECIDING) if args.strict else 0
+    if args.recheck:
+        return recheck_kept(args)
     if args.list:
         for t in TARGETS:
             print(f"{t.name:12} {' '.join(t.modules)}\n{'':12} tests: {' '.join(t.tests)} (timeout {t.timeout_s:.0f} s)")

@@ -42,7 +42,8 @@ TARGETS = [
     Target("execute", ("executor/engine/execute.py",),
            ("tests/executor/test_run_inline.py", "tests/promises/test_snapshot_and_override.py",
             "tests/leases/test_record_fencing.py", "tests/executor/test_staleness.py",
-            "tests/executor/test_waits_and_preparation.py", "tests/executor/test_run_loop.py"), 150.0),
+            "tests/executor/test_waits_and_preparation.py", "tests/executor/test_run_loop.py",
+            "tests/cache/test_cache_from.py"), 150.0),  # the run loop's copies of another prefix's outputs
     Target("record", ("executor/core/record.py",),
            ("tests/executor/test_record.py", "tests/executor/test_run_inline.py", "tests/executor/test_lease.py",
             "tests/executor/test_staleness.py", "tests/executor/test_results.py"), 240.0),

@@ -1,0 +1,124 @@
+"""Re-run a kept result's open mutants (survived, timed out, errors) against today's tests.
+
+    scripts/mutation.sh --recheck --report tests/mutation/report.md execute identity
+
+A full run of a large target takes hours, so tests written afterwards for its survivors would show
+in the report only after the next one. A re-check runs each open mutant of the kept result again,
+with all the target's tests and the target's timeout, in a fresh copy of the working tree, and
+replaces its outcome; the run's kills and listed equivalents are kept as they are. It is refused
+unless the target's modules are exactly those the run mutated (the clean commit its provenance names,
+and no change to them since): only then are the kept mutants today's mutants. The report's line for
+the target says when, on which commit, and what came of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from mutation_outcomes import Mutant, Outcome, TargetScore
+
+OPEN = (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR)
+_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
+_RUN_COMMIT = re.compile(r" on ([0-9a-f]{7,40})(-dirty)?, started ")
+
+
+def run_commit(provenance: str) -> str | None:
+    """The commit a kept run mutated, if its provenance names a clean one."""
+    found = _RUN_COMMIT.search(provenance)
+    return found.group(1) if found and not found.group(2) else None
+
+
+def why_not_recheckable(score: TargetScore, root: Path) -> str | None:
+    """None when the working tree's modules of the target are the ones its kept run mutated."""
+    commit = run_commit(score.provenance)
+    if commit is None:
+        return "its run names no clean commit (a working tree with changes): run the target again"
+    diff = subprocess.run(["git", "diff", "--name-only", commit, "--", *score.target.modules], cwd=root,
+                          capture_output=True, text=True)
+    if diff.returncode != 0:
+        return f"git cannot compare with {commit}: {diff.stderr.strip()}"
+    if diff.stdout.strip():
+        changed = ", ".join(diff.stdout.split())
+        return f"{changed} changed since its run on {commit}: its mutants are not today's; run the target again"
+    return None
+
+
+def run_tests(command: list[str], work: Path, timeout_s: float) -> int | None:
+    """The tests' exit status, or None past the timeout (then they and what they started are killed)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
+def apply_diff(source: str, diff: str) -> str | None:
+    """`source` with a cosmic-ray diff applied, or None where it does not fit. cosmic-ray diffs
+    `source.split("\n")` (a final empty line included, which `patch` refuses), so it is applied the
+    same way, hunk by hunk."""
+    hunks: list[tuple[int, list[str], list[str]]] = []
+    for line in diff.split("\n"):
+        header = _HUNK.match(line)
+        if header:
+            hunks.append((int(header.group(1)) - 1, [], []))
+        elif hunks and line[:1] in (" ", "-", "+"):
+            _, old, new = hunks[-1]
+            for side in (old,) if line[0] == "-" else (new,) if line[0] == "+" else (old, new):
+                side.append(line[1:])
+    lines, result, cursor = source.split("\n"), [], 0
+    for start, old, new in hunks:
+        if start < cursor or lines[start:start + len(old)] != old:
+            return None
+        result += lines[cursor:start] + new
+        cursor = start + len(old)
+    return "\n".join(result + lines[cursor:]) if hunks else None
+
+
+def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float) -> Outcome:
+    """Apply the mutant's diff in `work`, run the tests, put the module back as it was."""
+    module = work / mutant.module
+    pristine = module.read_text()
+    mutated = apply_diff(pristine, mutant.diff)
+    if mutated is None:  # the module is no longer the one mutated: nothing to test
+        return Outcome.ERROR
+    try:
+        module.write_text(mutated)
+        status = run_tests(command, work, timeout_s)
+    finally:
+        module.write_text(pristine)
+    if status is None:
+        return Outcome.TIMED_OUT
+    return Outcome.SURVIVED if status == 0 else Outcome.KILLED  # any failure kills, as in cosmic-ray
+
+
+def recheck(score: TargetScore, work: Path, command: list[str], rev: str,
+            say: Callable[[str], None]) -> TargetScore:
+    """The kept score with its open mutants run again; `say` gets a line per mutant."""
+    todo = [m for m in score.mutants if m.outcome in OPEN]
+    found: Counter = Counter()
+    started = time.monotonic()
+    rechecked: dict[int, Outcome] = {}
+    for i, m in enumerate(todo, 1):
+        outcome = rechecked[id(m)] = run_mutant(m, work, command, score.target.timeout_s)
+        found[outcome] += 1
+        say(f"{score.target.name}: {i} of {len(todo)} re-run, {m.module}:{m.line} {m.operator}: {outcome.value}")
+    mutants = [dataclasses.replace(m, outcome=rechecked[id(m)]) if id(m) in rechecked else m
+               for m in score.mutants]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    note = (f" Re-checked on {rev}, {when}, in {time.monotonic() - started:.0f} s: its {len(todo)} survived, "
+            f"timed out or error mutants run again with all the target's tests: "
+            f"{found[Outcome.KILLED]} killed, {found[Outcome.SURVIVED]} survived, {found[Outcome.TIMED_OUT]} timed out, "
+            f"{found[Outcome.ERROR]} errors.")
+    return dataclasses.replace(score, mutants=mutants, provenance=score.provenance + note)

@@ -1,0 +1,100 @@
+"""scripts/mutation_recheck.py: a kept result's open mutants run again against today's tests, only
+while the target's modules are the ones its run mutated; its kills and equivalents are left alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from mutation_outcomes import Baseline, Outcome, Target, TargetScore, list_mutants  # noqa: E402
+from mutation_recheck import recheck, run_commit, why_not_recheckable  # noqa: E402
+
+CALC = "def double(x):\n    return 2 * x\n\n\ndef half(x):\n    return x / 2\n"
+TESTS = textwrap.dedent('''\
+    import calc
+
+
+    def test_double_of_one():
+        while calc.double(1) != 2:  # a mutant giving another value hangs here: a timeout, not a kill
+            pass
+
+
+    def test_double_of_three():  # written after the run, for its survivor
+        assert calc.double(3) == 6
+    ''')
+PROVENANCE = "`scripts/mutation.sh toy` on {rev}, started 2026-12-05 17:41 UTC, 2 cores, load average 1.0."
+
+
+def test_the_run_commit_is_read_from_the_provenance_only_when_clean():
+    assert run_commit(PROVENANCE.format(rev="b886575")) == "b886575"
+    assert run_commit(PROVENANCE.format(rev="d0c6bb9-dirty")) is None
+    assert run_commit("") is None
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_recheck_is_refused_once_the_modules_changed_since_the_run(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "calc.py").write_text(CALC)
+    (tmp_path / "test_calc.py").write_text(TESTS)
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "run")
+    commit = git(tmp_path, "rev-parse", "--short", "HEAD")
+    score = TargetScore(Target("toy", ("calc.py",), ("test_calc.py",)), Baseline(True, 1.0),
+                        provenance=PROVENANCE.format(rev=commit))
+    (tmp_path / "test_calc.py").write_text(TESTS + "\n# a test changed: fine\n")
+    assert why_not_recheckable(score, tmp_path) is None
+    (tmp_path / "calc.py").write_text(CALC.replace("2 * x", "x + x"))
+    assert f"calc.py changed since its run on {commit}" in why_not_recheckable(score, tmp_path)
+    dirty = dataclasses.replace(score, provenance=PROVENANCE.format(rev=f"{commit}-dirty"))
+    assert "no clean commit" in why_not_recheckable(dirty, tmp_path)
+
+
+def test_open_mutants_are_run_again_and_the_kills_and_equivalents_are_left(tmp_path, monkeypatch):
+    (tmp_path / "calc.py").write_text(CALC)
+    (tmp_path / "test_calc.py").write_text(TESTS)
+    monkeypatch.chdir(tmp_path)  # cosmic-ray names the module in its diff as given: relative
+    made = {(m.function, m.operator): m for m in list_mutants(Path("calc.py"))}
+
+    def kept(function: str, operator: str, outcome: Outcome):
+        return dataclasses.replace(made[(function, operator)], outcome=outcome)
+
+    mutants = [kept("double", "core/ReplaceBinaryOperator_Mul_Pow", Outcome.SURVIVED),  # 2 ** 3 != 6 now
+               kept("half", "core/ReplaceBinaryOperator_Div_Mul", Outcome.SURVIVED),   # still untested
+               kept("double", "core/ReplaceBinaryOperator_Mul_Add", Outcome.TIMED_OUT),  # 2 + 1: still hangs
+               kept("double", "core/ReplaceBinaryOperator_Mul_Sub", Outcome.KILLED),    # would hang if re-run
+               kept("double", "core/ReplaceBinaryOperator_Mul_Div", Outcome.EQUIVALENT)]
+    score = TargetScore(Target("toy", ("calc.py",), ("test_calc.py",), timeout_s=4.0), Baseline(True, 0.5),
+                        mutants=mutants, provenance=PROVENANCE.format(rev="b886575"))
+    said: list[str] = []
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "test_calc.py"]
+    after = recheck(score, tmp_path, command, "c0ffee1", said.append)
+    assert [m.outcome for m in after.mutants] == [Outcome.KILLED, Outcome.SURVIVED, Outcome.TIMED_OUT,
+                                                  Outcome.KILLED, Outcome.EQUIVALENT]
+    assert len(said) == 3 and said[0].startswith("toy: 1 of 3 re-run, calc.py:2 ") and said[0].endswith("killed")
+    assert after.provenance.startswith(score.provenance + " Re-checked on c0ffee1, ")
+    assert after.provenance.endswith("its 3 survived, timed out or error mutants run again with all the "
+                                     "target's tests: 1 killed, 1 survived, 1 timed out, 0 errors.")
+    assert (tmp_path / "calc.py").read_text() == CALC  # each mutant taken back out
+
+
+def test_a_mutant_whose_diff_no_longer_applies_is_an_error_and_the_module_is_left_as_it_was(tmp_path,
+                                                                                           monkeypatch):
+    (tmp_path / "calc.py").write_text(CALC)
+    monkeypatch.chdir(tmp_path)
+    [mutant] = [m for m in list_mutants(Path("calc.py")) if m.operator == "core/ReplaceBinaryOperator_Div_Mul"]
+    (tmp_path / "calc.py").write_text(CALC.replace("x / 2", "x / 2.0"))
+    score = TargetScore(Target("toy", ("calc.py",), ("test_calc.py",)), Baseline(True, 0.5),
+                        mutants=[dataclasses.replace(mutant, outcome=Outcome.SURVIVED)])
+    after = recheck(score, tmp_path, [sys.executable, "-c", "pass"], "c0ffee1", lambda line: None)
+    assert after.mutants[0].outcome is Outcome.ERROR
+    assert (tmp_path / "calc.py").read_text() == CALC.replace("x / 2", "x / 2.0")

@@ -26,7 +26,8 @@ A score can be trusted only if it counts what the tests found:
 - each target's tests first run unmutated; a target whose baseline fails, or takes more than half
   its timeout, is refused (no score): a mutant would be "killed" by the clock or by a broken test;
 - a mutant is *killed* when its tests fail, *timed out* when they ran past the timeout (cosmic-ray
-  counts that as a kill; we do not), an *error* when the worker crashed or could not run the tests,
+  counts that as a kill; we do not) or one test ran past the target's hang limit (pytest-timeout
+  ended it: a hang found in seconds, still not a kill), an *error* when the worker crashed or could not run the tests,
   *survived* when they passed, and *equivalent* when it survived and is listed, with its reason, in
   tests/mutation/equivalent.json (matched by module, function, operator and the mutated line).
 """
@@ -65,7 +66,7 @@ SELECT_DIR = ".mutation"  # in the working copy: pristine modules, coverage, eac
 
 
 def test_command(target: Target, python: str) -> str:
-    return f"{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {' '.join(target.tests)}"
+    return f"{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {' '.join(target.pytest_args() + list(target.tests))}"
 
 
 def select_command(target: Target, python: str) -> str:
@@ -151,7 +152,7 @@ def prepare_selection(target: Target, work: Path, python: str) -> int:
         shutil.copy2(work / f, pristine / f)
     covered = record_coverage(target, work, python, files)
     config = {"python": python, "modules": files, "tests": list(target.tests), "pristine": str(pristine),
-              "covered": covered}
+              "covered": covered, "pytest_args": target.pytest_args()}
     (work / SELECT_DIR / f"{target.name}.json").write_text(json.dumps(config))
     return sum(len(lines) for lines in covered.values())
 

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from mutation_outcomes import Mutant, Outcome, TargetScore
+from mutation_outcomes import Mutant, Outcome, TargetScore, classify
 
 OPEN = (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
@@ -51,17 +51,18 @@ def why_not_recheckable(score: TargetScore, root: Path) -> str | None:
     return None
 
 
-def run_tests(command: list[str], work: Path, timeout_s: float) -> int | None:
-    """The tests' exit status, or None past the timeout (then they and what they started are killed)."""
+def run_tests(command: list[str], work: Path, timeout_s: float) -> Outcome:
+    """The tests' verdict on the mutant in `work`, as cosmic-ray's would be classified."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", start_new_session=True)
     try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:  # they and what they started are killed
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return None
+        proc.communicate()
+        return Outcome.TIMED_OUT
+    return classify("normal", "survived" if proc.returncode == 0 else "killed", output)  # any failure kills
 
 
 def apply_diff(source: str, diff: str) -> str | None:
@@ -95,12 +96,9 @@ def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float)
         return Outcome.ERROR
     try:
         module.write_text(mutated)
-        status = run_tests(command, work, timeout_s)
+        return run_tests(command, work, timeout_s)
     finally:
         module.write_text(pristine)
-    if status is None:
-        return Outcome.TIMED_OUT
-    return Outcome.SURVIVED if status == 0 else Outcome.KILLED  # any failure kills, as in cosmic-ray
 
 
 def recheck(score: TargetScore, work: Path, command: list[str], rev: str,

@@ -84,13 +84,14 @@ def selection(config: dict) -> list[str] | None:
     return covering_tests(config["covered"].get(module, {}), lines, (pristine / module).read_text())
 
 
-def pytest(python: str, args: list[str]) -> int:
+def pytest(python: str, args: list[str], options: list[str]) -> int:
     return subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           *args], stderr=subprocess.STDOUT).returncode
+                           *options, *args], stderr=subprocess.STDOUT).returncode
 
 
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
+    options = config.get("pytest_args", [])  # the target's per-test hang limit
     try:
         chosen = selection(config)
     except Exception as e:  # noqa: BLE001 - never let a bug here read as a kill: run everything
@@ -98,12 +99,12 @@ def main(config_path: str) -> int:
         chosen = None
     if chosen is not None:
         print(f"mutation_select: {len(chosen)} covering tests first", flush=True)
-        code = pytest(config["python"], chosen)
+        code = pytest(config["python"], chosen, options)
         print(f"mutation_select: covering tests exit {code}", flush=True)
         if code == 1:  # tests failed; any other status (a node id not found, ...) is not trusted as a kill
             return code
     print("mutation_select: all target tests", flush=True)
-    code = pytest(config["python"], config["tests"])
+    code = pytest(config["python"], config["tests"], options)
     print(f"mutation_select: all target tests exit {code}", flush=True)
     return code
 

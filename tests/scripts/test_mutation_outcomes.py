@@ -22,6 +22,8 @@ EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
 def test_cosmic_ray_results_are_classified_with_timeouts_and_crashes_apart():
     assert classify("normal", "killed", "1 failed") is Outcome.KILLED
     assert classify("normal", "killed", "timeout") is Outcome.TIMED_OUT
+    hung = "FAILED test_calc.py::test_double - Failed: Timeout (>30.0s) from pytest-timeout.\n1 failed"
+    assert classify("normal", "killed", hung) is Outcome.TIMED_OUT  # a test past Target.hang_s
     assert classify("normal", "survived", "5 passed") is Outcome.SURVIVED
     assert classify("normal", "incompetent", "") is Outcome.ERROR
     assert classify("exception", None, "Traceback") is Outcome.ERROR

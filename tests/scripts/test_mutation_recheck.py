@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
@@ -59,7 +61,10 @@ def test_a_recheck_is_refused_once_the_modules_changed_since_the_run(tmp_path):
     assert "no clean commit" in why_not_recheckable(dirty, tmp_path)
 
 
-def test_open_mutants_are_run_again_and_the_kills_and_equivalents_are_left(tmp_path, monkeypatch):
+@pytest.mark.parametrize("hang_limit, timeout_s", [([], 4.0), (["--timeout=1"], 60.0)],
+                         ids=["past-the-timeout", "past-the-hang-limit"])
+def test_open_mutants_are_run_again_and_the_kills_and_equivalents_are_left(tmp_path, monkeypatch, hang_limit,
+                                                                           timeout_s):
     (tmp_path / "calc.py").write_text(CALC)
     (tmp_path / "test_calc.py").write_text(TESTS)
     monkeypatch.chdir(tmp_path)  # cosmic-ray names the module in its diff as given: relative
@@ -73,10 +78,10 @@ def test_open_mutants_are_run_again_and_the_kills_and_equivalents_are_left(tmp_p
                kept("double", "core/ReplaceBinaryOperator_Mul_Add", Outcome.TIMED_OUT),  # 2 + 1: still hangs
                kept("double", "core/ReplaceBinaryOperator_Mul_Sub", Outcome.KILLED),    # would hang if re-run
                kept("double", "core/ReplaceBinaryOperator_Mul_Div", Outcome.EQUIVALENT)]
-    score = TargetScore(Target("toy", ("calc.py",), ("test_calc.py",), timeout_s=4.0), Baseline(True, 0.5),
+    score = TargetScore(Target("toy", ("calc.py",), ("test_calc.py",), timeout_s), Baseline(True, 0.5),
                         mutants=mutants, provenance=PROVENANCE.format(rev="b886575"))
     said: list[str] = []
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "test_calc.py"]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *hang_limit, "test_calc.py"]
     after = recheck(score, tmp_path, command, "c0ffee1", said.append)
     assert [m.outcome for m in after.mutants] == [Outcome.KILLED, Outcome.SURVIVED, Outcome.TIMED_OUT,
                                                   Outcome.KILLED, Outcome.EQUIVALENT]

@@ -89,3 +89,31 @@ def test_a_mutant_the_covering_tests_miss_is_still_killed_by_a_test_coverage_can
     assert code == 1 and "1 covering tests first" in out and "all target tests" not in out
     code, out = judge(pristine.replace("2 * x", "3 * x"))       # it passes; the subprocess test kills
     assert code == 1 and "covering tests exit 0" in out and "all target tests exit 1" in out
+
+
+def test_a_test_that_hangs_on_a_mutant_is_ended_at_the_hang_limit_and_scored_timed_out(tmp_path, capfd,
+                                                                                       monkeypatch):
+    """Target.hang_s: the selection runs each test under pytest-timeout, so a mutant that makes a
+    test hang is found in seconds, and its output makes it timed out, not killed."""
+    from mutation_outcomes import Outcome, classify
+
+    (tmp_path / "calc.py").write_text("def double(x):\n    return 2 * x\n")
+    (tmp_path / "test_calc.py").write_text(textwrap.dedent('''\
+        import calc
+
+        def test_double():
+            while calc.double(1) != 2:  # another value: the test hangs
+                pass
+        '''))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    target = Target("calc", ("calc.py",), ("test_calc.py",), hang_s=1.5)
+    (tmp_path / mutation.SELECT_DIR).mkdir()
+    mutation.prepare_selection(target, tmp_path, sys.executable)
+    config_path = str(tmp_path / mutation.SELECT_DIR / "calc.json")
+    assert json.loads(Path(config_path).read_text())["pytest_args"] == ["--timeout=1.5"]
+    (tmp_path / "calc.py").write_text("def double(x):\n    return 2 + x\n")
+    code = mutation_select.main(config_path)
+    out = capfd.readouterr().out
+    assert code == 1 and "Timeout (>1.5s)" in out
+    assert classify("normal", "killed", out) is Outcome.TIMED_OUT

@@ -129,6 +129,27 @@ def test_a_step_failing_past_its_retries_fails_after_exactly_them(tmp_path):
     assert len(calls.read_text()) == 2
 
 
+@pytest.mark.parametrize("resources, says", [
+    (Resources(retry_user_errors=-1), "resources.retry_user_errors must be a whole number >= 0, got -1"),
+    (Resources(max_infra_retries=1.5), "resources.max_infra_retries must be a whole number >= 0, got 1.5"),
+    (Resources(hosts=0), "resources.hosts must be a whole number >= 1, got 0"),
+    (Resources(hosts=True), "resources.hosts must be a whole number >= 1, got True"),
+    (Resources(cpus=-1), "resources.cpus must be a number >= 0, got -1"),
+    (Resources(gpus=float("nan")), "resources.gpus must be a number >= 0, got nan"),
+    (Resources(gpus="1"), "resources.gpus must be a number >= 0, got '1'"),
+    (Resources(timeout_s=0), "resources.timeout_s must be a number of seconds > 0, or None for no limit; got 0"),
+    (Resources(memory_bytes=-5), "resources.memory_bytes must be a number of bytes > 0, or None for no limit; got -5"),
+])
+def test_resources_no_runner_could_honour_are_refused_naming_the_step_the_field_and_the_value(resources, says):
+    """A negative retry count would retry a failing step for ever (the loop counts down to 0)."""
+    with pytest.raises(ValueError) as refused:
+        ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), "calls", failures=1), resources=resources)
+    assert str(refused.value) == f"step 'flaky': {says}"
+    fine = Resources(cpus=0.5, gpus=0, hosts=1, max_infra_retries=0, retry_user_errors=0, timeout_s=0.1,
+                     memory_bytes=1)
+    assert fine.problem is None and Resources().problem is None
+
+
 def test_a_finished_step_reports_the_seconds_it_ran(tmp_path):
     """In its StepFinished event and in its record's timings (with the wall-clock start and end)."""
     seen: list[Any] = []

@@ -7,7 +7,11 @@
   that runner commits meanwhile, the step is done elsewhere (and the run, which ran nothing, ends
   cleanly);
 - a step forced with --force-run that another runner re-ran and committed after this run's plan
-  is not run a second time ("completed by another runner").
+  is not run a second time ("completed by another runner");
+- a step whose dependency re-runs is judged against its inputs once the dependency committed —
+  unless another runner committed the step meanwhile: then that commit stands, not judged again;
+- a step whose output place another step's status took after the plan fails alone, naming the
+  digest found there (its first 16 hex digits) and touching nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 import pytest
 
 import executor
-from executor import ExecutorStep, this_output_path
+from executor import ExecutorStep, output_path_of, this_output_path
 from executor.cli import run
 from executor.core.outcome import Outcome
 from executor.core.record import Owner, State, Status, parse_status, status_key
@@ -172,3 +176,58 @@ def test_a_forced_step_committed_meanwhile_by_another_runner_is_not_run_again(tm
     assert json.loads(record.read_text())["result"] == {"rewrote": True}, "a did not run before b was decided"
     assert calls.read_text().count("call") == 1, "b ran again although another runner had just re-run it"
     assert "b (completed by another runner)" in out, out
+
+
+@dataclass(frozen=True)
+class CountedAfter:
+    output_path: Any
+    calls_file: str
+    upstream: Any  # a's output: b is rechecked once a, re-running, has committed
+
+
+@pytest.mark.parametrize("sorts", ["below", "above"])
+def test_a_step_another_runner_committed_while_its_dependency_reran_is_not_judged_again(tmp_path, capsys,
+                                                                                         sorts):
+    prefix, calls = tmp_path / "prefix", tmp_path / "b-calls.txt"
+    a = ExecutorStep("a", commit_b_as_another_runner, Rewrites(this_output_path(), str(prefix), sorts))
+    b = ExecutorStep("b", count_call, CountedAfter(this_output_path(), str(calls), output_path_of(a)))
+    assert execute([a, b], prefix) == 0 and calls.read_text().count("call") == 1
+    capsys.readouterr()
+    # a re-runs (same bytes) and, as it runs, "another runner" commits b: b is that runner's now
+    assert execute([a, b], prefix, "--force-run", "^a$") == 0
+    out = capsys.readouterr().out
+    [record] = prefix.glob("a-*/.executor/record.json")
+    assert json.loads(record.read_text())["result"] == {"rewrote": True}
+    assert calls.read_text().count("call") == 1
+    assert "b (completed by another runner)" in out, out
+    assert "still current" not in out, out  # judged against this run's inputs, though not this run's
+
+
+FOREIGN_DIGEST = "0123456789abcdef" + "f" * 48
+
+
+@dataclass(frozen=True)
+class Squats:
+    output_path: Any
+    prefix: str
+
+
+def write_a_foreign_status_at_shared(config: Squats) -> dict:
+    """As this run goes on, a status of some other step appears where b's output goes."""
+    key = status_key("shared/b")
+    status = Status(State.SUCCESS, FOREIGN_DIGEST, "other-step", seq=0, attempt=1, owner=None, written_at=1.0)
+    assert LocalStore(config.prefix).create_if_absent(key, status.to_bytes()) is not None
+    return {"squatted": key}
+
+
+def test_a_status_of_another_step_found_where_a_step_would_start_fails_it_naming_that_digest(tmp_path):
+    prefix = tmp_path / "prefix"
+    a = ExecutorStep("a", write_a_foreign_status_at_shared, Squats(this_output_path(), str(prefix)))
+    b = ExecutorStep("b", write_marker, Plain(this_output_path()), override_output_path="shared/b")
+    result = executor.run([a, b], prefix=str(prefix), runner="inline", max_concurrent=1)
+    assert result.step("a").status == Outcome.SUCCEEDED
+    assert result.step("b").status == Outcome.FAILED
+    assert result.step("b").error == (f"could not start: ExecutorError: step 'b': {status_key('shared/b')} now "
+                                      f"holds digest 0123456789abcdef…; refusing to touch it")
+    found = prefix / status_key("shared/b")
+    assert parse_status(found.read_bytes(), str(found)).digest == FOREIGN_DIGEST  # untouched

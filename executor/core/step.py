@@ -72,7 +72,7 @@ class Resources:
 
     @property
     def problem(self) -> str | None:
-        """What no runner could honour (a negative retry count would retry for ever), else None."""
+        """What no runner could honour (a negative retry count, no hosts, a zero timeout), else None."""
         for name, least in (("hosts", 1), ("max_infra_retries", 0), ("retry_user_errors", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -141,7 +141,7 @@ def test_a_step_failing_past_its_retries_fails_after_exactly_them(tmp_path):
     (Resources(memory_bytes=-5), "resources.memory_bytes must be a number of bytes > 0, or None for no limit; got -5"),
 ])
 def test_resources_no_runner_could_honour_are_refused_naming_the_step_the_field_and_the_value(resources, says):
-    """A negative retry count would retry a failing step for ever (the loop counts down to 0)."""
+    """Taken silently before: a negative retry count as none, a timeout of 0 as no limit at all."""
     with pytest.raises(ValueError) as refused:
         ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), "calls", failures=1), resources=resources)
     assert str(refused.value) == f"step 'flaky': {says}"

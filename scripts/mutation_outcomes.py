@@ -45,7 +45,8 @@ TARGETS = [
             "tests/executor/test_canonical_reference.py", "tests/executor/test_encodings.py")),
     Target("graph", ("executor/core/graph.py",), ("tests/executor/test_graph.py", "tests/executor/test_step_names.py")),
     Target("plan", ("executor/core/plan.py",),
-           ("tests/executor/test_plan.py", "tests/promises/test_snapshot_and_override.py"), 240.0),
+           ("tests/executor/test_plan.py", "tests/promises/test_snapshot_and_override.py",
+            "tests/cache/test_cache_from.py"), 240.0),  # the plan's set-aside of what copies were made from
     Target("lease", ("executor/engine/lease.py",), ("tests/executor/test_lease.py",)),
     # 150 s: seven times the quiet baseline (21 s); a mutant that hangs the run loop costs the whole timeout.
     Target("execute", ("executor/engine/execute.py",),

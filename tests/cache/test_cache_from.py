@@ -217,3 +217,45 @@ def test_a_source_deleted_after_planning_is_not_used(source, tmp_path):
     assert result.ok
     assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
     assert all(v.ok for v in verify_path(str(b)))
+
+
+def test_a_copy_forced_to_run_again_gets_the_inputs_it_reads(source, tmp_path):
+    """report and notes were copied here; report forced to run again reads upper, which was never
+    made here: upper (and raw) must come too — a forced copy is no copy that stays complete."""
+    a = source[0]
+    b = tmp_path / "b"
+    assert run(b, cache_from=(str(a),)).ok
+    planned = executor.plan(build(), prefix=str(b), cache_from=(str(a),), force_run="cache/report", environ={})
+    decisions = {s.name: s.decision for s in planned.steps}
+    assert decisions["cache/report"] == "run" and decisions["cache/upper"] in ("copy", "run"), decisions
+    result = run(b, cache_from=(str(a),), force_run="cache/report")
+    assert result.ok and result.step("cache/report").ran_here
+    assert (output_dir(b, "cache/upper") / "upper.txt").exists()
+
+
+@pytest.mark.parametrize("failed_step, blocked", [("cache/upper", None), ("cache/raw", "cache/upper")])
+@pytest.mark.parametrize("force_failed", [False, True])
+def test_a_failure_upstream_of_a_copy_is_reported_until_failures_are_retried(source, tmp_path, force_failed,
+                                                                             failed_step, blocked):
+    """A step upstream of report failed here once; report, reading it (through upper when raw
+    failed), is a complete copy. A plain run still stops at the failure and blocks what reads it
+    (exit 1: a failure is never hidden); with --force-failed the failed step would run again, and it
+    is set aside instead, with what reads it, since nothing here needs them."""
+    import time
+
+    from executor.core.record import State, Status
+
+    a, b = source[0], tmp_path / "b"
+    assert run(b, cache_from=(str(a),)).ok
+    everything = executor.plan(build(), prefix=str(tmp_path / "empty"), environ={}).steps
+    [step] = [s for s in everything if s.name == failed_step]  # b's plan lists only what it needs
+    failed = Status(State.FAILED, step.digest, step.step_id, seq=0, attempt=1, owner=None,
+                    written_at=time.time(), error="ValueError: once")
+    (b / step.step_id / ".executor").mkdir(parents=True)
+    (b / step.step_id / ".executor" / "status.json").write_bytes(failed.to_bytes())
+    result = run(b, cache_from=(str(a),), force_failed=force_failed)
+    assert result.ok is force_failed
+    decisions = {s.name: s.decision for s in result.steps}
+    assert decisions.get(failed_step) == (None if force_failed else "stop"), decisions
+    assert decisions.get(blocked) == (None if force_failed or blocked is None else "blocked"), decisions
+    assert not result.step("cache/report").ran_here

@@ -259,3 +259,23 @@ def test_a_failure_upstream_of_a_copy_is_reported_until_failures_are_retried(sou
     assert decisions.get(failed_step) == (None if force_failed else "stop"), decisions
     assert decisions.get(blocked) == (None if force_failed or blocked is None else "blocked"), decisions
     assert not result.step("cache/report").ran_here
+
+
+def test_a_stale_step_upstream_of_a_copy_runs_again(source, tmp_path):
+    """Only a step with no output here (new, or failed) is set aside as not needed: raw and upper
+    were made here, report copied; once raw's output is no longer what upper consumed, upper is
+    stale and runs again, as ever, though only the copy reads it."""
+    import dataclasses
+
+    from executor.core.record import parse_status
+
+    a, b = source[0], tmp_path / "b"
+    assert run(b, only="cache/upper").ok  # raw and upper made here
+    assert run(b, cache_from=(str(a),)).ok  # report and notes copied
+    [raw_status] = b.glob("cache/raw-*/.executor/status.json")
+    status = parse_status(raw_status.read_bytes(), str(raw_status))
+    raw_status.write_bytes(dataclasses.replace(status, seq=status.seq + 1, content_sha256="0" * 64).to_bytes())
+    result = run(b, cache_from=(str(a),))
+    assert result.ok
+    upper = result.step("cache/upper")
+    assert (upper.decision, upper.ran_here) == ("run", True), upper

@@ -6,10 +6,12 @@
     scripts/mutation.sh --list                   # the targets and the tests each is scored against
     scripts/mutation.sh --show executor/engine/lease.py   # every mutant of a module, as equivalents list them
     scripts/mutation.sh --recheck --report tests/mutation/report.md execute   # its open mutants, today's tests
+    scripts/mutation.sh --continue --report tests/mutation/report.md execute  # what its deadline left unrun
 
 A full run of a large target takes hours: `--recheck` runs only a kept result's survivors, timeouts
 and errors again against today's tests, while the target's modules are still the ones that run
-mutated (scripts/mutation_recheck.py); the report says so on the target's line.
+mutated (scripts/mutation_recheck.py); the report says so on the target's line. `--continue` runs,
+on the same terms, only the mutants a kept run's deadline left unrun, and adds them to its result.
 
 While cosmic-ray runs, a line a minute says how many mutants have run and how they ended; Ctrl-C
 stops the run as --deadline does (what ran is scored and kept; a second Ctrl-C leaves at once).
@@ -51,7 +53,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutation_recheck import recheck, why_not_recheckable  # noqa: E402
+from mutation_recheck import merge_continued, recheck, skip_run_before, why_not_recheckable  # noqa: E402
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
                                list_mutants, load_equivalents, reclassify, render_report, score_from_json,
                                score_session, score_to_json, session_progress, unsettled)
@@ -223,8 +225,10 @@ def end_tree(proc: subprocess.Popen) -> None:
 
 
 def run_target(target: Target, work: Path, keep: int | None, seed: int,
-               should_stop: Callable[[], bool] = lambda: False) -> tuple[TargetScore, bool]:
-    """The target's score, and whether its working copy is still clean (no deadline came mid-run)."""
+               should_stop: Callable[[], bool] = lambda: False,
+               kept: TargetScore | None = None) -> tuple[TargetScore, bool]:
+    """The target's score (only the mutants `kept` has not run, with --continue), and whether its
+    working copy is still clean (no deadline came mid-run)."""
     python = str(work / ".venv" / "bin" / "python")
     baseline = run_baseline(target, work, python)
     if not baseline.trusted(target.timeout_s):
@@ -242,6 +246,8 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int,
                    cwd=work, check=True, env=env)
     if keep is not None:
         sample(session, keep, seed)
+    if kept is not None:
+        print(f"{target.name}: {skip_run_before(session, kept, work)} mutants left to run", flush=True)
     started = time.monotonic()
     clean = exec_until([*cr, "exec", str(config), str(session)], work, env, should_stop,
                        lambda: session_progress(target.name, session, time.monotonic() - started))
@@ -303,6 +309,24 @@ def recheck_kept(args: argparse.Namespace) -> int:
     return 0
 
 
+def kept_to_continue(args: argparse.Namespace) -> dict[str, TargetScore] | None:
+    """--continue: the named targets' kept results, each stopped by its deadline on code unchanged
+    since; None (having said why) if any is not."""
+    if not args.targets:
+        print("--continue needs the targets to continue, by name", file=sys.stderr)
+        return None
+    kept = kept_results(args.results)
+    refusals = {}
+    for name in args.targets:
+        score = kept.get(name)
+        refusals[name] = ("no kept result" if score is None else "its kept run left no mutant unrun"
+                          if not score.pending else why_not_recheckable(score, ROOT))
+    for name, why in refusals.items():
+        if why:
+            print(f"{name}: not continued: {why}", file=sys.stderr)
+    return None if any(refusals.values()) else {name: kept[name] for name in args.targets}
+
+
 def should_stop(args: argparse.Namespace) -> bool:
     """The run's deadline has come, or a Ctrl-C asked to stop."""
     return args.stop.is_set() or (args.deadline_at is not None and time.monotonic() >= args.deadline_at)
@@ -318,7 +342,8 @@ def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Names
                 if not queue or should_stop(args):
                     return
                 target = queue.pop(0)
-            score, clean = run_target(target, work, args.sample, args.seed, lambda: should_stop(args))
+            score, clean = run_target(target, work, args.sample, args.seed, lambda: should_stop(args),
+                                      args.kept.get(target.name))
             finished(score)
             if not clean:
                 return
@@ -395,12 +420,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recheck", action="store_true",
                         help="run the named targets' kept survivors, timeouts and errors again against today's "
                              "tests (refused if the target's modules changed since its run)")
+    parser.add_argument("--continue", dest="continue_", action="store_true",
+                        help="run only the mutants the named targets' kept results left unrun at their deadline, "
+                             "and add them to those results (refused if the modules changed since)")
     parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
                         help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
     args = parser.parse_args(argv)
     args.deadline_at = None if args.deadline is None else time.monotonic() + 60 * args.deadline
     args.stop = threading.Event()  # set by a Ctrl-C
+    args.kept = {}  # --continue: target name -> the kept result it continues (main)
     args.targets = [n for name in args.targets for n in (DECIDING if name == "deciding" else [name])]
     unknown = [n for n in args.targets if n not in {t.name for t in TARGETS}]
     if unknown:
@@ -427,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
         for t in TARGETS:
             print(f"{t.name:12} {' '.join(t.modules)}\n{'':12} tests: {' '.join(t.tests)} (timeout {t.timeout_s:.0f} s)")
         return 0
+    args.kept = kept_to_continue(args) if args.continue_ else {}
+    if args.kept is None:
+        return 2
     by_name = {t.name: t for t in TARGETS}
     chosen = [by_name[n] for n in dict.fromkeys(args.targets)] or TARGETS
     provenance = report_header(sys.argv[1:] if argv is None else argv, args.note)
@@ -436,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     def finished(score: TargetScore) -> None:
         with done:
             score.provenance = provenance
+            if score.target.name in args.kept:  # --continue: the kept result, with what this run added
+                score = merge_continued(args.kept[score.target.name], score, provenance)
             scores[score.target.name] = score
             print(render_report([score], sampled=args.sample), flush=True)
             if args.sample is None:  # a sample is no result to keep

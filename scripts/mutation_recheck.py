@@ -1,6 +1,8 @@
-"""Re-run a kept result's open mutants (survived, timed out, errors) against today's tests.
+"""Re-run a kept result's open mutants (survived, timed out, errors) against today's tests, or
+run the mutants a kept result's deadline left unrun.
 
     scripts/mutation.sh --recheck --report tests/mutation/report.md execute identity
+    scripts/mutation.sh --continue --deadline 60 --report tests/mutation/report.md execute
 
 A full run of a large target takes hours, so tests written afterwards for its survivors would show
 in the report only after the next one. A re-check runs each open mutant of the kept result again,
@@ -9,6 +11,10 @@ replaces its outcome; the run's kills and listed equivalents are kept as they ar
 unless the target's modules are exactly those the run mutated (the clean commit its provenance names,
 and no change to them since): only then are the kept mutants today's mutants. The report's line for
 the target says when, on which commit, and what came of it.
+
+`--continue` is the same idea for a run its deadline stopped: a fresh run of the target in which
+every mutant the kept result holds is skipped ("run before", matched by module, line, operator and
+mutated line), merged into the kept result; refused on the same terms.
 """
 
 from __future__ import annotations
@@ -120,3 +126,44 @@ def recheck(score: TargetScore, work: Path, command: list[str], rev: str,
             f"{found[Outcome.KILLED]} killed, {found[Outcome.SURVIVED]} survived, {found[Outcome.TIMED_OUT]} timed out, "
             f"{found[Outcome.ERROR]} errors.")
     return dataclasses.replace(score, mutants=mutants, provenance=score.provenance + note)
+
+
+def mutant_key(module: str, line: int, operator: str, mutated_line: str) -> tuple[str, int, str, str]:
+    return module, line, operator, mutated_line
+
+
+def skip_run_before(session: Path, kept: TargetScore, work: Path) -> int:
+    """Mark as skipped each pending mutant of a fresh session that the kept result already ran;
+    returns how many are left to run."""
+    from cosmic_ray.mutating import _make_diff, mutate_code  # how cosmic-ray itself makes a diff
+    from cosmic_ray.plugins import get_operator
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    from mutation_outcomes import added_line
+
+    done = {mutant_key(m.module, m.line, m.operator, m.mutated_line) for m in kept.mutants
+            if m.outcome is not Outcome.SKIPPED}
+    sources: dict[str, str] = {}
+    left = 0
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            spec = item.mutations[0]
+            module = str(spec.module_path)
+            source = sources.setdefault(module, (work / module).read_text())
+            mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
+            diff = "\n".join(_make_diff(source, mutated or source, Path(module)))
+            if mutant_key(module, spec.start_pos[0], spec.operator_name, added_line(diff)) in done:
+                db.set_result(item.job_id, WorkResult(output="run before", worker_outcome=WorkerOutcome.SKIPPED))
+            else:
+                left += 1
+    return left
+
+
+def merge_continued(kept: TargetScore, more: TargetScore, note: str) -> TargetScore:
+    """The kept result with the mutants a continued run added (its skipped ones are the kept
+    result's own, or mutants the operator filter leaves out, which the kept result lists too)."""
+    added = [m for m in more.mutants if m.outcome is not Outcome.SKIPPED]
+    return dataclasses.replace(kept, mutants=kept.mutants + added, pending=more.pending,
+                               seconds=kept.seconds + more.seconds,
+                               provenance=f"{kept.provenance} Continued: {note}; {len(added)} more mutants run.")

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from mutation_outcomes import Baseline, Outcome, Target, TargetScore, list_mutants  # noqa: E402
-from mutation_recheck import recheck, run_commit, why_not_recheckable  # noqa: E402
+from mutation_recheck import merge_continued, recheck, run_commit, skip_run_before, why_not_recheckable  # noqa: E402
 
 CALC = "def double(x):\n    return 2 * x\n\n\ndef half(x):\n    return x / 2\n"
 TESTS = textwrap.dedent('''\
@@ -103,3 +103,46 @@ def test_a_mutant_whose_diff_no_longer_applies_is_an_error_and_the_module_is_lef
     after = recheck(score, tmp_path, [sys.executable, "-c", "pass"], "c0ffee1", lambda line: None)
     assert after.mutants[0].outcome is Outcome.ERROR
     assert (tmp_path / "calc.py").read_text() == CALC.replace("x / 2", "x / 2.0")
+
+
+def test_a_continued_run_skips_what_the_kept_result_ran_and_adds_the_rest_to_it(tmp_path, monkeypatch):
+    import mutation
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    (tmp_path / "calc.py").write_text(CALC)
+    monkeypatch.chdir(tmp_path)
+    target = Target("toy", ("calc.py",), ("test_calc.py",))
+    made = list_mutants(Path("calc.py"))
+    ran = [dataclasses.replace(m, outcome=Outcome.KILLED, diff="") for m in made[:3]]  # what the deadline allowed
+    kept = TargetScore(target, Baseline(True, 0.5), mutants=ran, seconds=10.0, pending=len(made) - 3,
+                       provenance=PROVENANCE.format(rev="b886575"))
+    (tmp_path / "toy.toml").write_text(mutation.config_text(target, sys.executable))
+    subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", "toy.toml", "toy.sqlite", "--force"],
+                   check=True, capture_output=True)
+    assert skip_run_before(tmp_path / "toy.sqlite", kept, tmp_path) == len(made) - 3
+    with use_db(str(tmp_path / "toy.sqlite"), WorkDB.Mode.open) as db:
+        assert sum(1 for _, r in db.completed_work_items if r.output == "run before") == 3
+        assert sum(1 for _ in db.pending_work_items) == len(made) - 3
+    more = TargetScore(target, Baseline(True, 0.4), seconds=5.0, pending=1,
+                       mutants=[dataclasses.replace(m, outcome=Outcome.SURVIVED) for m in made[3:-1]]
+                       + [dataclasses.replace(made[0], outcome=Outcome.SKIPPED)])
+    merged = merge_continued(kept, more, "`scripts/mutation.sh --continue toy` on c0ffee1")
+    assert [m.outcome for m in merged.mutants] == [Outcome.KILLED] * 3 + [Outcome.SURVIVED] * (len(made) - 4)
+    assert (merged.pending, merged.seconds) == (1, 15.0)
+    assert merged.provenance == (kept.provenance + " Continued: `scripts/mutation.sh --continue toy` on c0ffee1; "
+                                 f"{len(made) - 4} more mutants run.")
+
+
+def test_continue_is_refused_for_a_kept_run_that_left_nothing_unrun_or_no_target(tmp_path, capsys):
+    import json as json_module
+
+    import mutation
+    from mutation_outcomes import score_to_json
+
+    whole = TargetScore(Target("graph", ("executor/core/graph.py",), ()), Baseline(True, 1.0), pending=0,
+                        provenance=PROVENANCE.format(rev="b886575"))
+    (tmp_path / "graph.json").write_text(json_module.dumps(score_to_json(whole)))
+    assert mutation.kept_to_continue(mutation.parse_args(["--continue", "--results", str(tmp_path), "graph"])) is None
+    assert "graph: not continued: its kept run left no mutant unrun" in capsys.readouterr().err
+    assert mutation.kept_to_continue(mutation.parse_args(["--continue", "--results", str(tmp_path)])) is None
+    assert "--continue needs the targets to continue, by name" in capsys.readouterr().err

@@ -462,3 +462,31 @@ def test_a_record_that_cannot_be_written_fails_that_step_not_the_run(tmp_path, m
     [refused] = [s for s in result.steps if s.name == "refused"]
     assert refused.error == "could not write the record: OSError: scripted: no space left for the record", refused
     assert stored(tmp_path, "refused")["state"] == "FAILED"
+
+
+@dataclass(frozen=True)
+class Logged:
+    output_path: Any
+    log: str
+    name: str
+
+
+def log_start_and_end(config: Logged) -> dict:
+    with open(config.log, "a") as f:
+        f.write(f"start {config.name}\n")
+    time.sleep(0.4)  # several of the loop's passes
+    with open(config.log, "a") as f:
+        f.write(f"end {config.name}\n")
+    return {}
+
+
+def test_max_concurrent_steps_run_at_once_and_no_more(tmp_path, monkeypatch):
+    run_context_with(monkeypatch, poll_s=0.05)  # the loop passes several times while a step runs
+    log = tmp_path / "log"
+    steps = [ExecutorStep(name, log_start_and_end, Logged(this_output_path(), str(log), name)) for name in "abc"]
+    assert executor.run(steps, prefix=str(tmp_path / "one"), runner="inline", max_concurrent=1).ok
+    lines = log.read_text().split("\n")[:-1]
+    assert [line.split()[0] for line in lines] == ["start", "end"] * 3, lines  # one at a time
+    log.unlink()
+    assert executor.run(steps, prefix=str(tmp_path / "three"), runner="inline", max_concurrent=3).ok
+    assert [line.split()[0] for line in log.read_text().split("\n")[:-1]] == ["start"] * 3 + ["end"] * 3

@@ -231,3 +231,29 @@ def test_a_status_of_another_step_found_where_a_step_would_start_fails_it_naming
                                       f"holds digest 0123456789abcdef…; refusing to touch it")
     found = prefix / status_key("shared/b")
     assert parse_status(found.read_bytes(), str(found)).digest == FOREIGN_DIGEST  # untouched
+
+
+def test_a_step_waits_for_a_dependency_another_runner_holds_until_that_runner_commits(tmp_path, capsys):
+    """held is leased by another runner (which commits while this run watches it): reader, which
+    reads held's output, starts only after held is done elsewhere, never while it is watched."""
+    held = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    reader = ExecutorStep("reader", count_call, CountedAfter(this_output_path(), str(tmp_path / "calls"),
+                                                             output_path_of(held)))
+    prefix = tmp_path / "prefix"
+    assert execute([held], prefix, "--dry-run", "--json") == 0
+    [row] = json.loads(capsys.readouterr().out)["steps"]
+    store, key = LocalStore(str(prefix)), status_key(row["output_path"][len(str(prefix)) + 1:])
+    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
+    running = Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(), started_at=time.time())
+    store.create_if_absent(key, running.to_bytes())
+    seen: list[str] = []
+
+    def note(event) -> None:
+        seen.append(f"{type(event).__name__} {event.node.name}" if hasattr(event, "node") else type(event).__name__)
+        if isinstance(event, StepWaiting):  # the other runner commits as soon as it is watched
+            done = running.next(state=State.SUCCESS, written_at=time.time())
+            assert store.replace_if_generation(key, done.to_bytes(), store.read(key).generation) is not None
+
+    result = executor.run([held, reader], prefix=str(prefix), runner="inline", subscribers=[note])
+    assert result.ok and not result.step("held").ran_here and result.step("reader").ran_here
+    assert seen.index("StepStarted reader") > seen.index("StepFinished held"), seen

@@ -283,15 +283,8 @@ def make_working_copy(rev: str | None) -> Path:
 
 def recheck_kept(args: argparse.Namespace) -> int:
     """--recheck: the named targets' open mutants run again against today's tests (mutation_recheck.py)."""
-    if not args.targets:
-        print("--recheck needs the targets to re-check, by name", file=sys.stderr)
-        return 2
-    kept = kept_results(args.results)
-    refusals = {n: "no kept result" if n not in kept else why_not_recheckable(kept[n], ROOT) for n in args.targets}
-    for name, why in refusals.items():
-        if why:
-            print(f"{name}: not re-checked: {why}", file=sys.stderr)
-    if any(refusals.values()):
+    kept = reusable_kept(args, "recheck", need_unrun=False)
+    if kept is None:
         return 2
     where = f"{tree_rev()} (load average {os.getloadavg()[0]:.1f} at the start)"
     work = make_working_copy(None)
@@ -309,21 +302,22 @@ def recheck_kept(args: argparse.Namespace) -> int:
     return 0
 
 
-def kept_to_continue(args: argparse.Namespace) -> dict[str, TargetScore] | None:
-    """--continue: the named targets' kept results, each stopped by its deadline on code unchanged
-    since; None (having said why) if any is not."""
+def reusable_kept(args: argparse.Namespace, option: str, need_unrun: bool) -> dict[str, TargetScore] | None:
+    """--recheck and --continue: the named targets' kept results, each measured on the modules the
+    working tree has now (and, to continue, stopped by its deadline); None, having said why, if any
+    is not."""
     if not args.targets:
-        print("--continue needs the targets to continue, by name", file=sys.stderr)
+        print(f"--{option} needs the targets, by name", file=sys.stderr)
         return None
     kept = kept_results(args.results)
     refusals = {}
     for name in args.targets:
         score = kept.get(name)
         refusals[name] = ("no kept result" if score is None else "its kept run left no mutant unrun"
-                          if not score.pending else why_not_recheckable(score, ROOT))
+                          if need_unrun and not score.pending else why_not_recheckable(score, ROOT))
     for name, why in refusals.items():
         if why:
-            print(f"{name}: not continued: {why}", file=sys.stderr)
+            print(f"{name}: no --{option}: {why}", file=sys.stderr)
     return None if any(refusals.values()) else {name: kept[name] for name in args.targets}
 
 
@@ -456,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in TARGETS:
             print(f"{t.name:12} {' '.join(t.modules)}\n{'':12} tests: {' '.join(t.tests)} (timeout {t.timeout_s:.0f} s)")
         return 0
-    args.kept = kept_to_continue(args) if args.continue_ else {}
+    args.kept = reusable_kept(args, "continue", need_unrun=True) if args.continue_ else {}
     if args.kept is None:
         return 2
     by_name = {t.name: t for t in TARGETS}

@@ -133,7 +133,7 @@ def test_a_continued_run_skips_what_the_kept_result_ran_and_adds_the_rest_to_it(
                                  f"{len(made) - 4} more mutants run.")
 
 
-def test_continue_is_refused_for_a_kept_run_that_left_nothing_unrun_or_no_target(tmp_path, capsys):
+def test_continue_and_recheck_are_refused_without_a_kept_result_to_reuse(tmp_path, capsys):
     import json as json_module
 
     import mutation
@@ -142,7 +142,11 @@ def test_continue_is_refused_for_a_kept_run_that_left_nothing_unrun_or_no_target
     whole = TargetScore(Target("graph", ("executor/core/graph.py",), ()), Baseline(True, 1.0), pending=0,
                         provenance=PROVENANCE.format(rev="b886575"))
     (tmp_path / "graph.json").write_text(json_module.dumps(score_to_json(whole)))
-    assert mutation.kept_to_continue(mutation.parse_args(["--continue", "--results", str(tmp_path), "graph"])) is None
-    assert "graph: not continued: its kept run left no mutant unrun" in capsys.readouterr().err
-    assert mutation.kept_to_continue(mutation.parse_args(["--continue", "--results", str(tmp_path)])) is None
-    assert "--continue needs the targets to continue, by name" in capsys.readouterr().err
+    args = mutation.parse_args(["--continue", "--results", str(tmp_path), "graph"])
+    assert mutation.reusable_kept(args, "continue", need_unrun=True) is None
+    assert "graph: no --continue: its kept run left no mutant unrun" in capsys.readouterr().err
+    args = mutation.parse_args(["--continue", "--results", str(tmp_path)])
+    assert mutation.reusable_kept(args, "continue", need_unrun=True) is None
+    assert "--continue needs the targets, by name" in capsys.readouterr().err
+    assert mutation.main(["--recheck", "--results", str(tmp_path), "retry"]) == 2
+    assert "retry: no --recheck: no kept result" in capsys.readouterr().err

@@ -490,3 +490,19 @@ def test_max_concurrent_steps_run_at_once_and_no_more(tmp_path, monkeypatch):
     log.unlink()
     assert executor.run(steps, prefix=str(tmp_path / "three"), runner="inline", max_concurrent=3).ok
     assert [line.split()[0] for line in log.read_text().split("\n")[:-1]] == ["start"] * 3 + ["end"] * 3
+
+
+@dataclass(frozen=True)
+class Reads:
+    output_path: Any
+    first: Any
+    second: Any
+
+
+def test_a_blocked_step_names_the_dependency_that_failed_not_the_first_it_reads(tmp_path):
+    fine = ExecutorStep("fine", nap, Nap(this_output_path(), 0.0))
+    broken = ExecutorStep("broken", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1))
+    reader = ExecutorStep("reader", nap, Reads(this_output_path(), output_path_of(fine), output_path_of(broken)))
+    result = executor.run([fine, broken, reader], prefix=str(tmp_path / "prefix"), runner="inline")
+    assert statuses(result) == {"fine": Outcome.SUCCEEDED, "broken": Outcome.FAILED, "reader": Outcome.BLOCKED}
+    assert result.step("reader").error == "dependency broken failed"

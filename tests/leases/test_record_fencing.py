@@ -153,3 +153,32 @@ def test_a_step_that_ends_in_error_after_its_lease_was_taken_is_not_failed_but_f
     assert [(e.attempt, e.takeover) for e in events if isinstance(e, StepStarted)] == [(1, False), (3, True)]
     [record] = (tmp_path / "p").glob("fence/failer-*/.executor/record.json")
     assert json.loads(record.read_text())["result"] == {"call": 1}
+
+
+def test_a_lease_taken_between_the_record_and_the_commit_is_lost_with_its_reason(tmp_path, monkeypatch):
+    """The record is written after the lease is confirmed; a runner that takes the lease in the
+    moment between makes the fenced commit fail: the holder reports the lease lost *with the reason
+    the commit found* (and follows the new holder, which here never renews: taken over after its TTL)."""
+    from executor.engine import execute
+
+    write_record = execute.Execution._write_record
+    stolen: list[str] = []
+
+    def steal_then_write(self, t, result, result_type=None):
+        if not stolen:
+            stolen.append(t.node.name)
+            take_the_lease_as_another_runner(t.output_path)
+        return write_record(self, t, result, result_type)
+
+    monkeypatch.setattr(execute.Execution, "_write_record", steal_then_write)
+    lost: list[LeaseLost] = []
+    step = ExecutorStep("fence/commit", write_marker_file, StealConfig(this_output_path()))
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=2, heartbeat_interval=0.5,
+                          subscribers=[lambda e: lost.append(e) if isinstance(e, LeaseLost) else None])
+    assert result.ok and stolen == ["fence/commit"]
+    assert [e.reason for e in lost] == ["taken over by another runner before commit"]
+
+
+def write_marker_file(config: StealConfig) -> dict:
+    Path(config.output_path, "out.txt").write_text("x")
+    return {}

@@ -506,3 +506,21 @@ def test_a_blocked_step_names_the_dependency_that_failed_not_the_first_it_reads(
     result = executor.run([fine, broken, reader], prefix=str(tmp_path / "prefix"), runner="inline")
     assert statuses(result) == {"fine": Outcome.SUCCEEDED, "broken": Outcome.FAILED, "reader": Outcome.BLOCKED}
     assert result.step("reader").error == "dependency broken failed"
+
+
+def test_a_step_run_alone_reads_its_dependency_at_that_dependency_s_own_output(tmp_path):
+    """--only the reader of a nonblocking dependency (not pulled in by --only): the dependency is not
+    tracked by the run, and the reader's config still names the dependency's output path."""
+    fine = ExecutorStep("fine", nap, Nap(this_output_path(), 0.0))
+    reader = ExecutorStep("reader", record_config, Reads(this_output_path(), output_path_of(fine).nonblocking(), None))
+    prefix = tmp_path / "prefix"
+    assert executor.run([fine, reader], prefix=str(prefix), runner="inline").ok
+    again = executor.run([fine, reader], prefix=str(prefix), runner="inline", only="reader", force_run="reader")
+    assert again.ok and [s.name for s in again.steps] == ["reader"], again.steps
+    [fine_output] = prefix.glob("fine-*")
+    [record] = prefix.glob("reader-*/.executor/record.json")
+    assert json.loads(record.read_text())["result"] == {"first": str(fine_output)}
+
+
+def record_config(config: Reads) -> dict:
+    return {"first": config.first}

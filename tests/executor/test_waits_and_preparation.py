@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -257,3 +258,78 @@ def test_a_step_waits_for_a_dependency_another_runner_holds_until_that_runner_co
     result = executor.run([held, reader], prefix=str(prefix), runner="inline", subscribers=[note])
     assert result.ok and not result.step("held").ran_here and result.step("reader").ran_here
     assert seen.index("StepStarted reader") > seen.index("StepFinished held"), seen
+
+
+def fail_b_as_another_runner(config: Squats) -> dict:
+    """As this run goes on, another runner runs b first, and b fails there."""
+    b = ExecutorStep("b", write_marker, Plain(this_output_path()), override_output_path="shared/b")
+    [row] = executor.plan([b], prefix=config.prefix, environ={}).steps
+    failed = Status(State.FAILED, row.digest, row.step_id, seq=0, attempt=1,
+                    owner=Owner("someone-elses-run", "elsewhere", 4242, "someone"), written_at=1.0, error="boom")
+    assert LocalStore(config.prefix).create_if_absent(status_key("shared/b"), failed.to_bytes()) is not None
+    return {}
+
+
+def test_a_step_another_runner_failed_meanwhile_is_reported_failed_elsewhere(tmp_path):
+    prefix = tmp_path / "prefix"
+    a = ExecutorStep("a", fail_b_as_another_runner, Squats(this_output_path(), str(prefix)))
+    b = ExecutorStep("b", write_marker, Plain(this_output_path()), override_output_path="shared/b")
+    ends: list = []
+    result = executor.run([a, b], prefix=str(prefix), runner="inline", max_concurrent=1,
+                          subscribers=[lambda e: ends.append(e) if type(e).__name__ == "StepFinished" else None])
+    assert result.step("b").status == Outcome.FAILED and result.step("b").error == "failed in another runner: boom"
+    assert [(e.node.name, e.outcome, e.elsewhere) for e in ends] == [("a", Outcome.SUCCEEDED, False),
+                                                                     ("b", Outcome.FAILED, True)]
+    assert not (prefix / "shared" / "b" / "done.txt").exists()  # not run here
+
+
+def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls_silent(tmp_path, capsys):
+    """The other runner renews its lease twice (a new generation each time), then dies: after each
+    renewal this run has seen no silence yet, so it says nothing more until there is some; then it
+    takes the step over after the TTL."""
+    step = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    assert execute([step], tmp_path, "--dry-run", "--json") == 0
+    [row] = json.loads(capsys.readouterr().out)["steps"]
+    store, key = LocalStore(str(tmp_path)), status_key(row["output_path"][len(str(tmp_path)) + 1:])
+    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
+    store.create_if_absent(key, Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(),
+                                       started_at=time.time()).to_bytes())
+    waits: list[StepWaiting] = []
+
+    def renew_twice(event) -> None:
+        if isinstance(event, StepWaiting):
+            waits.append(event)
+            if len(waits) <= 2:
+                current = store.read(key)
+                renewed = parse_status(current.data, key).next(written_at=time.time())
+                assert store.replace_if_generation(key, renewed.to_bytes(), current.generation) is not None
+
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=2, heartbeat_interval=0.5,
+                          subscribers=[renew_twice])
+    assert result.ok and result.step("held").ran_here
+    assert waits[0].first and all(w.silent_s > 0 for w in waits[1:]), [(w.first, w.silent_s) for w in waits]
+
+
+def test_a_step_that_lost_the_race_for_its_lease_announces_the_wait_once(tmp_path, monkeypatch):
+    """Another runner creates the status between this run's read and its create: the acquire loses
+    (a normal outcome), the step watches, and its wait is announced once, as a first notice."""
+    from executor.engine import lease as lease_module
+
+    acquire = lease_module.LeaseKeeper.acquire
+    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
+
+    def lose_the_first_race(self, key, status, current):
+        if current is None and not raced:
+            raced.append(key)
+            theirs = dataclasses.replace(status, owner=other, written_at=time.time())
+            assert LocalStore(str(tmp_path)).create_if_absent(key, theirs.to_bytes()) is not None
+        return acquire(self, key, status, current)
+
+    raced: list[str] = []
+    monkeypatch.setattr(lease_module.LeaseKeeper, "acquire", lose_the_first_race)
+    waits: list[StepWaiting] = []
+    step = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=1, heartbeat_interval=0.25,
+                          subscribers=[lambda e: waits.append(e) if isinstance(e, StepWaiting) else None])
+    assert result.ok and result.step("held").ran_here and raced  # taken over after the TTL
+    assert [w.first for w in waits][:1] == [True] and [w.first for w in waits].count(True) == 1, waits

@@ -292,7 +292,7 @@ def recheck_kept(args: argparse.Namespace) -> int:
         python = str(work / ".venv" / "bin" / "python")
         for name in args.targets:
             score = recheck(kept[name], work, test_command(kept[name].target, python).split(), where,
-                            lambda line: print(line, flush=True))
+                            lambda line: print(line, flush=True), lambda: should_stop(args))
             (args.results / f"{name}.json").write_text(json.dumps(score_to_json(score), indent=1))
             print(render_report([score], sampled=None), flush=True)
     finally:

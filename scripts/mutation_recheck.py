@@ -107,22 +107,27 @@ def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float)
         module.write_text(pristine)
 
 
-def recheck(score: TargetScore, work: Path, command: list[str], rev: str,
-            say: Callable[[str], None]) -> TargetScore:
-    """The kept score with its open mutants run again; `say` gets a line per mutant."""
-    todo = [m for m in score.mutants if m.outcome in OPEN]
+def recheck(score: TargetScore, work: Path, command: list[str], rev: str, say: Callable[[str], None],
+            should_stop: Callable[[], bool] = lambda: False) -> TargetScore:
+    """The kept score with its open mutants run again, survivors first (timeouts, the slowest, last);
+    `say` gets a line per mutant. Once `should_stop()` (a deadline) the rest keep their outcome."""
+    todo = sorted((m for m in score.mutants if m.outcome in OPEN), key=lambda m: OPEN.index(m.outcome))
     found: Counter = Counter()
     started = time.monotonic()
     rechecked: dict[int, Outcome] = {}
     for i, m in enumerate(todo, 1):
+        if should_stop():
+            break
         outcome = rechecked[id(m)] = run_mutant(m, work, command, score.target.timeout_s)
         found[outcome] += 1
         say(f"{score.target.name}: {i} of {len(todo)} re-run, {m.module}:{m.line} {m.operator}: {outcome.value}")
     mutants = [dataclasses.replace(m, outcome=rechecked[id(m)]) if id(m) in rechecked else m
                for m in score.mutants]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    note = (f" Re-checked on {rev}, {when}, in {time.monotonic() - started:.0f} s: its {len(todo)} survived, "
-            f"timed out or error mutants run again with all the target's tests: "
+    left = len(todo) - len(rechecked)
+    note = (f" Re-checked on {rev}, {when}, in {time.monotonic() - started:.0f} s: of its {len(todo)} survived, "
+            f"timed out or error mutants, {len(rechecked)} run again with all the target's tests"
+            + (f" ({left} left as they were by the deadline)" if left else "") + ": "
             f"{found[Outcome.KILLED]} killed, {found[Outcome.SURVIVED]} survived, {found[Outcome.TIMED_OUT]} timed out, "
             f"{found[Outcome.ERROR]} errors.")
     return dataclasses.replace(score, mutants=mutants, provenance=score.provenance + note)

@@ -86,8 +86,9 @@ def test_open_mutants_are_run_again_and_the_kills_and_equivalents_are_left(tmp_p
     assert [m.outcome for m in after.mutants] == [Outcome.KILLED, Outcome.SURVIVED, Outcome.TIMED_OUT,
                                                   Outcome.KILLED, Outcome.EQUIVALENT]
     assert len(said) == 3 and said[0].startswith("toy: 1 of 3 re-run, calc.py:2 ") and said[0].endswith("killed")
+    assert said[2].endswith("timed out")  # survivors first: a timeout, the slowest, last
     assert after.provenance.startswith(score.provenance + " Re-checked on c0ffee1, ")
-    assert after.provenance.endswith("its 3 survived, timed out or error mutants run again with all the "
+    assert after.provenance.endswith("of its 3 survived, timed out or error mutants, 3 run again with all the "
                                      "target's tests: 1 killed, 1 survived, 1 timed out, 0 errors.")
     assert (tmp_path / "calc.py").read_text() == CALC  # each mutant taken back out
 
@@ -150,3 +151,20 @@ def test_continue_and_recheck_are_refused_without_a_kept_result_to_reuse(tmp_pat
     assert "--continue needs the targets, by name" in capsys.readouterr().err
     assert mutation.main(["--recheck", "--results", str(tmp_path), "retry"]) == 2
     assert "retry: no --recheck: no kept result" in capsys.readouterr().err
+
+
+def test_a_recheck_stopped_by_its_deadline_keeps_the_rest_as_they_were_and_says_so(tmp_path, monkeypatch):
+    (tmp_path / "calc.py").write_text(CALC)
+    (tmp_path / "test_calc.py").write_text(TESTS)
+    monkeypatch.chdir(tmp_path)
+    made = {(m.function, m.operator): m for m in list_mutants(Path("calc.py"))}
+    hang = dataclasses.replace(made[("double", "core/ReplaceBinaryOperator_Mul_Add")], outcome=Outcome.TIMED_OUT)
+    caught = dataclasses.replace(made[("double", "core/ReplaceBinaryOperator_Mul_Pow")], outcome=Outcome.SURVIVED)
+    score = TargetScore(Target("toy", ("calc.py",), ("test_calc.py",), 4.0), Baseline(True, 0.5),
+                        mutants=[hang, caught], provenance=PROVENANCE.format(rev="b886575"))
+    runs: list[str] = []
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "test_calc.py"]
+    after = recheck(score, tmp_path, command, "c0ffee1", runs.append, should_stop=lambda: len(runs) == 1)
+    assert [m.outcome for m in after.mutants] == [Outcome.TIMED_OUT, Outcome.KILLED]  # the survivor ran first
+    assert "of its 2 survived, timed out or error mutants, 1 run again with all the target's tests (1 left as " \
+           "they were by the deadline): 1 killed, 0 survived, 0 timed out, 0 errors." in after.provenance

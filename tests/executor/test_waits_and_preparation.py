@@ -1,11 +1,13 @@
-"""Two execute paths no other test saw (both found by mutation testing, scripts/mutation.sh):
+"""Execute paths no other test saw (each found by mutation testing, scripts/mutation.sh):
 
 - a step whose config cannot be resolved into real paths (its own validation refuses the real
   output path) fails alone, recorded as "could not prepare the step", and the other steps run;
 - a step whose lease another runner holds is announced once ("running elsewhere … waiting"), then
   the wait is reported as "no heartbeat for Ns", and the lease is taken over after the TTL; when
   that runner commits meanwhile, the step is done elsewhere (and the run, which ran nothing, ends
-  cleanly);
+  cleanly), and a step reading it starts only then; a holder that renews gets no repeated notice
+  until it falls silent; a step that lost the race for its lease announces the wait once; a step
+  another runner failed meanwhile is reported failed elsewhere;
 - a step forced with --force-run that another runner re-ran and committed after this run's plan
   is not run a second time ("completed by another runner");
 - a step whose dependency re-runs is judged against its inputs once the dependency committed —
@@ -76,14 +78,23 @@ def test_a_step_that_cannot_be_prepared_fails_alone(tmp_path):
     assert not list(tmp_path.glob("picky-*/done.txt")), "the step function must not have run"
 
 
+OTHER = Owner("someone-elses-run", "elsewhere", 4242, "someone")  # another runner
+
+
+def held_elsewhere(step: ExecutorStep, prefix: Path, capsys) -> tuple[LocalStore, str, Status, dict]:
+    """`step`'s lease, live, as another runner holds it: the store, the status key, that runner's
+    RUNNING status, and the step's row in the dry-run plan."""
+    assert execute([step], prefix, "--dry-run", "--json") == 0
+    [row] = json.loads(capsys.readouterr().out)["steps"]
+    store, key = LocalStore(str(prefix)), status_key(row["output_path"][len(str(prefix)) + 1:])
+    running = Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, OTHER, time.time(), started_at=time.time())
+    assert store.create_if_absent(key, running.to_bytes()) is not None
+    return store, key, running, row
+
+
 def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over(tmp_path, capsys):
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
-    assert execute([step], tmp_path, "--dry-run", "--json") == 0
-    [row] = json.loads(capsys.readouterr().out)["steps"]
-    rel = row["output_path"][len(str(tmp_path)) + 1:]
-    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
-    LocalStore(str(tmp_path)).create_if_absent(status_key(rel), Status(
-        State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(), started_at=time.time()).to_bytes())
+    _, _, _, row = held_elsewhere(step, tmp_path, capsys)
 
     reporter = ConsoleReporter(verbose_wait_s=0.5)
     assert execute([step], tmp_path, "--lease-ttl", "3", "--heartbeat-interval", "1", reporter=reporter) == 0
@@ -100,12 +111,7 @@ def test_a_step_another_runner_completes_while_this_run_waits_is_done_elsewhere(
     done elsewhere: not run here, and this run ends cleanly although it ran nothing itself. Its
     report gives the committed output's path: the step's own, or the one it was adopted from."""
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
-    assert execute([step], tmp_path, "--dry-run", "--json") == 0
-    [row] = json.loads(capsys.readouterr().out)["steps"]
-    store, key = LocalStore(str(tmp_path)), status_key(row["output_path"][len(str(tmp_path)) + 1:])
-    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
-    running = Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(), started_at=time.time())
-    store.create_if_absent(key, running.to_bytes())
+    store, key, running, row = held_elsewhere(step, tmp_path, capsys)
 
     def commit_when_waited_on(event) -> None:  # the other runner finishes while this run watches it
         if isinstance(event, StepWaiting):
@@ -241,12 +247,7 @@ def test_a_step_waits_for_a_dependency_another_runner_holds_until_that_runner_co
     reader = ExecutorStep("reader", count_call, CountedAfter(this_output_path(), str(tmp_path / "calls"),
                                                              output_path_of(held)))
     prefix = tmp_path / "prefix"
-    assert execute([held], prefix, "--dry-run", "--json") == 0
-    [row] = json.loads(capsys.readouterr().out)["steps"]
-    store, key = LocalStore(str(prefix)), status_key(row["output_path"][len(str(prefix)) + 1:])
-    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
-    running = Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(), started_at=time.time())
-    store.create_if_absent(key, running.to_bytes())
+    store, key, running, _ = held_elsewhere(held, prefix, capsys)
     seen: list[str] = []
 
     def note(event) -> None:
@@ -265,7 +266,7 @@ def fail_b_as_another_runner(config: Squats) -> dict:
     b = ExecutorStep("b", write_marker, Plain(this_output_path()), override_output_path="shared/b")
     [row] = executor.plan([b], prefix=config.prefix, environ={}).steps
     failed = Status(State.FAILED, row.digest, row.step_id, seq=0, attempt=1,
-                    owner=Owner("someone-elses-run", "elsewhere", 4242, "someone"), written_at=1.0, error="boom")
+                    owner=OTHER, written_at=1.0, error="boom")
     assert LocalStore(config.prefix).create_if_absent(status_key("shared/b"), failed.to_bytes()) is not None
     return {}
 
@@ -288,12 +289,7 @@ def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls
     renewal this run has seen no silence yet, so it says nothing more until there is some; then it
     takes the step over after the TTL."""
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
-    assert execute([step], tmp_path, "--dry-run", "--json") == 0
-    [row] = json.loads(capsys.readouterr().out)["steps"]
-    store, key = LocalStore(str(tmp_path)), status_key(row["output_path"][len(str(tmp_path)) + 1:])
-    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
-    store.create_if_absent(key, Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, other, time.time(),
-                                       started_at=time.time()).to_bytes())
+    store, key, _, _ = held_elsewhere(step, tmp_path, capsys)
     waits: list[StepWaiting] = []
 
     def renew_twice(event) -> None:
@@ -316,12 +312,11 @@ def test_a_step_that_lost_the_race_for_its_lease_announces_the_wait_once(tmp_pat
     from executor.engine import lease as lease_module
 
     acquire = lease_module.LeaseKeeper.acquire
-    other = Owner("someone-elses-run", "elsewhere", 4242, "someone")
 
     def lose_the_first_race(self, key, status, current):
         if current is None and not raced:
             raced.append(key)
-            theirs = dataclasses.replace(status, owner=other, written_at=time.time())
+            theirs = dataclasses.replace(status, owner=OTHER, written_at=time.time())
             assert LocalStore(str(tmp_path)).create_if_absent(key, theirs.to_bytes()) is not None
         return acquire(self, key, status, current)
 

@@ -68,7 +68,8 @@ SELECT_DIR = ".mutation"  # in the working copy: pristine modules, coverage, eac
 
 
 def test_command(target: Target, python: str) -> str:
-    return f"{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {' '.join(target.pytest_args() + list(target.tests))}"
+    options = " ".join([*target.pytest_args(), *target.tests])  # the hang limit, then the test files
+    return f"{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {options}"
 
 
 def select_command(target: Target, python: str) -> str:

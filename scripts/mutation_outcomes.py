@@ -253,8 +253,6 @@ def list_mutants(module_path: Path, keys: Collection[tuple[str, str]] | None = N
     operator) is in `keys`: what an equivalent is listed by. Enumerating a module's mutation points
     takes seconds and each mutant re-parses the module, so ask once per module, filtered."""
     from cosmic_ray.commands.init import _all_work_items  # what `cosmic-ray init` enumerates
-    from cosmic_ray.mutating import _make_diff, mutate_code
-    from cosmic_ray.plugins import get_operator
 
     source = module_path.read_text()
     found = []
@@ -262,12 +260,20 @@ def list_mutants(module_path: Path, keys: Collection[tuple[str, str]] | None = N
         spec = item.mutations[0]
         if keys is not None and (spec.definition_name, spec.operator_name) not in keys:
             continue
-        mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
-        diff = "\n".join(_make_diff(source, mutated or source, module_path))
+        diff = mutant_diff(source, spec, module_path)
         found.append(Mutant(module=str(module_path), line=spec.start_pos[0], function=spec.definition_name,
                             operator=spec.operator_name, mutated_line=added_line(diff), diff=diff,
                             outcome=Outcome.SKIPPED))
     return found
+
+
+def mutant_diff(source: str, spec, module_path: Path) -> str:
+    """The diff cosmic-ray records for the mutant `spec` (a MutationSpec) of `source`, made as it makes it."""
+    from cosmic_ray.mutating import _make_diff, mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
+    return "\n".join(_make_diff(source, mutated or source, module_path))
 
 
 def score_to_json(score: TargetScore) -> dict:

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from mutation_outcomes import Mutant, Outcome, TargetScore, classify
+from mutation_outcomes import Mutant, Outcome, TargetScore, added_line, classify, mutant_diff
 
 OPEN = (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
@@ -111,44 +111,33 @@ def recheck(score: TargetScore, work: Path, command: list[str], rev: str, say: C
             should_stop: Callable[[], bool] = lambda: False) -> TargetScore:
     """The kept score with its open mutants run again, survivors first (timeouts, the slowest, last);
     `say` gets a line per mutant. Once `should_stop()` (a deadline) the rest keep their outcome."""
-    todo = sorted((m for m in score.mutants if m.outcome in OPEN), key=lambda m: OPEN.index(m.outcome))
-    found: Counter = Counter()
-    started = time.monotonic()
-    rechecked: dict[int, Outcome] = {}
-    for i, m in enumerate(todo, 1):
+    mutants = list(score.mutants)
+    todo = sorted((i for i, m in enumerate(mutants) if m.outcome in OPEN), key=lambda i: OPEN.index(mutants[i].outcome))
+    started, found = time.monotonic(), Counter()
+    for n, i in enumerate(todo, 1):
         if should_stop():
             break
-        outcome = rechecked[id(m)] = run_mutant(m, work, command, score.target.timeout_s)
-        found[outcome] += 1
-        say(f"{score.target.name}: {i} of {len(todo)} re-run, {m.module}:{m.line} {m.operator}: {outcome.value}")
-    mutants = [dataclasses.replace(m, outcome=rechecked[id(m)]) if id(m) in rechecked else m
-               for m in score.mutants]
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    left = len(todo) - len(rechecked)
+        m = mutants[i]
+        mutants[i] = dataclasses.replace(m, outcome=run_mutant(m, work, command, score.target.timeout_s))
+        found[mutants[i].outcome] += 1
+        say(f"{score.target.name}: {n} of {len(todo)} re-run, {m.module}:{m.line} {m.operator}: "
+            f"{mutants[i].outcome.value}")
+    run, when = sum(found.values()), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     note = (f" Re-checked on {rev}, {when}, in {time.monotonic() - started:.0f} s: of its {len(todo)} survived, "
-            f"timed out or error mutants, {len(rechecked)} run again with all the target's tests"
-            + (f" ({left} left as they were by the deadline)" if left else "") + ": "
-            f"{found[Outcome.KILLED]} killed, {found[Outcome.SURVIVED]} survived, {found[Outcome.TIMED_OUT]} timed out, "
-            f"{found[Outcome.ERROR]} errors.")
+            f"timed out or error mutants, {run} run again with all the target's tests"
+            + (f" ({len(todo) - run} left as they were by the deadline)" if run < len(todo) else "") + ": "
+            f"{found[Outcome.KILLED]} killed, {found[Outcome.SURVIVED]} survived, "
+            f"{found[Outcome.TIMED_OUT]} timed out, {found[Outcome.ERROR]} errors.")
     return dataclasses.replace(score, mutants=mutants, provenance=score.provenance + note)
-
-
-def mutant_key(module: str, line: int, operator: str, mutated_line: str) -> tuple[str, int, str, str]:
-    return module, line, operator, mutated_line
 
 
 def skip_run_before(session: Path, kept: TargetScore, work: Path) -> int:
     """Mark as skipped each pending mutant of a fresh session that the kept result already ran;
     returns how many are left to run."""
-    from cosmic_ray.mutating import _make_diff, mutate_code  # how cosmic-ray itself makes a diff
-    from cosmic_ray.plugins import get_operator
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
-    from mutation_outcomes import added_line
-
-    done = {mutant_key(m.module, m.line, m.operator, m.mutated_line) for m in kept.mutants
-            if m.outcome is not Outcome.SKIPPED}
+    done = {(m.module, m.line, m.operator, m.mutated_line) for m in kept.mutants if m.outcome is not Outcome.SKIPPED}
     sources: dict[str, str] = {}
     left = 0
     with use_db(str(session), WorkDB.Mode.open) as db:
@@ -156,9 +145,8 @@ def skip_run_before(session: Path, kept: TargetScore, work: Path) -> int:
             spec = item.mutations[0]
             module = str(spec.module_path)
             source = sources.setdefault(module, (work / module).read_text())
-            mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
-            diff = "\n".join(_make_diff(source, mutated or source, Path(module)))
-            if mutant_key(module, spec.start_pos[0], spec.operator_name, added_line(diff)) in done:
+            mutated_line = added_line(mutant_diff(source, spec, Path(module)))
+            if (module, spec.start_pos[0], spec.operator_name, mutated_line) in done:
                 db.set_result(item.job_id, WorkResult(output="run before", worker_outcome=WorkerOutcome.SKIPPED))
             else:
                 left += 1

@@ -75,18 +75,21 @@ class Resources:
         """What no runner could honour (a negative retry count, no hosts, a zero timeout), else None."""
         for name, least in (("hosts", 1), ("max_infra_retries", 0), ("retry_user_errors", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if not (_is_number(value) and isinstance(value, int) and value >= least):
                 return f"resources.{name} must be a whole number >= {least}, got {value!r}"
         for name in ("cpus", "gpus"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            if not (_is_number(value) and value >= 0):  # NaN fails >= too
                 return f"resources.{name} must be a number >= 0, got {value!r}"
         for name, unit in (("memory_bytes", "bytes"), ("timeout_s", "seconds")):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not value > 0):
+            if value is not None and not (_is_number(value) and value > 0):
                 return f"resources.{name} must be a number of {unit} > 0, or None for no limit; got {value!r}"
         return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +285,9 @@ class ExecutorStep(Generic[ConfigT]):
         check_step_function(self.name, self.fn)
         if self.code_version is not None and not isinstance(self.code_version, str):
             raise TypeError(f"step {self.name!r}: code_version must be a string, got {self.code_version!r}")
-        if self.resources is not None and self.resources.problem:
-            raise ValueError(f"step {self.name!r}: {self.resources.problem}")
+        problem = self.resources.problem if self.resources is not None else None
+        if problem:
+            raise ValueError(f"step {self.name!r}: {problem}")
 
     def __repr__(self) -> str:
         return f"ExecutorStep({self.name!r})"

@@ -25,6 +25,7 @@ import enum
 import json
 import keyword
 import pathlib
+import sys
 from typing import Any, Callable
 
 from executor.core import encodings
@@ -132,7 +133,10 @@ class CanonicalEncoder:
             if t is str:
                 return _string(v)
             if t is int:
-                return str(v)  # of an int exactly: str() is its repr, and the fastest call to it
+                try:
+                    return str(v)  # of an int exactly: str() is its repr, and the fastest call to it
+                except ValueError:  # more digits than Python writes (sys.get_int_max_str_digits())
+                    raise _Unencodable(v, _long_int_hint(v)) from None
             if t is float:
                 return _float(v)
             return "null" if v is None else "true" if v else "false"
@@ -188,7 +192,7 @@ class CanonicalEncoder:
                 return _sequence_text(v, text, '{"tuple":[', "]}")
             if kind == _DICT:
                 return _dict_text(v, text)
-        except (_Unencodable, TypeError):
+        except (_Unencodable, TypeError, ValueError):  # ValueError: an item is an int too long to write
             self._raise_at_failing_child(v, t, kind)
             raise  # no child fails alone (never seen): the fast path's own error stands
         if kind == _NAMEDTUPLE:
@@ -250,6 +254,11 @@ class CanonicalEncoder:
             name, data = found
             return f'{{"type":{_string(name)},"value":{self.text(data)}}}'
         raise _Unencodable(v, _hint(v, t))
+
+
+def _long_int_hint(v: int) -> str:
+    return (f"It is an int of {v.bit_length()} bits, more than the {sys.get_int_max_str_digits()} decimal digits "
+            "Python writes out (sys.get_int_max_str_digits()); store it as a str or as bytes instead.")
 
 
 def _sequence_text(v: Any, text: Callable[[Any], str], head: str, tail: str) -> str:

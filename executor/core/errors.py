@@ -18,7 +18,7 @@ class ConfigEncodingError(ExecutorError, TypeError):
         self.step, self.field_path, self.value = step, field_path, value
         where = f"step {step!r}: " if step else ""
         type_name = f"{type(value).__module__}.{type(value).__qualname__}"
-        shown = repr(value)
+        shown = _shown(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(
@@ -40,3 +40,11 @@ class StatusError(ExecutorError):
     def __init__(self, message: str, problem: str | None = None):
         super().__init__(message)
         self.problem = problem or message
+
+
+def _shown(value: object) -> str:
+    try:
+        return repr(value)
+    except ValueError:  # an int with more digits than Python writes out (its size is in the hint)
+        return f"an unprintable {type(value).__qualname__}"
+

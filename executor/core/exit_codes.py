@@ -24,7 +24,7 @@ class ExitCode(enum.IntEnum):
 MEANINGS = {
     ExitCode.OK: "all done",
     ExitCode.FAILED: "steps failed or the runner broke; status (a step FAILED or CORRUPT), verify, "
-                     "doctor: problems found",
+                     "doctor: problems found; gc: a deletion refused",
     ExitCode.USAGE: "usage or config error (nothing ran)",
     ExitCode.CHANGED: "check/--check: step ids changed against the committed ids file",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",

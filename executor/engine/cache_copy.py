@@ -61,7 +61,7 @@ class CacheCopies:
         self.ex._note(f"{t.node.name}: no cache-from source could be used; running it here")
         self.wake(t.node.digest)
         t.waiting_deps = True
-        self.resume(t)
+        self.resume(t)  # in the place of its own copy: no further room under --max-concurrent needed
 
     def wake(self, digest: str) -> None:
         """Track the set-aside steps `digest` reads (and, for those that will run, theirs)."""
@@ -75,20 +75,22 @@ class CacheCopies:
             if not decision.sources:
                 self.wake(dep)
 
-    def resume(self, t: "Tracked") -> None:
-        """A step whose copy fell back to running: run it once its dependencies are done."""
+    def resume(self, t: "Tracked", room: bool = True) -> bool:
+        """A step whose copy fell back to running: run it once its dependencies are done and there is
+        `room` under --max-concurrent. True when it started."""
         ex = self.ex
         deps = ex._deps_state(t)
-        if deps == "wait":
-            return
+        if deps == "wait" or (deps == "ready" and not room):
+            return False
         t.waiting_deps = False
         if deps == "blocked":
             failed = next(ex.tracked[d].node.name for d in t.node.deps
                           if d in ex.tracked and ex.tracked[d].state.unsuccessful)
             ex._fail(t, StepOutcome(ok=False, error=f"dependency {failed} failed"))
-            return
+            return False
         t.started = ex.ctx.clock()
         ex._submit_step(t, False)
+        return True
 
     def _commit(self, t: "Tracked", copied: dict[str, Any]) -> None:
         """The source's record, saying where it came from, then the fenced SUCCESS status. Its

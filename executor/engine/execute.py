@@ -231,8 +231,8 @@ class Execution:
     def _start_ready(self) -> None:
         running = self._running_count()  # counted once per pass: O(n), not O(n^2) (issue 4 benchmark)
         for t in list(self.tracked.values()):  # a failed copy may wake steps it needs: a copy of the list
-            if t.waiting_deps:
-                self.copies.resume(t)
+            if t.waiting_deps:  # a copy that fell back to running starts as any step does: within the limit
+                running += self.copies.resume(t, room=running < self.ctx.max_concurrent)
                 continue
             if t.state not in (Outcome.PENDING, Outcome.WATCHING):
                 continue

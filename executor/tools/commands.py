@@ -256,8 +256,11 @@ def cmd_gc(args: Any) -> int:
         print(f"deleted {rel}")
     for rel, why in report.spared.items():
         print(f"kept {rel}: {why}")
-    print(f"deleted {len(report.deleted)} output(s); kept {len(report.spared)} unreachable one(s)")
-    return ExitCode.OK
+    for rel, error in report.failed.items():
+        print(f"could not delete {rel}: {error}")
+    refused = f"; could not delete {len(report.failed)} (the storage refused; see above)" if report.failed else ""
+    print(f"deleted {len(report.deleted)} output(s); kept {len(report.spared)} unreachable one(s){refused}")
+    return ExitCode.FAILED if report.failed else ExitCode.OK
 
 
 def _run_commands(prefix: str, storage_options: dict | None) -> dict[str, str]:

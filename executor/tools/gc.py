@@ -7,7 +7,8 @@ step output (a directory holding .executor/) is listed with its size. Deleting n
 flag and skips outputs younger than the grace period and anything whose status is RUNNING (a live
 lease); `runs/` is never touched. A deletion removes the status first (so no reader takes the
 output for done while its files go) and re-reads it just before, so a step that started meanwhile
-is kept.
+is kept. A deletion the storage refuses is reported with its error and the sweep goes on with the
+rest: the report says what was deleted, what was kept and why, and what could not be deleted.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class GcReport:
     kept_present: list[StepOutput] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     spared: dict[str, str] = field(default_factory=dict)  # garbage not deleted -> why
+    failed: dict[str, str] = field(default_factory=dict)  # garbage the storage refused to delete -> its error
 
     @property
     def garbage_bytes(self) -> int:
@@ -160,8 +162,12 @@ def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: 
         if row.state is State.RUNNING:
             report.spared[output.rel] = "RUNNING: a live lease (never deleted)"
             continue
-        if row.state is not Absent.NO_STATUS:
-            view.store.delete(status_key(output.rel))
-        fs.rm(outputs.join(report.prefix, output.rel), recursive=True)
+        try:
+            if row.state is not Absent.NO_STATUS:
+                view.store.delete(status_key(output.rel))
+            fs.rm(outputs.join(report.prefix, output.rel), recursive=True)
+        except Exception as e:  # noqa: BLE001 - a refusal (permissions, a retention policy): the rest go on
+            report.failed[output.rel] = f"{type(e).__name__}: {e}"
+            continue
         report.deleted.append(output.rel)
     return report

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import executor
+from executor import ExecutorStep, open_file, output_path_of, this_output_path
 from executor.core.plan import Action
 from executor.engine.events import StepStarted
 from executor.engine.report import write_plan_json
@@ -279,3 +282,57 @@ def test_a_stale_step_upstream_of_a_copy_runs_again(source, tmp_path):
     assert result.ok
     upper = result.step("cache/upper")
     assert (upper.decision, upper.ran_here) == ("run", True), upper
+
+
+@dataclass(frozen=True)
+class Shared:
+    output_path: str
+
+
+@dataclass(frozen=True)
+class Logged:
+    shared_path: str
+    log: str
+    name: str
+    output_path: str
+
+
+def make_shared(config: Shared) -> dict:
+    with open_file(f"{config.output_path}/shared.txt", "w") as f:
+        f.write("shared\n")
+    return {}
+
+
+def log_start_and_end(config: Logged) -> dict:
+    with open(config.log, "a") as f:
+        f.write(f"start {config.name}\n")
+    time.sleep(0.4)  # several of the run loop's passes
+    with open_file(f"{config.output_path}/out.txt", "w") as f:
+        f.write(f"{config.name}\n")
+    with open(config.log, "a") as f:
+        f.write(f"end {config.name}\n")
+    return {}
+
+
+def test_copies_that_fall_back_to_running_keep_within_max_concurrent(tmp_path):
+    """x and y read `shared`; both copies are rejected (a changed byte), so both run here once
+    `shared`, set aside, has been copied: under max_concurrent=1, one after the other."""
+    import shutil
+
+    log = tmp_path / "log"
+    shared = ExecutorStep("limit/shared", make_shared, Shared(this_output_path()))
+    steps = [ExecutorStep(f"limit/{n}", log_start_and_end,
+                          Logged(output_path_of(shared, "shared.txt"), str(log), n, this_output_path()))
+             for n in ("x", "y")]
+    a = tmp_path / "a"
+    assert executor.run(steps, prefix=str(a), runner="inline", environ={}).ok
+    damaged = tmp_path / "a-damaged"
+    shutil.copytree(a, damaged)
+    for name in ("x", "y"):
+        (output_dir(damaged, f"limit/{name}") / "out.txt").write_text("changed\n")
+    log.unlink()
+    result = executor.run(steps, prefix=str(tmp_path / "b"), runner="inline", environ={}, max_concurrent=1,
+                          cache_from=(str(damaged),))
+    assert result.ok and result.step("limit/x").ran_here and result.step("limit/y").ran_here
+    lines = log.read_text().split("\n")[:-1]
+    assert [line.split()[0] for line in lines] == ["start", "end"] * 2, lines  # one at a time

@@ -276,6 +276,22 @@ def test_a_lone_surrogate_is_named_in_every_kind_of_container(value, path):
         digest(value)
 
 
+_HUGE = 10 ** 5000  # more digits than Python writes out by default (sys.get_int_max_str_digits())
+
+
+@pytest.mark.parametrize("value, path", [
+    (_HUGE, "nested.value"), ([1, _HUGE], "nested.value[1]"), ((1, _HUGE), "nested.value[1]"),
+    (NT(1, _HUGE), "nested.value.b"), ({"a": {"b": _HUGE}}, "nested.value.a.b"), (Holder(_HUGE), "nested.value.value"),
+    (frozenset({_HUGE}), "nested.value['{}']"),
+], ids=["field", "list", "tuple", "namedtuple", "dict", "dataclass", "set"])
+def test_an_int_too_long_to_write_names_step_field_and_what_to_do(value, path):
+    """Python refuses to write an int of more than 4,300 digits as text: the error names the step,
+    the field and the size, and says to store it as a str or bytes (no bare ValueError)."""
+    with pytest.raises(ConfigEncodingError, match=rf"step 's'.*`{re.escape(path)}`.*an unprintable int.*"
+                                                  rf"{_HUGE.bit_length()} bits.*store it as a str or as bytes"):
+        digest(value)
+
+
 def test_a_chain_deeper_than_the_recursion_limit_is_digested():
     steps = [ExecutorStep("c0", fn, Outer())]
     for i in range(1, sys.getrecursionlimit() * 2):

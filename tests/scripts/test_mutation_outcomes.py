@@ -124,16 +124,22 @@ def test_a_run_stopped_by_its_deadline_or_a_ctrl_c_ends_cosmic_ray_and_the_tests
 
 
 CTRL_C_DRIVER = """
-import signal, sys, time
+import signal, sys, threading, time
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job inherits it ignored
 sys.path.insert(0, "scripts")
 import mutation
 
-def worker(queue, lock, args, finished):  # stands in for a worker scoring its targets
-    print("started", flush=True)
+said = threading.Lock()  # print writes the text and its newline apart: two threads could interleave them
+
+def say(line):
+    with said:
+        print(line, flush=True)
+
+def worker(queue, done, args, finished):  # stands in for a worker scoring its targets
+    say("started")
     while not mutation.should_stop(args):
         time.sleep(0.01)
-    print("stopped", flush=True)
+    say("stopped")
 
 mutation.work_through = worker
 sys.exit(mutation.main(["--jobs", "2", "--results", sys.argv[1], "graph", "lease"]))

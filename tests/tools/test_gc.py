@@ -134,6 +134,29 @@ def test_gc_delete_leaves_alone_what_it_cannot_understand(toy):
     assert not (prefix / v1["toy/tokenize"]).exists()  # understood garbage still goes
 
 
+def test_gc_delete_reports_what_the_storage_refused_and_fails(toy, monkeypatch):
+    """A deletion the storage refuses (here: train's output) is printed with the storage's error and
+    the exit code is 1; the other garbage is deleted all the same."""
+    import fsspec.implementations.local as local_fs
+
+    v1, _ = _fixture_prefix(toy)
+    prefix = Path(toy.prefix)
+    rm = local_fs.LocalFileSystem.rm
+
+    def refuse_train(self, path, recursive=False, maxdepth=None):
+        if path.rstrip("/").endswith(v1["toy/train"]):
+            raise PermissionError("retention policy: object is locked")
+        return rm(self, path, recursive=recursive, maxdepth=maxdepth)
+
+    monkeypatch.setattr(local_fs.LocalFileSystem, "rm", refuse_train)
+    code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--delete", "--grace-hours", "0")
+    assert code == 1, out
+    assert f"could not delete {v1['toy/train']}: PermissionError: retention policy: object is locked" in out
+    assert "deleted 2 output(s); kept 1 unreachable one(s); could not delete 1 (the storage refused" in out
+    assert not (prefix / v1["toy/tokenize"]).exists() and not (prefix / v1["toy/report"]).exists()
+    assert (prefix / v1["toy/train"]).exists()
+
+
 @pytest.mark.parametrize("backend", ["s3", "gcs"])
 def test_gc_on_an_object_store_lists_the_bytes_a_deletion_frees(backend, request):
     """An object at an output's own key (a folder marker `a/x/`, or an object named like the folder) goes

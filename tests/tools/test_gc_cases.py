@@ -159,18 +159,25 @@ def test_what_the_listing_counts_for_an_output_without_a_status(tmp_path, rel, f
 
 @pytest.mark.parametrize("state", [State.SUCCESS, State.FAILED])
 def test_a_deletion_takes_the_status_away_before_the_files(tmp_path, monkeypatch, state):
-    """If the storage refuses to delete the files, no status is left saying the output is there."""
+    """If the storage refuses to delete the files, no status is left saying the output is there;
+    the refusal is reported, and the sweep goes on with the next output."""
     prefix = tmp_path / "p"
-    _status(prefix, "a/old-1", state)
-    _file(prefix, "a/old-1/data", 3, 1.0)
+    for rel in ("a/old-1", "a/old-2"):
+        _status(prefix, rel, state)
+        _file(prefix, f"{rel}/data", 3, 1.0)
     report = collect(str(prefix), {})
+    fs_type = type(location.open_filesystem(str(prefix)))
+    rm = fs_type.rm
 
-    def refuse(self, path, recursive=False, maxdepth=None):
-        raise PermissionError(f"storage refused to delete {path}")
+    def refuse_the_first(self, path, recursive=False, maxdepth=None):
+        if path.endswith("a/old-1"):
+            raise PermissionError(f"storage refused to delete {path}")
+        return rm(self, path, recursive=recursive, maxdepth=maxdepth)
 
-    monkeypatch.setattr(type(location.open_filesystem(str(prefix))), "rm", refuse)
-    with pytest.raises(PermissionError, match="refused"):
-        sweep(report, grace_hours=0, now=10 * HOUR)
+    monkeypatch.setattr(fs_type, "rm", refuse_the_first)
+    sweep(report, grace_hours=0, now=10 * HOUR)
+    assert report.failed == {"a/old-1": f"PermissionError: storage refused to delete {prefix}/a/old-1"}
+    assert report.deleted == ["a/old-2"] and not (prefix / "a/old-2").exists()
     assert not (prefix / status_key("a/old-1")).exists()
     assert (prefix / "a/old-1/data").exists()
 

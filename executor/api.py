@@ -376,12 +376,18 @@ def _run_decided(graph: Graph, decided: Decided, options: Options, events: Event
                  call: _Call) -> RunResult:
     if not decided.plan.needs_runner:  # nothing to run or wait for: each step ends as the plan decided
         with gc_paused():
-            return RunResult(decided.prefix, tuple(_report(decided.prefix, d, status=outcome_of_action(d.action))
+            return RunResult(decided.prefix, tuple(_ended_as_planned(decided.prefix, d)
                                                    for d in decided.plan.decisions.values()), graph)
     from executor.engine.signals import SignalGuard
 
     with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/signals.py)
         return _execute(graph, decided.result(graph), options, events, guard, environ, call)
+
+
+def _ended_as_planned(prefix: str, decision: Decision) -> StepReport:
+    """A step of a run with nothing to run: failed or blocked with the plan's reason, as in a run."""
+    status = outcome_of_action(decision.action)
+    return _report(prefix, decision, status=status, error=decision.reason if status.unsuccessful else None)
 
 
 def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str) -> Any:

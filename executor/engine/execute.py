@@ -144,7 +144,7 @@ class Execution:
             t.content = observed.status.content_sha256 if observed.status else None
             if decision.recheck:  # decided once the re-running dependencies committed
                 t.state, t.recheck = Outcome.PENDING, decision.recheck
-        if state == Outcome.FAILED:
+        if state.unsuccessful:  # failed or blocked at plan time: its reason, as a step blocked later has its own
             t.error = decision.reason
         t.sources = decision.sources if decision.action == Action.COPY else ()
         return t

@@ -24,7 +24,7 @@ import executor
 from executor import ExecutorStep, Resources, output_path_of, secret, this_output_path
 from executor.core.outcome import Outcome
 from executor.engine import execute, location, signals
-from executor.engine.events import LogLine, StepFinished, StepStarted
+from executor.engine.events import LeaseLost, LogLine, StepFinished, StepRetried, StepStarted
 from executor.engine.runner import factory
 from executor.engine.store import StoreError
 
@@ -107,6 +107,33 @@ def test_a_failure_is_final_the_loop_does_not_time_out_a_step_that_ended(tmp_pat
     assert [e.error for e in ends] == ["ValueError: call 1 fails on purpose"]
     [status] = (tmp_path / "prefix").glob("fails-*/.executor/status.json")
     assert json.loads(status.read_text())["error"] == "ValueError: call 1 fails on purpose"
+
+
+def test_steps_that_ended_while_another_runs_stay_as_they_ended(tmp_path, monkeypatch):
+    """`fails` fails and `quick` succeeds while `slow` still runs: neither is waited on, committed or
+    policed again afterwards (the loop's clock jumps far past quick's timeout once both have ended):
+    each step ends once, no lease is reported lost, and quick's committed SUCCESS stays."""
+    events: list = []
+    ended = lambda: {e.name for e in events if isinstance(e, StepFinished)} >= {"fails", "quick"}  # noqa: E731
+    run_context_with(monkeypatch, clock=lambda: 100.0 if ended() else 0.0, poll_s=0.05)
+    steps = [ExecutorStep("fails", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1)),
+             ExecutorStep("quick", nap, Nap(this_output_path(), 0.0), resources=Resources(timeout_s=5)),
+             ExecutorStep("slow", nap, Nap(this_output_path(), 1.0))]
+    result = executor.run(steps, prefix=str(tmp_path / "prefix"), runner="inline", subscribers=[events.append])
+    assert statuses(result) == {"fails": Outcome.FAILED, "quick": Outcome.SUCCEEDED, "slow": Outcome.SUCCEEDED}
+    assert sorted(e.name for e in events if isinstance(e, StepFinished)) == ["fails", "quick", "slow"]
+    assert [e for e in events if isinstance(e, LeaseLost)] == []
+    [quick] = (tmp_path / "prefix").glob("quick-*/.executor/status.json")
+    assert json.loads(quick.read_text())["state"] == "SUCCESS"
+
+
+def test_a_retry_is_announced_with_the_error_that_caused_it(tmp_path):
+    events: list = []
+    step = ExecutorStep("flaky", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1),
+                        resources=Resources(retry_user_errors=1))
+    assert executor.run([step], prefix=str(tmp_path / "prefix"), runner="inline", subscribers=[events.append]).ok
+    assert [(e.name, e.error) for e in events if isinstance(e, StepRetried)] == [
+        ("flaky", "ValueError: call 1 fails on purpose")]
 
 
 def test_user_errors_are_retried_as_many_times_as_declared(tmp_path):
@@ -506,6 +533,12 @@ def test_a_blocked_step_names_the_dependency_that_failed_not_the_first_it_reads(
     result = executor.run([fine, broken, reader], prefix=str(tmp_path / "prefix"), runner="inline")
     assert statuses(result) == {"fine": Outcome.SUCCEEDED, "broken": Outcome.FAILED, "reader": Outcome.BLOCKED}
     assert result.step("reader").error == "dependency broken failed"
+    for rerun in ({}, {"force_run": "fine"}):  # with nothing to run at all, and with fine run again beside them
+        again = executor.run([fine, broken, reader], prefix=str(tmp_path / "prefix"), runner="inline",
+                             force_failed=False, **rerun)
+        assert statuses(again) == statuses(result)  # broken's failure is kept: reader is blocked at plan time
+        assert again.step("reader").error == "dependency broken failed", rerun  # in the same words
+        assert again.step("broken").error.startswith("failed: ValueError: call 1 fails on purpose"), rerun
 
 
 def test_a_step_run_alone_reads_its_dependency_at_that_dependency_s_own_output(tmp_path):

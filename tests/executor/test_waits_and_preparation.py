@@ -33,7 +33,7 @@ from executor import ExecutorStep, output_path_of, this_output_path
 from executor.cli import run
 from executor.core.outcome import Outcome
 from executor.core.record import Owner, State, Status, parse_status, status_key
-from executor.engine.events import StepWaiting
+from executor.engine.events import RunStarted, StepStarted, StepWaiting
 from executor.engine.report import ConsoleReporter
 from executor.engine.store.local import LocalStore, _generation
 
@@ -210,34 +210,59 @@ def test_a_step_another_runner_committed_while_its_dependency_reran_is_not_judge
     assert "still current" not in out, out  # judged against this run's inputs, though not this run's
 
 
-FOREIGN_DIGEST = "0123456789abcdef" + "f" * 48
-
-
 @dataclass(frozen=True)
 class Squats:
     output_path: Any
     prefix: str
+    digest: str = ""  # of the other step whose status it writes
 
 
 def write_a_foreign_status_at_shared(config: Squats) -> dict:
     """As this run goes on, a status of some other step appears where b's output goes."""
     key = status_key("shared/b")
-    status = Status(State.SUCCESS, FOREIGN_DIGEST, "other-step", seq=0, attempt=1, owner=None, written_at=1.0)
+    status = Status(State.SUCCESS, config.digest, "other-step", seq=0, attempt=1, owner=None, written_at=1.0)
     assert LocalStore(config.prefix).create_if_absent(key, status.to_bytes()) is not None
     return {"squatted": key}
 
 
-def test_a_status_of_another_step_found_where_a_step_would_start_fails_it_naming_that_digest(tmp_path):
+@pytest.mark.parametrize("foreign", ["0123456789abcdef" + "f" * 48, "fedcba9876543210" + "0" * 48],
+                         ids=["sorts-before-b", "sorts-after-b"])
+def test_a_status_of_another_step_found_where_a_step_would_start_fails_it_naming_that_digest(tmp_path, foreign):
     prefix = tmp_path / "prefix"
-    a = ExecutorStep("a", write_a_foreign_status_at_shared, Squats(this_output_path(), str(prefix)))
+    a = ExecutorStep("a", write_a_foreign_status_at_shared, Squats(this_output_path(), str(prefix), foreign))
     b = ExecutorStep("b", write_marker, Plain(this_output_path()), override_output_path="shared/b")
     result = executor.run([a, b], prefix=str(prefix), runner="inline", max_concurrent=1)
     assert result.step("a").status == Outcome.SUCCEEDED
     assert result.step("b").status == Outcome.FAILED
     assert result.step("b").error == (f"could not start: ExecutorError: step 'b': {status_key('shared/b')} now "
-                                      f"holds digest 0123456789abcdef…; refusing to touch it")
+                                      f"holds digest {foreign[:16]}…; refusing to touch it")
     found = prefix / status_key("shared/b")
-    assert parse_status(found.read_bytes(), str(found)).digest == FOREIGN_DIGEST  # untouched
+    assert parse_status(found.read_bytes(), str(found)).digest == foreign  # untouched
+
+
+def test_a_lease_this_run_itself_holds_is_taken_back_at_once_not_waited_on(tmp_path, capsys):
+    """A RUNNING status this very run wrote (as after it lost its lease while paused past half the
+    TTL) is taken back at once: no wait for the TTL, and no takeover reported."""
+    step = ExecutorStep("ours", write_marker, Plain(this_output_path()))
+    assert execute([step], tmp_path, "--dry-run", "--json") == 0
+    [row] = json.loads(capsys.readouterr().out)["steps"]
+    store, key = LocalStore(str(tmp_path)), status_key(row["output_path"][len(str(tmp_path)) + 1:])
+    events: list = []
+
+    def write_our_own_lease(event) -> None:
+        events.append(event)
+        if isinstance(event, RunStarted):
+            here = Owner(event.run_id, "this-host", 1, "me")
+            running = Status(State.RUNNING, row["digest"], row["step_id"], 1, 1, here, time.time(),
+                             started_at=time.time())
+            assert store.create_if_absent(key, running.to_bytes()) is not None
+
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=3, heartbeat_interval=1,
+                          subscribers=[write_our_own_lease])
+    assert result.ok
+    assert [e for e in events if isinstance(e, StepWaiting)] == []
+    assert [(e.name, e.takeover) for e in events if isinstance(e, StepStarted)] == [("ours", False)]
+    assert status_of(tmp_path, "ours").state == State.SUCCESS
 
 
 def test_a_step_waits_for_a_dependency_another_runner_holds_until_that_runner_commits(tmp_path, capsys):

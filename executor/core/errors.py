@@ -47,4 +47,3 @@ def _shown(value: object) -> str:
         return repr(value)
     except ValueError:  # an int with more digits than Python writes out (its size is in the hint)
         return f"an unprintable {type(value).__qualname__}"
-

@@ -67,9 +67,14 @@ PROGRESS_EVERY_S = 60.0  # a line of how far cosmic-ray has got, while it runs
 SELECT_DIR = ".mutation"  # in the working copy: pristine modules, coverage, each target's selection config
 
 
-def test_command(target: Target, python: str) -> str:
-    options = " ".join([*target.pytest_args(), *target.tests])  # the hang limit, then the test files
-    return f"{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {options}"
+def pytest_command(target: Target, python: str) -> list[str]:
+    """pytest as every run of a target's tests calls it (baseline, coverage, each mutant's covering
+    tests and all its tests, a recheck): first failure ends it, no cache, no random order, the hang limit."""
+    return [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *target.pytest_args()]
+
+
+def test_command(target: Target, python: str) -> list[str]:
+    return [*pytest_command(target, python), *target.tests]
 
 
 def select_command(target: Target, python: str) -> str:
@@ -99,7 +104,7 @@ def run_baseline(target: Target, work: Path, python: str) -> Baseline:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     start = time.monotonic()
     try:
-        proc = subprocess.run(test_command(target, python).split(), cwd=work, env=env, capture_output=True,
+        proc = subprocess.run(test_command(target, python), cwd=work, env=env, capture_output=True,
                               text=True, timeout=target.timeout_s)
     except subprocess.TimeoutExpired:
         return Baseline(passed=False, seconds=time.monotonic() - start, tail="timed out")
@@ -123,7 +128,7 @@ def record_coverage(target: Target, work: Path, python: str, files: list[str]) -
     select = work / SELECT_DIR
     rc, data_file = select / f"{target.name}.coveragerc", select / f"{target.name}.coverage"
     rc.write_text("[run]\nrelative_files = True\ninclude =\n" + "".join(f"    {f}\n" for f in files))
-    command = [*test_command(target, python).split(), "--cov", f"--cov-config={rc}", "--cov-context=test",
+    command = [*test_command(target, python), "--cov", f"--cov-config={rc}", "--cov-context=test",
                "--cov-report="]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COVERAGE_FILE=str(data_file))
     try:
@@ -154,8 +159,8 @@ def prepare_selection(target: Target, work: Path, python: str) -> int:
         (pristine / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(work / f, pristine / f)
     covered = record_coverage(target, work, python, files)
-    config = {"python": python, "modules": files, "tests": list(target.tests), "pristine": str(pristine),
-              "covered": covered, "pytest_args": target.pytest_args()}
+    config = {"pytest": pytest_command(target, python), "modules": files, "tests": list(target.tests),
+              "pristine": str(pristine), "covered": covered}
     (work / SELECT_DIR / f"{target.name}.json").write_text(json.dumps(config))
     return sum(len(lines) for lines in covered.values())
 
@@ -292,7 +297,7 @@ def recheck_kept(args: argparse.Namespace) -> int:
     try:
         python = str(work / ".venv" / "bin" / "python")
         for name in args.targets:
-            score = recheck(kept[name], work, test_command(kept[name].target, python).split(), where,
+            score = recheck(kept[name], work, test_command(kept[name].target, python), where,
                             lambda line: print(line, flush=True), lambda: should_stop(args))
             (args.results / f"{name}.json").write_text(json.dumps(score_to_json(score), indent=1))
             print(render_report([score], sampled=None), flush=True)

@@ -84,14 +84,13 @@ def selection(config: dict) -> list[str] | None:
     return covering_tests(config["covered"].get(module, {}), lines, (pristine / module).read_text())
 
 
-def pytest(python: str, args: list[str], options: list[str]) -> int:
-    return subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           *options, *args], stderr=subprocess.STDOUT).returncode
+def pytest(command: list[str], args: list[str]) -> int:
+    return subprocess.run([*command, *args], stderr=subprocess.STDOUT).returncode
 
 
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
-    options = config.get("pytest_args", [])  # the target's per-test hang limit
+    command = config["pytest"]  # as the target's every test run calls pytest (scripts/mutation.py)
     try:
         chosen = selection(config)
     except Exception as e:  # noqa: BLE001 - never let a bug here read as a kill: run everything
@@ -99,12 +98,12 @@ def main(config_path: str) -> int:
         chosen = None
     if chosen is not None:
         print(f"mutation_select: {len(chosen)} covering tests first", flush=True)
-        code = pytest(config["python"], chosen, options)
+        code = pytest(command, chosen)
         print(f"mutation_select: covering tests exit {code}", flush=True)
         if code == 1:  # tests failed; any other status (a node id not found, ...) is not trusted as a kill
             return code
     print("mutation_select: all target tests", flush=True)
-    code = pytest(config["python"], config["tests"], options)
+    code = pytest(command, config["tests"])
     print(f"mutation_select: all target tests exit {code}", flush=True)
     return code
 

@@ -111,7 +111,7 @@ def test_a_test_that_hangs_on_a_mutant_is_ended_at_the_hang_limit_and_scored_tim
     (tmp_path / mutation.SELECT_DIR).mkdir()
     mutation.prepare_selection(target, tmp_path, sys.executable)
     config_path = str(tmp_path / mutation.SELECT_DIR / "calc.json")
-    assert json.loads(Path(config_path).read_text())["pytest_args"] == ["--timeout=1.5"]
+    assert json.loads(Path(config_path).read_text())["pytest"][-1] == "--timeout=1.5"
     (tmp_path / "calc.py").write_text("def double(x):\n    return 2 + x\n")
     code = mutation_select.main(config_path)
     out = capfd.readouterr().out

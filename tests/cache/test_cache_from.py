@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,3 +337,57 @@ def test_copies_that_fall_back_to_running_keep_within_max_concurrent(tmp_path):
     assert result.ok and result.step("limit/x").ran_here and result.step("limit/y").ran_here
     lines = log.read_text().split("\n")[:-1]
     assert [line.split()[0] for line in lines] == ["start", "end"] * 2, lines  # one at a time
+
+
+@dataclass(frozen=True)
+class SlowShared:
+    output_path: str
+    seconds: float
+
+
+def make_shared_slowly(config: SlowShared) -> dict:
+    time.sleep(config.seconds)
+    return make_shared(Shared(config.output_path))
+
+
+_at_once = {"now": 0, "most": 0, "last_start": 0.0}
+_at_once_lock = threading.Lock()
+
+
+def count_at_once(config: Logged) -> dict:
+    """Counts how many of these steps run at once (memory://: each step is a thread of this process).
+    Each runs until no other has started for 0.3 s, so steps started in one burst all overlap."""
+    with _at_once_lock:
+        _at_once["now"] += 1
+        _at_once["most"] = max(_at_once["most"], _at_once["now"])
+        _at_once["last_start"] = time.monotonic()
+    while time.monotonic() - _at_once["last_start"] < 0.3:
+        time.sleep(0.02)
+    with open_file(f"{config.output_path}/out.txt", "w") as f:
+        f.write(f"{config.name}\n")
+    with _at_once_lock:
+        _at_once["now"] -= 1
+    return {}
+
+
+def test_copies_that_fall_back_to_running_keep_within_a_max_concurrent_above_256(tmp_path):
+    """As above, with 258 copies rejected under max_concurrent=257 (shared's too: it runs here, and
+    slowly, so all 258 wait for it and are ready at once): counts past the ints CPython keeps one
+    copy of (up to 256) are compared by value too."""
+    import fsspec
+
+    shared = ExecutorStep("many/shared", make_shared_slowly, SlowShared(this_output_path(), 0.5))
+    steps = [ExecutorStep(f"many/x{i}", count_at_once, Logged(output_path_of(shared, "shared.txt"), "", f"x{i}",
+                                                              this_output_path())) for i in range(258)]
+    a, b = f"memory://cache-from-{tmp_path.name}/a", f"memory://cache-from-{tmp_path.name}/b"
+    source = executor.run(steps, prefix=a, runner="inline", environ={}, max_concurrent=300)
+    assert source.ok
+    memory = fsspec.filesystem("memory")
+    for step in source.steps:
+        name = "shared.txt" if step.name == "many/shared" else "out.txt"
+        memory.pipe(f"{step.output_path}/{name}", b"changed\n")  # every copy is rejected
+    _at_once["most"] = 0
+    result = executor.run(steps, prefix=b, runner="inline", environ={}, max_concurrent=257, cache_from=(a,))
+    assert result.ok and sum(s.ran_here for s in result.steps) == 259
+    assert _at_once["most"] == 257
+

@@ -519,6 +519,18 @@ def test_max_concurrent_steps_run_at_once_and_no_more(tmp_path, monkeypatch):
     assert [line.split()[0] for line in log.read_text().split("\n")[:-1]] == ["start"] * 3 + ["end"] * 3
 
 
+def test_a_max_concurrent_above_256_limits_as_any_other(tmp_path):
+    """The count of running steps is compared by value, also past the ints CPython keeps one copy
+    of (up to 256): of 258 quick steps under max_concurrent=257, the last starts only after one
+    has ended (memory://, so each step is a thread, not a process)."""
+    seen: list = []
+    steps = [ExecutorStep(f"many/s{i}", nap, Nap(this_output_path(), 0.0)) for i in range(258)]
+    result = executor.run(steps, prefix=f"memory://run-loop-{tmp_path.name}", runner="inline", max_concurrent=257,
+                          subscribers=[lambda e: seen.append(type(e)) if isinstance(e, (StepStarted, StepFinished)) else None])
+    assert result.ok
+    assert seen[:seen.index(StepFinished)].count(StepStarted) == 257
+
+
 @dataclass(frozen=True)
 class Reads:
     output_path: Any

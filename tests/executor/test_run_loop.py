@@ -114,8 +114,11 @@ def test_steps_that_ended_while_another_runs_stay_as_they_ended(tmp_path, monkey
     policed again afterwards (the loop's clock jumps far past quick's timeout once both have ended):
     each step ends once, no lease is reported lost, and quick's committed SUCCESS stays."""
     events: list = []
-    ended = lambda: {e.name for e in events if isinstance(e, StepFinished)} >= {"fails", "quick"}  # noqa: E731
-    run_context_with(monkeypatch, clock=lambda: 100.0 if ended() else 0.0, poll_s=0.05)
+
+    def both_ended() -> bool:
+        return {e.name for e in events if isinstance(e, StepFinished)} >= {"fails", "quick"}
+
+    run_context_with(monkeypatch, clock=lambda: 100.0 if both_ended() else 0.0, poll_s=0.05)
     steps = [ExecutorStep("fails", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1)),
              ExecutorStep("quick", nap, Nap(this_output_path(), 0.0), resources=Resources(timeout_s=5)),
              ExecutorStep("slow", nap, Nap(this_output_path(), 1.0))]

@@ -354,6 +354,36 @@ def test_a_commit_the_store_refuses_fails_that_step_not_the_run(tmp_path, monkey
     assert json.loads(status.read_text())["state"] == "FAILED"
 
 
+class RefusesAnEnd(RefusesSuccess):
+    """A store that refuses (permanently) to write any end of one step: SUCCESS and FAILED alike."""
+
+    def replace_if_generation(self, key: str, data: bytes, generation: str) -> str | None:
+        if key.startswith(f"{self.step}-") and json.loads(data)["state"] != "RUNNING":
+            raise StoreError(f"scripted: {key} cannot be written")
+        return self.inner.replace_if_generation(key, data, generation)
+
+
+def test_a_failure_the_store_cannot_record_is_warned_of_and_the_run_goes_on(tmp_path, monkeypatch):
+    """The commit fails, then so does the FAILED status: the step fails here with the commit's
+    error, a warning says its failure is not recorded (its lease goes stale after the TTL), and
+    the other step still runs: not an error of the runner."""
+    open_raw = location.open_raw_store
+    monkeypatch.setattr(location, "open_raw_store", lambda prefix, options=None: RefusesAnEnd(
+        open_raw(prefix, options), "refused"))
+    lines: list = []
+    steps = [ExecutorStep("refused", nap, Nap(this_output_path(), 0.0)),
+             ExecutorStep("fine", nap, Nap(this_output_path(), 0.5))]
+    result = executor.run(steps, prefix=str(tmp_path), runner="inline", max_concurrent=1,
+                          subscribers=[lambda e: lines.append(e) if isinstance(e, LogLine) else None])
+    assert result.runner_error is None
+    assert statuses(result) == {"refused": Outcome.FAILED, "fine": Outcome.SUCCEEDED}
+    assert result.step("refused").error.startswith("could not commit: StoreError: scripted:")
+    warned = [line.text for line in lines if line.level == "warning" and "could not record" in line.text]
+    assert len(warned) == 1 and warned[0].startswith("refused: could not record the failure: "), lines
+    [status] = tmp_path.glob("refused-*/.executor/status.json")
+    assert json.loads(status.read_text())["state"] == "RUNNING"  # not released: it goes stale
+
+
 class Cancels:
     """A step's handle that notes each cancel and the step's stored state at that moment; the
     first one raises when `refuse_first` (a runner whose cancel path crashes, as Ray's can)."""

@@ -331,6 +331,44 @@ def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls
     assert waits[0].first and all(w.silent_s > 0 for w in waits[1:]), [(w.first, w.silent_s) for w in waits]
 
 
+def test_a_repeated_wait_notice_comes_at_the_first_silence_seen_however_short(tmp_path, capsys, monkeypatch):
+    """Re-read every 0.05 s, a holder that stays silent gets its repeated notice at the first re-read
+    that finds it silent, well within a second (not only once a whole second has passed)."""
+    import functools
+
+    from executor.engine import execute as execute_module
+
+    monkeypatch.setattr(execute_module, "RunContext", functools.partial(execute_module.RunContext, poll_s=0.05))
+    step = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    held_elsewhere(step, tmp_path, capsys)
+    waits: list[StepWaiting] = []
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=2, heartbeat_interval=0.5,
+                          subscribers=[lambda e: waits.append(e) if isinstance(e, StepWaiting) else None])
+    assert result.ok
+    repeated = [w.silent_s for w in waits if not w.first]
+    assert repeated and 0 < repeated[0] < 1.0, repeated
+
+
+def test_a_holder_silent_for_exactly_the_ttl_is_taken_over(tmp_path, capsys, monkeypatch):
+    """The watch's clock reads 0 when the other runner's lease is first seen, then exactly the TTL:
+    that re-read takes the step over, with no further notice (a lease is stale at the TTL, not past it)."""
+    import functools
+
+    from executor.engine import lease as lease_module
+
+    readings = iter([0.0, 2.0])
+    monkeypatch.setattr(lease_module, "StalenessWatch", functools.partial(
+        lease_module.StalenessWatch, clock=lambda: next(readings, 100.0)))
+    step = ExecutorStep("held", write_marker, Plain(this_output_path()))
+    held_elsewhere(step, tmp_path, capsys)
+    events: list = []
+    result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=2, heartbeat_interval=0.5,
+                          subscribers=[lambda e: events.append(e) if isinstance(e, (StepWaiting, StepStarted)) else None])
+    assert result.ok and result.step("held").ran_here
+    assert [(type(e).__name__, getattr(e, "silent_s", None), getattr(e, "takeover", None)) for e in events] == [
+        ("StepWaiting", 0.0, None), ("StepStarted", None, True)]
+
+
 def test_a_step_that_lost_the_race_for_its_lease_announces_the_wait_once(tmp_path, monkeypatch):
     """Another runner creates the status between this run's read and its create: the acquire loses
     (a normal outcome), the step watches, and its wait is announced once, as a first notice."""

@@ -288,6 +288,7 @@ def test_a_stale_step_upstream_of_a_copy_runs_again(source, tmp_path):
 @dataclass(frozen=True)
 class Shared:
     output_path: str
+    seconds: float = 0.0  # how long it takes
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ class Logged:
 
 
 def make_shared(config: Shared) -> dict:
+    time.sleep(config.seconds)
     with open_file(f"{config.output_path}/shared.txt", "w") as f:
         f.write("shared\n")
     return {}
@@ -339,17 +341,6 @@ def test_copies_that_fall_back_to_running_keep_within_max_concurrent(tmp_path):
     assert [line.split()[0] for line in lines] == ["start", "end"] * 2, lines  # one at a time
 
 
-@dataclass(frozen=True)
-class SlowShared:
-    output_path: str
-    seconds: float
-
-
-def make_shared_slowly(config: SlowShared) -> dict:
-    time.sleep(config.seconds)
-    return make_shared(Shared(config.output_path))
-
-
 _at_once = {"now": 0, "most": 0, "last_start": 0.0}
 _at_once_lock = threading.Lock()
 
@@ -376,7 +367,7 @@ def test_copies_that_fall_back_to_running_keep_within_a_max_concurrent_above_256
     copy of (up to 256) are compared by value too."""
     import fsspec
 
-    shared = ExecutorStep("many/shared", make_shared_slowly, SlowShared(this_output_path(), 0.5))
+    shared = ExecutorStep("many/shared", make_shared, Shared(this_output_path(), seconds=0.5))
     steps = [ExecutorStep(f"many/x{i}", count_at_once, Logged(output_path_of(shared, "shared.txt"), "", f"x{i}",
                                                               this_output_path())) for i in range(258)]
     a, b = f"memory://cache-from-{tmp_path.name}/a", f"memory://cache-from-{tmp_path.name}/b"

@@ -26,7 +26,9 @@ from executor.core.outcome import Outcome
 from executor.engine import execute, location, signals
 from executor.engine.events import LeaseLost, LogLine, StepFinished, StepRetried, StepStarted
 from executor.engine.runner import factory
+from executor.core.record import State, Status, status_key
 from executor.engine.store import StoreError
+from executor.engine.store.local import LocalStore
 
 
 @dataclass(frozen=True)
@@ -584,6 +586,29 @@ def test_a_blocked_step_names_the_dependency_that_failed_not_the_first_it_reads(
         assert statuses(again) == statuses(result)  # broken's failure is kept: reader is blocked at plan time
         assert again.step("reader").error == "dependency broken failed", rerun  # in the same words
         assert again.step("broken").error.startswith("failed: ValueError: call 1 fails on purpose"), rerun
+
+
+def test_an_adopted_step_forced_to_re_run_but_blocked_reports_the_path_its_plan_gave(tmp_path):
+    """A forced re-run of an adopted step (its SUCCESS an alias of another output) that its failed
+    dependency then blocks never writes: its report names its own output path, as the plan did, not
+    the alias's (only a step the run leaves as it was adopted, skipped, reports the alias)."""
+    fine = ExecutorStep("fine", nap, Nap(this_output_path(), 0.0))
+    broken = ExecutorStep("broken", fail_then_succeed, Flaky(this_output_path(), str(tmp_path / "calls"), failures=1))
+    reader = ExecutorStep("reader", nap, Reads(this_output_path(), output_path_of(fine), output_path_of(broken)))
+    prefix = tmp_path / "prefix"
+    assert statuses(executor.run([fine, broken, reader], prefix=str(prefix), runner="inline"))["reader"] == "blocked"
+    row = executor.plan([reader], prefix=str(prefix)).step("reader")
+    adopted = Status(State.SUCCESS, row.digest, row.step_id, 1, 1, None, time.time(),
+                     alias_of={"step_id": "reader-0ld", "output_rel": "reader-0ld", "reason": "same output",
+                               "declared_by": "t@h"})
+    assert LocalStore(str(prefix)).create_if_absent(status_key(row.step_id), adopted.to_bytes()) is not None
+    assert executor.plan([reader], prefix=str(prefix)).step("reader").output_path == str(prefix / "reader-0ld")
+    options = dict(prefix=str(prefix), runner="inline", force_failed=False, force_run="^(fine|reader)$")
+    planned = executor.plan([fine, broken, reader], **options).step("reader")
+    result = executor.run([fine, broken, reader], **options)  # fine runs again beside: the run loop is used
+    assert statuses(result) == {"fine": Outcome.SUCCEEDED, "broken": Outcome.FAILED, "reader": Outcome.BLOCKED}
+    assert planned.decision == "run" and planned.output_path == row.output_path, planned
+    assert result.step("reader").output_path == row.output_path, result.step("reader")
 
 
 def test_a_step_run_alone_reads_its_dependency_at_that_dependency_s_own_output(tmp_path):

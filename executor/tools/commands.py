@@ -235,7 +235,8 @@ def cmd_gc(args: Any) -> int:
     for experiment in loaded:
         for rel, why in experiment_outputs(experiment.path, experiment.graph).items():
             roots.setdefault(rel, why)
-    report = collect(prefix, roots, args.pin, args.storage_options)
+    report = collect(prefix, roots, args.pin, args.storage_options,
+                     say=lambda message: print(f"gc: {message}", file=sys.stderr, flush=True))
     print(f"prefix {prefix}: {len(report.kept_present)} output(s) reachable from "
           f"{len(args.experiments)} experiment(s) and {len(args.pin)} pin(s); "
           f"{len(report.garbage)} unreachable, {human_bytes(report.garbage_bytes)}")

@@ -14,9 +14,8 @@ rest: the report says what was deleted, what was kept and why, and what could no
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from executor.engine import location
 from executor.engine import outputs
@@ -74,11 +73,17 @@ def _mtime(info: dict[str, Any]) -> float:
     return float(value or 0.0)
 
 
-def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepOutput]:
-    """Every step output directory under the prefix with its size, newest write and status."""
+def _silent(message: str) -> None:
+    pass
+
+
+def list_outputs(prefix: str, storage_options: dict | None = None, *,
+                 say: Callable[[str], None] = _silent) -> list[StepOutput]:
+    """Every step output directory under the prefix with its size, newest write and status. `say`
+    hears, before each of its two long reads, what it is about to do (the command line prints it)."""
     fs = location.open_filesystem(prefix, storage_options)
     root = location.bare_path(prefix)
-    print(f"gc: listing every object under {prefix}…", file=sys.stderr, flush=True)  # one call, maybe long
+    say(f"listing every object under {prefix}…")  # one call, maybe long
     # files only, on every backend (a missing folder lists nothing; a missing bucket failed the probe above)
     found = fs.find(prefix, withdirs=False, detail=True)
     files = {}
@@ -106,7 +111,7 @@ def list_outputs(prefix: str, storage_options: dict | None = None) -> list[StepO
             owner.files += 1
             owner.newest_mtime = max(owner.newest_mtime, _mtime(info))
     found_steps = sorted(steps.values(), key=lambda o: o.rel)
-    print(f"gc: reading {len(found_steps)} status(es)…", file=sys.stderr, flush=True)
+    say(f"reading {len(found_steps)} status(es)…")
     for output, row in zip(found_steps, PrefixView.open(prefix, storage_options).steps([o.rel for o in found_steps])):
         output.row = row
     return found_steps
@@ -137,10 +142,10 @@ def reachable_outputs(prefix: str, roots: dict[str, str], pins: Iterable[str],
 
 
 def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
-            storage_options: dict | None = None) -> GcReport:
-    """roots: output rels to keep -> why (see experiment_outputs)."""
+            storage_options: dict | None = None, *, say: Callable[[str], None] = _silent) -> GcReport:
+    """roots: output rels to keep -> why (see experiment_outputs); `say`: as for list_outputs."""
     report = GcReport(prefix, reachable_outputs(prefix, roots, pins, storage_options))
-    for output in list_outputs(prefix, storage_options):
+    for output in list_outputs(prefix, storage_options, say=say):
         (report.kept_present if output.rel in report.reachable else report.garbage).append(output)
     return report
 

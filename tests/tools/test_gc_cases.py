@@ -98,6 +98,19 @@ def test_collect_parts_reachable_from_garbage_and_counts_its_bytes(tmp_path):
     assert report.reachable == {"a/kept-1": "root"}
 
 
+
+def test_collect_prints_nothing_and_tells_its_caller_before_each_long_read(tmp_path, capfd):
+    """The library reports, the command line prints: what it is about to read goes to `say` (the
+    CLI's gc prints it), never to the process's stdout or stderr."""
+    prefix = tmp_path / "p"
+    for rel in ("a/kept-1", "a/gone-2"):
+        _status(prefix, rel, State.SUCCESS)
+    heard: list[str] = []
+    assert [o.rel for o in collect(str(prefix), {"a/kept-1": "root"}, say=heard.append).garbage] == ["a/gone-2"]
+    assert heard == [f"listing every object under {prefix}…", "reading 2 status(es)…"]
+    collect(str(prefix), {})  # nobody listening
+    assert capfd.readouterr() == ("", "")
+
 def test_a_sweep_deletes_old_garbage_and_says_why_it_keeps_the_rest(tmp_path):
     prefix = tmp_path / "p"
     now = 100 * HOUR

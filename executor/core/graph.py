@@ -147,6 +147,10 @@ class _GraphBuilder:
         self.nodes: dict[str, StepNode] = {}
         self.in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
         self.on_path: set[int] = set()
+        # id(step object) -> why digesting it failed. An encoder that retries a container field by field
+        # (to name the failing field) asks for the same dependency again: it gets the error at once, so
+        # a failure deep in a chain costs one walk, not one per level above it (2**depth).
+        self.failed: dict[int, Exception] = {}
         self.waiting: list[list[ExecutorStep]] = []  # walks set aside until a deep dependency is digested from the top
         # (blocking deps, weak deps, mirrored inputs) of each step in in_progress
         self.collecting: list[tuple[dict[str, None], dict[str, None], dict[str, None]]] = []
@@ -168,6 +172,8 @@ class _GraphBuilder:
             return known
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
+        if key in self.failed:
+            raise self.failed[key]
         if key in self.on_path:
             chain = [s for path in self.waiting for s in path] + self.in_progress
             cycle = chain[[s is step for s in chain].index(True):] + [step]
@@ -182,6 +188,11 @@ class _GraphBuilder:
         self.collecting.append((deps, weak, mirrored))
         try:
             digest = identity_and_digest(step, self.encoder)[1]
+        except _DigestFirst:  # not a failure: the step is digested again once the deeper one is
+            raise
+        except Exception as e:
+            self.failed[key] = e
+            raise
         finally:
             self.collecting.pop()
             self.in_progress.pop()

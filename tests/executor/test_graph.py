@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from executor import ExecutorStep, GraphError, output_path_of, this_output_path
+from executor import ConfigEncodingError, ExecutorStep, GraphError, output_path_of, register_encoding, this_output_path
 from executor.core.graph import build_graph
 
 
@@ -204,6 +204,31 @@ def test_a_chain_deeper_than_the_recursion_bound_is_ordered_and_its_cycle_named(
         start = expected.index(named[0])
         assert named == expected[start:] + expected[:start] + [named[0]]
 
+
+
+class _Refused:
+    """A value whose registered encoding always fails, counting its tries."""
+
+    tries = 0
+
+
+def _refuse(value: _Refused) -> None:
+    _Refused.tries += 1
+    raise ValueError("refused on purpose")
+
+
+@pytest.mark.parametrize("depth", [1, 8, 80])  # 80: deeper than the walk recurses (MAX_NESTED_STEPS)
+def test_a_config_refused_deep_in_a_chain_is_reported_once_naming_its_step_and_field(depth):
+    """The encoder retries a refused container field by field to name the field; a dependency that
+    failed is not walked again for that: the error costs one walk of the chain, not 2**depth."""
+    register_encoding(_Refused, _refuse)
+    steps = [ExecutorStep("s0", fn, Cfg(value=_Refused()))]
+    for i in range(1, depth):
+        steps.append(ExecutorStep(f"s{i}", fn, Cfg(deps=[output_path_of(steps[-1])])))
+    _Refused.tries = 0
+    with pytest.raises(ConfigEncodingError, match=r"step 's0': config field `value` .*refused on purpose"):
+        build_graph([steps[-1]])
+    assert _Refused.tries == 2  # the fast path, then the field-by-field retry that names it
 
 def test_graph_and_nodes_are_values_compared_without_the_shared_digest_table():
     from dataclasses import FrozenInstanceError

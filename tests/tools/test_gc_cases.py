@@ -106,8 +106,12 @@ def test_collect_prints_nothing_and_tells_its_caller_before_each_long_read(tmp_p
     for rel in ("a/kept-1", "a/gone-2"):
         _status(prefix, rel, State.SUCCESS)
     heard: list[str] = []
-    assert [o.rel for o in collect(str(prefix), {"a/kept-1": "root"}, say=heard.append).garbage] == ["a/gone-2"]
+    report = collect(str(prefix), roots={"a/kept-1": "root"}, pins=(), storage_options=None, say=heard.append)
+    assert [o.rel for o in report.garbage] == ["a/gone-2"]
     assert heard == [f"listing every object under {prefix}…", "reading 2 status(es)…"]
+    assert [o.rel for o in list_outputs(prefix=str(prefix), storage_options=None, say=heard.append)] == [
+        "a/gone-2", "a/kept-1"]  # every argument by name, as the docstrings name them
+    assert heard[2:] == heard[:2]
     collect(str(prefix), {})  # nobody listening
     assert capfd.readouterr() == ("", "")
 

@@ -129,11 +129,28 @@ def file_checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, An
     return {"algorithm": "sha256", "value": digest.hexdigest()}
 
 
+# fsspec's memory filesystem lists by iterating one process-wide dict, which steps running as threads
+# of this process add files to meanwhile: the listing can fail with "dictionary changed size during
+# iteration" (fsspec/filesystem_spec PR #893, open). A listing only reads, so it is simply taken again.
+LISTING_TRIES = 5
+
+
+def find_files(fs: "fsspec.AbstractFileSystem", root: str) -> dict[str, dict[str, Any]]:
+    """fs.find(root, detail=True), taken again when it raced a writer in this process."""
+    for _ in range(LISTING_TRIES - 1):
+        try:
+            return fs.find(root, detail=True)
+        except RuntimeError as e:
+            if "changed size during iteration" not in str(e):
+                raise
+    return fs.find(root, detail=True)
+
+
 def manifest(fs: "fsspec.AbstractFileSystem", output_path: str) -> list[dict[str, Any]]:
     """Every file under a step's output (except .executor/) with its size and checksum."""
     root = output_path.rstrip("/")
     try:
-        found = fs.find(root, detail=True)
+        found = find_files(fs, root)
     except FileNotFoundError:
         return []
     entries = []

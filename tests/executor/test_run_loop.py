@@ -531,12 +531,16 @@ class Logged:
     output_path: Any
     log: str
     name: str
+    together: int = 1  # how many starts it waits to see in the log (its own too) before it ends, 30 s at most
 
 
 def log_start_and_end(config: Logged) -> dict:
     with open(config.log, "a") as f:
         f.write(f"start {config.name}\n")
     time.sleep(0.4)  # several of the loop's passes
+    waited_since = time.monotonic()  # not a guess at how fast the others start on a loaded machine
+    while Path(config.log).read_text().count("start") < config.together and time.monotonic() - waited_since < 30:
+        time.sleep(0.05)
     with open(config.log, "a") as f:
         f.write(f"end {config.name}\n")
     return {}
@@ -550,6 +554,8 @@ def test_max_concurrent_steps_run_at_once_and_no_more(tmp_path, monkeypatch):
     lines = log.read_text().split("\n")[:-1]
     assert [line.split()[0] for line in lines] == ["start", "end"] * 3, lines  # one at a time
     log.unlink()
+    steps = [ExecutorStep(name, log_start_and_end, Logged(this_output_path(), str(log), name, together=3))
+             for name in "abc"]  # each ends only once all three have started: under the limit, they all start
     assert executor.run(steps, prefix=str(tmp_path / "three"), runner="inline", max_concurrent=3).ok
     assert [line.split()[0] for line in log.read_text().split("\n")[:-1]] == ["start"] * 3 + ["end"] * 3
 

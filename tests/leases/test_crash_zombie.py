@@ -22,10 +22,12 @@ def test_sigkill_rounds_then_a_fresh_run_completes(backend_name, sidefx, tmp_pat
     rng = random.Random(20261202)
     kills = 0
     for round_ in range(3):
-        # Round 0 dies mid-DAG; later rounds first wait out the dead holders' TTL, then take over.
-        delay = rng.uniform(1.5, 3.0) + (TTL if round_ else 0)
+        # Each round dies mid-DAG: once it has committed a step of its own (later rounds may first
+        # wait out the dead holders' TTL), at a random moment of the next one. Waiting on its commit,
+        # not on the clock, keeps the kill mid-run however slowly a loaded machine starts the runner.
         runner = Runner(backend, sidefx, tmp_path / f"killed{round_}.log", sleep_s=0.4, ttl=TTL)
-        time.sleep(delay)
+        wait_for(lambda: _committed_by(sidefx, runner.pid), 60, f"round {round_} to commit a step")
+        time.sleep(rng.uniform(0.0, 0.6))
         assert runner.proc.poll() is None, f"round {round_} finished before the kill:\n{runner.output()[-2000:]}"
         runner.kill()
         kills += 1
@@ -54,6 +56,10 @@ def test_sigkill_rounds_then_a_fresh_run_completes(backend_name, sidefx, tmp_pat
     assert taken_over  # a dead holder's lease was waited out and taken over
     assert "took over a stale lease" in out or any(
         "took over a stale lease" in (tmp_path / f"killed{i}.log").read_text() for i in (1, 2))
+
+
+def _committed_by(sidefx, pid: int) -> bool:
+    return any(e["pid"] == pid for commits in events(sidefx)["commit"].values() for e in commits)
 
 
 @pytest.mark.parametrize("backend_name", ["local", pytest.param("s3", marks=pytest.mark.slow)])

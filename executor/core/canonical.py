@@ -113,6 +113,9 @@ class CanonicalEncoder:
         self.on_mirrored = on_mirrored  # told of each mirrored input encoded (the graph notes them per step)
         self._memo: dict[int, tuple[Any, str]] = {}  # id(container) -> (container, text); keeps it alive
         self._dependencies = 0  # placeholders encoded so far: sub-configs holding one are not memoised
+        # id(container) -> (container, its error's value, hint and path below it), for containers
+        # whose field-by-field retry found the failing child: see _field_again.
+        self._failed: dict[int, tuple[Any, Any, str, tuple]] = {}
 
     def config_text(self, config: Any, step_name: str | None = None) -> str:
         """The canonical JSON text of a config; errors name the step and the field path."""
@@ -193,7 +196,11 @@ class CanonicalEncoder:
             if kind == _DICT:
                 return _dict_text(v, text)
         except (_Unencodable, TypeError, ValueError):  # ValueError: an item is an int too long to write
-            self._raise_at_failing_child(v, t, kind)
+            try:
+                self._raise_at_failing_child(v, t, kind)
+            except _Unencodable as e:
+                self._failed[id(v)] = (v, e.value, e.hint, tuple(e.path))
+                raise
             raise  # no child fails alone (never seen): the fast path's own error stands
         if kind == _NAMEDTUPLE:
             items = ",".join([_string(name) + ":" + self._field(x, name)
@@ -208,11 +215,22 @@ class CanonicalEncoder:
             e.path.append(key)
             raise
 
+    def _field_again(self, x: Any, key: Any) -> str:
+        """_field, for a retry: a child container whose own retry already named the failing value
+        raises that error again at once. Encoding it a second time would retry it again too, which
+        doubles the work at each level of nesting (2**depth tries of a value nested depth deep)."""
+        failed = self._failed.get(id(x))
+        if failed is None or failed[0] is not x:
+            return self._field(x, key)
+        error = _Unencodable(failed[1], failed[2])
+        error.path = [*failed[3], key]
+        raise error
+
     def _raise_at_failing_child(self, v: Any, t: type, kind: int) -> None:
         """Encode a container its fast path refused again, one child at a time and in the same
         order, so that the child that fails raises with its key (field, index or dict key) on the
         error's path. The fast paths only fail where a child fails: this never returns text."""
-        field = self._field
+        field = self._field_again
         if kind == _DATACLASS:
             for name, _ in _dataclass_layout(t, v)[1]:
                 field(getattr(v, name), name)

@@ -348,3 +348,57 @@ class Ratio(float):
 def test_a_subclass_of_a_plain_number_gets_a_plain_number_hint(value, kind):
     with pytest.raises(ConfigEncodingError, match=rf"`value`.*Convert it to a plain {kind} "):
         digest(Wide(value))
+
+
+class _Refused:
+    tries = 0
+
+
+@pytest.fixture
+def refused():
+    """_Refused registered with an encoding that always fails, counting its tries; unregistered afterwards."""
+    from executor import register_encoding
+    from executor.core import encodings
+
+    def refuse(value):
+        _Refused.tries += 1
+        raise ValueError("refused on purpose")
+
+    register_encoding(_Refused, refuse)
+    _Refused.tries = 0
+    yield
+    encodings._exact.pop(_Refused)
+    for clear in encodings._listeners:
+        clear()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Level:
+    before: object
+    child: object
+
+
+_NESTINGS = {  # how one level wraps the next, a sibling before it, and that level's part of the path
+    "dataclasses": (lambda inner: _Level([1, 2], inner), ".child"),
+    "dicts": (lambda inner: {"a": [1, 2], "b": inner}, ".b"),
+    "dicts and tuples": (lambda inner: {"a": 1, "b": ("x", inner)}, ".b[1]"),
+}
+
+
+@pytest.mark.parametrize("nesting", _NESTINGS)
+@pytest.mark.parametrize("depth", [1, 6, 14])
+def test_a_refused_value_nested_deep_is_tried_a_few_times_at_any_depth_and_named_at_its_field(refused, nesting,
+                                                                                               depth):
+    """Each container the fast path refused is encoded again child by child to name the failing
+    field; a child container whose own retry already named it is not encoded again, so the refused
+    value is tried a few times at any depth, never 2**depth times, and its whole path is named."""
+    wrap, step = _NESTINGS[nesting]
+    config = _Refused()
+    for _ in range(depth):
+        config = wrap(config)
+    with pytest.raises(ConfigEncodingError) as info:
+        digest(Wide(config), name="train/deep")
+    assert f"`value{step * depth}`" in str(info.value) and "refused on purpose" in str(info.value)
+    # The fast path and the retry that names it; twice more where a dataclass's fast path wrote a
+    # small dict inline (that dict is then encoded on its own: its fast path, its retry).
+    assert _Refused.tries <= 4

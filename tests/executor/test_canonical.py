@@ -393,12 +393,13 @@ def test_a_refused_value_nested_deep_is_tried_a_few_times_at_any_depth_and_named
     field; a child container whose own retry already named it is not encoded again, so the refused
     value is tried a few times at any depth, never 2**depth times, and its whole path is named."""
     wrap, step = _NESTINGS[nesting]
-    config = _Refused()
+    config = refused_value = _Refused()
     for _ in range(depth):
         config = wrap(config)
-    with pytest.raises(ConfigEncodingError) as info:
+    with pytest.raises(ConfigEncodingError, match="refused on purpose") as info:
         digest(Wide(config), name="train/deep")
-    assert f"`value{step * depth}`" in str(info.value) and "refused on purpose" in str(info.value)
+    error = info.value
+    assert (error.step, error.field_path, error.value) == ("train/deep", "value" + step * depth, refused_value)
     # The fast path and the retry that names it; twice more where a dataclass's fast path wrote a
     # small dict inline (that dict is then encoded on its own: its fast path, its retry).
     assert _Refused.tries <= 4

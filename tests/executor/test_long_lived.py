@@ -179,7 +179,7 @@ def test_a_step_with_an_environment_is_refused_on_a_memory_prefix_before_anythin
 
 
 EXPERIMENT = '''
-import threading, rendezvous
+import rendezvous
 from dataclasses import dataclass
 from typing import Any
 from executor import ExecutorStep, executor_main, this_output_path
@@ -192,18 +192,40 @@ class Config:
 def work(config: Config) -> None:
     pass
 
-rendezvous.meet()  # under the tests, both files are loading at once, each on its own thread
+rendezvous.meet({who!r})  # under the tests, both files are loading at once, each on its own thread
 if __name__ == "__main__":
     executor_main([ExecutorStep({who!r} + "/step", work, Config(this_output_path()))])
 '''
 
+RENDEZVOUS = '''
+import sys, threading
+BARRIER = threading.Barrier(2)
+LEFT_DONE = threading.Event()
+
+
+def meet(who):
+    if "pytest" not in sys.modules:  # run as a script
+        return
+    BARRIER.wait(timeout=30)
+    if who == "right":  # the left file's load ends first, while the right one's is still going
+        LEFT_DONE.wait(timeout=30)
+'''
+
+
+def _wait_for(condition: Any) -> None:
+    for _ in range(600):
+        if condition():
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the left load never reached its rendezvous")
+
 
 def test_two_experiments_load_on_two_threads_without_touching_module_globals(tmp_path):
+    """Two loads in flight at once, the first to start ending first: with globals swapped and
+    restored per load, the second would restore the first's stand-in for executor_main."""
     from executor.tools.loading import load_experiment
 
-    (tmp_path / "rendezvous.py").write_text("import sys, threading\nBARRIER = threading.Barrier(2)\n\n\n"
-                                            "def meet():\n    if 'pytest' in sys.modules:\n"
-                                            "        BARRIER.wait(timeout=30)\n")
+    (tmp_path / "rendezvous.py").write_text(RENDEZVOUS)
     for who in ("left", "right"):
         (tmp_path / f"{who}.py").write_text(EXPERIMENT.format(who=who))
     before = (executor.executor_main, sys.modules["__main__"], list(sys.argv))
@@ -215,11 +237,16 @@ def test_two_experiments_load_on_two_threads_without_touching_module_globals(tmp
         except BaseException as e:  # noqa: BLE001 - shown by the assertion below
             loaded[who] = e
 
-    threads = [threading.Thread(target=load, args=(who,)) for who in ("left", "right")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    left, right = (threading.Thread(target=load, args=(who,)) for who in ("left", "right"))
+    try:
+        left.start()
+        _wait_for(lambda: "rendezvous" in sys.modules and sys.modules["rendezvous"].BARRIER.n_waiting == 1)
+        right.start()
+        left.join(60)
+        sys.modules["rendezvous"].LEFT_DONE.set()
+        right.join(60)
+    finally:
+        sys.modules.pop("rendezvous", None)
     for who in ("left", "right"):
         assert [n.name for n in loaded[who].graph.nodes.values()] == [f"{who}/step"], loaded
     assert (executor.executor_main, sys.modules["__main__"], list(sys.argv)) == before

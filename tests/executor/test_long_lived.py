@@ -255,3 +255,39 @@ def test_two_experiments_load_on_two_threads_without_touching_module_globals(tmp
                            str(tmp_path / "p")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert loaded["left"].graph.nodes[next(iter(loaded["left"].graph.nodes))].step_id in done.stdout, done.stderr
+
+
+def test_the_api_reads_the_process_environment_in_one_function():
+    """executor/api.py: `environment()` is the one reader of os.environ; every public function calls
+    it once and passes what it read inward (a run's parts all see the same values)."""
+    import ast
+
+    source = Path(executor.__file__).with_name("api.py")
+    readers = set()
+    for fn in ast.walk(ast.parse(source.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb") \
+                        and isinstance(node.value, ast.Name) and node.value.id == "os":
+                    readers.add(fn.name)
+    assert readers == {"environment"}
+
+
+def test_a_run_without_environ_reads_the_process_environment_once(tmp_path, monkeypatch):
+    """One copy of os.environ per run, taken as it starts: a setting changed while the run plans
+    and runs is not half-seen."""
+    from executor import api
+
+    copies = []
+    real = api.environment
+
+    def counted(environ):
+        copies.append(environ is None)
+        return real(environ)
+
+    monkeypatch.setattr(api, "environment", counted)
+    monkeypatch.setenv("EXECUTOR_PREFIX", str(tmp_path / "p"))
+    result = executor.run([ExecutorStep("env/once", note, Note(this_output_path()))], runner="inline",
+                          main_file=str(tmp_path / "x.py"))
+    assert result.ok and result.prefix == str(tmp_path / "p")
+    assert copies == [True] + [False] * (len(copies) - 1)

@@ -95,3 +95,14 @@ def test_a_missing_extra_is_an_import_error_and_an_executor_error_naming_it(monk
     assert str(caught.value).startswith("stepgraph serve needs jinja2, which is not installed: "
                                         "pip install 'stepgraph[serve]'")
     require_extra("serve", "stepgraph serve", "json")  # all there: nothing raised
+
+
+def test_the_import_time_bench_measures_each_entry_in_the_lean_environment(lean):
+    """scripts/bench/import_time.py, one fresh interpreter per entry, against the lean install."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench" / "import_time.py"), "--repeats", "1",
+                           "--json", "--python", str(lean)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)["figures"]
+    assert set(figures) == {"import executor", "from executor import executor_main",
+                            "import executor.__main__ (the CLI)", "import steps"}
+    assert all(0 < f["median_ms"] < 60_000 for f in figures.values()), figures

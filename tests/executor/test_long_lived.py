@@ -176,6 +176,11 @@ def test_a_step_with_an_environment_is_refused_on_a_memory_prefix_before_anythin
     assert "STEPGRAPH_LONG_LIVED" not in os.environ
     plain = ExecutorStep("mem/plain", env_of, Note(this_output_path()))  # without env: runs on a thread
     assert executor.run([plain], prefix=f"memory://{tmp_path.name}/env", runner="inline").ok
+    # and a call handed to the threaded runner anyway fails at once, never setting the variable
+    env = {"STEPGRAPH_LONG_LIVED": "x"}
+    outcome = InlineRunner(isolate=False).submit(StepCall("mem/env-abc", env_of, Note("unused"), "unused",
+                                                          Resources(env=env), env)).outcome()
+    assert not outcome.ok and "'mem/env-abc'" in outcome.error and "STEPGRAPH_LONG_LIVED" not in os.environ
 
 
 EXPERIMENT = '''

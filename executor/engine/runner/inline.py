@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable, Iterable, Literal, Sequence
+from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 from executor.core.step import Resources
 from executor.engine.location import using
@@ -69,13 +69,13 @@ def run_call(call: StepCall) -> StepOutcome:
                            traceback="".join(traceback.format_exception(e))[-4000:])
 
 
-def thread_env_problem(name: str, r: Resources) -> str | None:
+def thread_env_problem(name: str, env: Mapping[str, str]) -> str | None:
     """Why a step with `Resources.env` cannot run on a thread of this process (memory:// prefixes):
     a process has one environment, shared by the run and every step running beside it, so setting
     one step's variables would race with the others'. None when it sets none."""
-    if not r.env:
+    if not env:
         return None
-    return (f"step {name!r} sets Resources(env={sorted(r.env)}), but on a memory:// prefix the in-process "
+    return (f"step {name!r} sets Resources(env={sorted(env)}), but on a memory:// prefix the in-process "
             f"runner runs steps on threads of this one process, which share one environment (setting it for one "
             f"step would change it for every other step and for the caller). Use a local directory prefix "
             f"(steps then run in child processes, each given its own environment), or drop env and pass the "
@@ -328,12 +328,12 @@ class InlineRunner:
                     f"(--runner ray), or set hosts=1 to debug it in-process."
                     for name, r in steps if int(r.hosts) > 1]
         if not self.isolate:
-            problems += [p for name, r in steps if (p := thread_env_problem(name, r))]
+            problems += [p for name, r in steps if (p := thread_env_problem(name, r.env))]
         return problems
 
     def submit(self, call: StepCall) -> ChildHandle | ThreadHandle | FailedHandle:
         if not self.isolate:
-            problem = thread_env_problem(call.step_id, call.resources) if call.env else None
+            problem = thread_env_problem(call.step_id, call.env)  # check_steps refused it before the run
             return FailedHandle(call, problem) if problem else ThreadHandle(call)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):

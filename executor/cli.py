@@ -6,6 +6,7 @@ Exit codes: executor/core/exit_codes.py (0 all done, 1 steps failed, 2 usage or 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import sys
@@ -154,6 +155,13 @@ def _print_rows(rows: Sequence[tuple[str, str, str]], width: int) -> None:
             print(f"  {'':<{width}}{line}")
 
 
+# Set while the tools load an experiment file without running it (executor/tools/loading.py): its
+# executor_main call hands the steps to this loader instead. A contextvar: each load, on any thread,
+# sees only its own.
+LOADER: contextvars.ContextVar[Callable[..., None] | None] = contextvars.ContextVar("stepgraph_loader",
+                                                                                    default=None)
+
+
 def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[ExecutorStep]] | None = None,
                   description: str | None = None, *, config: Any = None,
                   argv: Sequence[str] | None = None) -> None:
@@ -162,6 +170,9 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
     `steps` may be a callable taking the experiment's own config (a dataclass whose fields
     become flags, given as `config=`) and returning the steps.
     """
+    loader = LOADER.get()
+    if loader is not None:  # the tools are loading this file (executor/tools/loading.py)
+        return loader(steps, description, config=config, argv=argv)
     from executor.engine import signals
 
     signals.own_process()  # SIGINT/SIGTERM end this process's runs cleanly and promptly

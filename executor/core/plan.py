@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from executor.core.errors import GraphError
-from executor.core.graph import Graph, StepNode, gc_paused
+from executor.core.gc_pause import gc_paused
+from executor.core.graph import Graph, StepNode
 from executor.core.record import State, Status
 
 

@@ -20,13 +20,9 @@ from executor.core.graph import Graph
 from executor.core.plan import Action, Decision, Observed
 from executor.core.record import EXECUTOR_DIR, State, parse_status, record_key, status_key
 from executor.engine import location, outputs
+from executor.tools.drift import accepted_key, compare
 
 ACCEPTANCE_SCHEMA = 1
-
-
-def accepted_key(output_rel: str, fingerprint_digest: str) -> str:
-    """Where the acceptance of `fingerprint_digest` for the output at `output_rel` is (relative to the prefix)."""
-    return f"{output_rel}/{EXECUTOR_DIR}/drift-accepted/{fingerprint_digest}.json"
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,6 @@ def accept_drift(graph: Graph, name: str, prefix: str, *, reason: str, accepted_
     """Record that the drift of step `name` (its code today vs. its record) does not change its output.
     Raises ExecutorError (nothing written) when there is no drift to accept, or it is accepted already."""
     from executor.tools.adopt import pick_node
-    from executor.tools.drift import compare
     from executor.engine.fingerprint import code_fingerprint
 
     if not reason or not reason.strip():
@@ -87,14 +82,3 @@ def _write(store: Any, prefix: str, drift: Any, record: dict | None, reason: str
                             f"({outputs.join(prefix, key)})")
     return Acceptance(drift.name, drift.what(), outputs.join(prefix, key), document)
 
-
-def read_acceptances(prefix: str, output_rel: str, storage_options: Any = None) -> list[dict[str, Any]]:
-    """Every acceptance recorded beside the output at `output_rel`, oldest first."""
-    fs = location.open_filesystem(prefix, storage_options)
-    folder = outputs.join(prefix, f"{output_rel}/{EXECUTOR_DIR}/drift-accepted")
-    try:
-        names = sorted(fs.ls(folder, detail=False))
-    except FileNotFoundError:
-        return []
-    found = [json.loads(data) for n in names if n.endswith(".json") and (data := outputs.read_bytes(fs, n))]
-    return sorted(found, key=lambda d: d.get("accepted_at", 0))

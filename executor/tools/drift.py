@@ -18,11 +18,16 @@ from typing import Any, Callable
 
 from executor.core.errors import StatusError
 from executor.core.plan import Action, Decision, Plan
-from executor.core.record import record_key
+from executor.core.record import EXECUTOR_DIR, record_key
 from executor.engine import outputs
 from executor.engine.fingerprint import Fingerprint, code_fingerprint
 from executor.engine.provenance import function_fingerprint
-from executor.tools.accept_drift import accepted_key
+
+
+def accepted_key(output_rel: str, fingerprint_digest: str) -> str:
+    """Where the acceptance of `fingerprint_digest` for the output at `output_rel` is (relative to the
+    prefix; written by executor/tools/accept_drift.py)."""
+    return f"{output_rel}/{EXECUTOR_DIR}/drift-accepted/{fingerprint_digest}.json"
 
 
 @dataclass(frozen=True)

@@ -234,3 +234,14 @@ def test_an_old_record_is_compared_by_its_function_source_and_never_crashes(acc)
     assert code == 0, out
     code, out = acc.run("--dry-run")
     assert code == 0 and "changed since" not in out, out
+
+
+def test_moving_an_unchanged_helper_to_another_module_is_no_drift(acc):
+    (acc.dir / "tools.py").write_text(HELPERS)
+    acc.edit(acc.path, "from helpers import transform", "from tools import transform")
+    sys.modules.pop("tools", None)
+    try:
+        code, out = acc.run("--dry-run")
+    finally:
+        sys.modules.pop("tools", None)
+    assert code == 0 and "changed since" not in out, out

@@ -17,7 +17,6 @@ serves a stale fingerprint (a file modified in the last two seconds is never cac
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import hashlib
 import os
@@ -94,6 +93,14 @@ class _Parsed:
     defs: dict[str, list[ast.AST]]  # qualname -> FunctionDef/AsyncFunctionDef/ClassDef nodes, in order
     assigns: dict[str, list[ast.stmt]]  # module-level name -> the statements binding it
     imports: dict[str, tuple[str | None, str, int]]  # name -> (module, original name, level) of `from m import`
+    digests: dict[tuple, str] = field(default_factory=dict)  # node_digest of these nodes, once per parse
+
+    def digest(self, kind: str, nodes: list[ast.AST]) -> str:
+        key = (kind, *map(id, nodes))
+        found = self.digests.get(key)
+        if found is None:
+            found = self.digests[key] = node_digest(kind, nodes)
+        return found
 
 
 _FileState = tuple[int, int, int]
@@ -187,20 +194,32 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
 
 # -- the normalised form ----------------------------------------------------------------------------
 
-def _without_docstrings(node: ast.AST) -> ast.AST:
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        body = getattr(n, "body", None)
-        if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            n.body = body[1:] or [ast.Pass()]
-    return node
+_DOC_OWNERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str))
+
+
+def _dump(node: Any) -> str:
+    """ast.dump's form without positions (include_attributes=False), docstrings left out: a body that
+    was only a docstring reads as `pass`. No copy of the tree is made."""
+    if isinstance(node, ast.AST):
+        parts = []
+        for name, value in ast.iter_fields(node):
+            if name == "body" and isinstance(node, _DOC_OWNERS) and value and _is_docstring(value[0]):
+                value = value[1:] or [ast.Pass()]
+            parts.append(f"{name}={_dump(value)}")
+        return f"{type(node).__name__}({', '.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_dump(v) for v in node) + "]"
+    return repr(node)
 
 
 def node_digest(kind: str, nodes: list[ast.AST]) -> str:
     """sha256 of the nodes' syntax trees without docstrings, comments, layout or positions."""
-    dumped = "\n".join(ast.dump(_without_docstrings(n), include_attributes=False) for n in nodes)
+    dumped = "\n".join(_dump(n) for n in nodes)
     return hashlib.sha256(f"{kind}\0{dumped}".encode()).hexdigest()
 
 
@@ -276,10 +295,10 @@ class _Walk:
             handler(*args)
 
     def file(self, path: str) -> _Parsed | None:
-        state = _state(path)
+        state = self.files.get(path) or _state(path)  # one stat per file per walk
         if state is None:
             return None
-        self.files.setdefault(path, state)
+        self.files[path] = state
         self.racy = self.racy or _racy(state)
         return _parse(path, state)
 
@@ -292,7 +311,7 @@ class _Walk:
         node = _find(parsed.defs.get(fn.__qualname__) if parsed else None, code.co_firstlineno)
         if node is None:
             return
-        self.functions[_display(fn.__module__, fn.__qualname__, code.co_filename)] = node_digest("function", [node])
+        self.functions[_display(fn.__module__, fn.__qualname__, code.co_filename)] = parsed.digest("function", [node])
         closure = {}
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             try:
@@ -319,7 +338,7 @@ class _Walk:
         node = _find(parsed.defs.get(cls.__qualname__) if parsed else None, None)
         if node is None:
             return
-        self.functions[_display(cls.__module__, cls.__qualname__, path)] = node_digest("class", [node])
+        self.functions[_display(cls.__module__, cls.__qualname__, path)] = parsed.digest("class", [node])
         self.references(node, namespace, {})
 
     def constant(self, namespace: Mapping[str, Any], name: str) -> None:
@@ -333,7 +352,7 @@ class _Walk:
             return
         statements = parsed.assigns.get(name)
         if statements:
-            self.functions[_display(namespace.get("__name__"), name, path)] = node_digest("constant", statements)
+            self.functions[_display(namespace.get("__name__"), name, path)] = parsed.digest("constant", statements)
             for statement in statements:
                 self.references(statement, namespace, {})
             return

@@ -14,7 +14,7 @@ cannot be read is simply not compared.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from executor.core.errors import StatusError
 from executor.core.plan import Action, Decision, Plan
@@ -95,7 +95,8 @@ def _status_says_unchanged(decision: Decision, current: Fingerprint) -> bool:
     source sha256, still equal while that source is): no record read when it matches."""
     status = decision.observed.status
     recorded = status.function_sha256 if status is not None and not status.alias_of else None
-    return recorded is not None and recorded in (current.digest, function_fingerprint(decision.node.step.fn))
+    return recorded is not None and (recorded == current.digest
+                                     or recorded == function_fingerprint(decision.node.step.fn))
 
 
 def _check(decision: Decision, current: Fingerprint, prefix: str, fs: Any) -> Drift | None:
@@ -110,18 +111,21 @@ def _check(decision: Decision, current: Fingerprint, prefix: str, fs: Any) -> Dr
     return drift
 
 
+_UNSEEN: Any = object()
+
+
 def find_drift(plan: Plan, prefix: str, fs: Any, parallelism: int = 16) -> list[Drift]:
     """Drift of every step the plan skips because it already succeeded (fs: the prefix's filesystem),
     but for drifts accepted for today's code."""
     fingerprints: dict[int, Fingerprint | None] = {}  # per function, for this plan (code_fingerprint checks files)
-
-    def fingerprint_of(fn: Callable) -> Fingerprint | None:
-        if id(fn) not in fingerprints:
-            fingerprints[id(fn)] = code_fingerprint(fn)
-        return fingerprints[id(fn)]
-
-    done = [(d, fp) for d in plan.by_action(Action.SKIP)
-            if (fp := fingerprint_of(d.node.step.fn)) is not None and not _status_says_unchanged(d, fp)]
+    done = []
+    for d in plan.by_action(Action.SKIP):
+        fn = d.node.step.fn
+        fp = fingerprints.get(id(fn), _UNSEEN)
+        if fp is _UNSEEN:
+            fp = fingerprints[id(fn)] = code_fingerprint(fn)
+        if fp is not None and not _status_says_unchanged(d, fp):
+            done.append((d, fp))
     if not done:
         return []
     if outputs.is_local(prefix) or len(done) < 4:

@@ -97,7 +97,7 @@ def test_docstrings_comments_and_layout_change_nothing(modules):
     steps, helpers_file, helpers = modules
     before = code_fingerprint(steps.shout)
     edit(helpers_file, '"""Cut and shout."""', '"""Cut, then shout."""  # reworded\n\n')
-    edit(helpers_file, "text[:LIMIT].upper()", "text[:LIMIT]\n        .upper()".replace("\n        .", "."))
+    edit(helpers_file, "json.dumps(text[:LIMIT].upper())", "json.dumps(\n        text[:LIMIT].upper(),  # wrapped\n    )")
     assert code_fingerprint(steps.shout) == before
     edit(helpers_file, "LIMIT = 3", "LIMIT = 4")
     after = code_fingerprint(steps.shout)

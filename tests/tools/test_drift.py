@@ -123,9 +123,24 @@ def drifted(out: str) -> dict[str, str]:
     return found
 
 
-def test_no_warning_when_the_code_is_unchanged(acc):
+@pytest.fixture
+def records_read(monkeypatch) -> list[str]:
+    """The records the drift check reads (statuses answer when nothing changed)."""
+    from executor.tools import drift
+
+    read: list[str] = []
+    real = drift.outputs.read_record
+    monkeypatch.setattr(drift.outputs, "read_record", lambda fs, path: read.append(path) or real(fs, path))
+    return read
+
+
+def test_no_warning_and_no_record_read_when_the_code_is_unchanged(acc, records_read):
     code, out = acc.run("--dry-run")
     assert code == 0 and "changed since" not in out
+    assert records_read == []  # the statuses' digests answered
+    acc.edit(acc.helpers, "text.upper()", "text.lower()")
+    code, out = acc.run("--dry-run")
+    assert code == 0 and len(records_read) == 1 and "acc/upper-" in records_read[0]
 
 
 def test_a_helper_in_the_same_file_is_named_for_exactly_the_steps_that_reach_it(acc):
@@ -210,22 +225,21 @@ def test_the_experiment_can_choose_strict_and_the_flag_overrides_it(tmp_path):
     assert code == 2 and "warn" in out and "strict" in out, out
 
 
-def test_an_old_record_is_compared_by_its_function_source_and_never_crashes(acc):
+def test_an_old_record_is_compared_by_its_function_source_and_never_crashes(acc, records_read):
     """A record from before fingerprints has only the sha256 of the step function's source."""
-    from executor.engine.provenance import function_fingerprint
-
     for name in ("acc/raw", "acc/upper", "acc/count"):
         [folder] = Path(acc.prefix).glob(f"{name}-*/.executor")
         record = json.loads((folder / "record.json").read_text())
         del record["provenance"]["code_fingerprint"]
         (folder / "record.json").write_text(json.dumps(record))
         status = json.loads((folder / "status.json").read_text())
-        status["function_sha256"] = record["provenance"]["function_sha256"]  # as old statuses held
+        # as old statuses held: the source's sha256 (acc/raw's, from before statuses held it: none)
+        status["function_sha256"] = record["provenance"]["function_sha256"] if name != "acc/raw" else None
         (folder / "status.json").write_text(json.dumps(status))
-    assert function_fingerprint  # the source sha256 old records hold
     acc.edit(acc.helpers, "text.upper()", "text.lower()")  # not comparable for an old record: silent
     code, out = acc.run("--dry-run")
     assert code == 0 and "changed since" not in out, out
+    assert [p.split("/")[-3].rsplit("-", 1)[0] for p in records_read] == ["raw"]  # the others: their statuses
     acc.edit(acc.path, "str(len(", "str(2 * len(")
     code, out = acc.run("--dry-run")
     assert code == 0 and drifted(out) == {"acc/count": "acc.count"}, out

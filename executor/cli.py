@@ -242,9 +242,10 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
     def listed(value: str | None) -> tuple[str, ...]:  # a repeated flag: joined by parse_flags
         return tuple(p for p in (value or "").split(",") if p.strip())
 
-    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from", "mirror_sources"}},
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from", "mirror_sources",
+                                                                   "drift"}},
                        storage_options=storage, cache_from=listed(flags_.cache_from),
-                       mirror_sources=listed(flags_.mirror_sources))
+                       mirror_sources=listed(flags_.mirror_sources), drift=flags_.drift or "warn")
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,

@@ -18,7 +18,7 @@ from typing import Any
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph
 from executor.core.plan import Action, Decision, Observed
-from executor.core.record import EXECUTOR_DIR, State, parse_status, record_key, status_key
+from executor.core.record import State, parse_status, record_key, status_key
 from executor.engine import location, outputs
 from executor.tools.drift import accepted_key, compare
 

@@ -64,6 +64,9 @@ class Options:
     # empty: env EXECUTOR_MIRROR_SOURCES (comma-separated)
     mirror_sources: tuple[str, ...] = ()
     allow_cross_region: bool = False  # run although EXECUTOR_REGION differs from the prefix bucket's location
+    # a completed step whose code changed since its output was made (docs/editing-code.md): "warn" reuses it
+    # with a warning naming each changed function; "strict" re-runs it (a new attempt at the same id)
+    drift: str = "warn"
 
 
 class StepFailed(Exception):
@@ -253,10 +256,30 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
-        decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
-                                                          now=time.time()))
+        plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time())
+        decided = plan_steps(graph, snapshot, plan_options)
+        decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
     decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store)
     return Decided(prefix, storage_options, store, fs, decided)
+
+
+DRIFT_POLICIES = ("warn", "strict")
+
+
+def _strict_drift(graph: Graph, snapshot: Any, planned: Plan, plan_options: PlanOptions, policy: str,
+                  prefix: str, fs: Any) -> Plan:
+    """--drift strict: plan again with every drifted step (code changed, not accepted) re-run."""
+    if policy not in DRIFT_POLICIES:
+        raise ExecutorError(f"drift={policy!r}: the drift policy is one of {', '.join(DRIFT_POLICIES)} (warn: reuse "
+                            f"a completed step whose code changed, with a warning; strict: re-run it)")
+    if policy != "strict":
+        return planned
+    from executor.tools.drift import strict_reasons
+
+    reasons = strict_reasons(planned, prefix, fs)
+    if not reasons:
+        return planned
+    return plan_steps(graph, snapshot, dataclasses.replace(plan_options, code_changed=reasons))
 
 
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],

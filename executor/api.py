@@ -211,10 +211,19 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
          **overrides: Any) -> PlanResult:
     """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing;
     emits PlanMade to `subscribers`."""
-    graph = build_graph(_step_list(steps))
-    decided = decide(graph, _options(options, overrides), environ=environ)
+    options, environ = _options(options, overrides), environment(environ)
+    graph = graph_of(_step_list(steps), options, environ)
+    decided = decide(graph, options, environ=environ)
     Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options))
     return decided.result(graph)
+
+
+def graph_of(steps: list[ExecutorStep], options: Options, environ: Mapping[str, str]) -> Graph:
+    """The graph of `steps`, output_of_tag(...) placeholders resolved from the prefix's tags (the
+    prefix is opened only if a config reads a tag)."""
+    from executor.tools.tags import tag_lookup
+
+    return build_graph(steps, tags=tag_lookup(lambda: _open(options, environ)[2]))
 
 
 def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -358,7 +367,8 @@ def run(steps: Iterable[ExecutorStep], options: Options | None = None, *, descri
     `subscribers` are given each event of the run as it happens (executor.engine.events); without
     any, nothing is printed.
     """
-    return run_graph(build_graph(_step_list(steps)), _options(options, overrides), description=description,
+    options, environ = _options(options, overrides), environment(environ)
+    return run_graph(graph_of(_step_list(steps), options, environ), options, description=description,
                      environ=environ, subscribers=subscribers, main_file=main_file)
 
 
@@ -565,7 +575,7 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     from executor.engine.results import decode_result
 
     options = _options(options, overrides)
-    graph = build_graph([step])
+    graph = graph_of([step], options, environment(environ))
     node = graph.nodes[graph.digest_of(step)]
     prefix, storage, store, _ = _open(options, environment(environ))
     status = read_snapshot(store, [node])[node.digest].status

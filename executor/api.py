@@ -265,10 +265,12 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
-        plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time())
+        tainted = _tainted(graph, snapshot, store, options, environ, prefix, storage_options)
+        plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time(),
+                                   tainted=tainted)
         decided = plan_steps(graph, snapshot, plan_options)
         decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
-    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store)
+    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store, tainted)
     return Decided(prefix, storage_options, store, fs, decided)
 
 
@@ -291,8 +293,20 @@ def _strict_drift(graph: Graph, snapshot: Any, planned: Plan, plan_options: Plan
     return plan_steps(graph, snapshot, dataclasses.replace(plan_options, code_changed=reasons))
 
 
+def _tainted(graph: Graph, snapshot: Any, store: Any, options: Options, environ: Mapping[str, str],
+             prefix: str, storage: Storage) -> dict[str, str]:
+    """digest -> why it is not reused: tainted here or in a --cache-from prefix, or derived from such an
+    output (executor.tools.taint). One listing of taints/ per prefix; nothing more where it is empty."""
+    from executor.engine.location import open_store
+    from executor.tools.taint import all_taints, tainted_steps
+
+    sources = _cache_from(options, environ, prefix)
+    stores = [store, *(open_store(source, storage) for source in sources)]
+    return tainted_steps(graph, snapshot, all_taints(stores))
+
+
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],
-                    prefix: str, storage: Storage, store: Any) -> Plan:
+                    prefix: str, storage: Storage, store: Any, tainted: Mapping[str, str] | None = None) -> Plan:
     """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
     mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
     run without them), copies get the rest."""
@@ -306,7 +320,7 @@ def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapp
         from executor.engine.cache_from import plan_copies
 
         return plan_copies(graph, planned, cache_from, storage, only=options.only, force_run=options.force_run,
-                           budget_gb=options.transfer_budget_gb, reserved_bytes=reserved)
+                           budget_gb=options.transfer_budget_gb, reserved_bytes=reserved, refused=tainted)
 
     decided = with_copies(0)
     needed, reserved = _needed_transfers(decided, options, environ, prefix, storage, store)

@@ -37,7 +37,7 @@ def upper(config: ReadConfig) -> None:
 
 
 def _count(output_path: str, what: str) -> None:
-    calls = Path(output_path).parent.parent / "calls.txt"  # beside the prefix
+    calls = Path(output_path).parents[2] / "calls.txt"  # beside the prefix (outputs are <prefix>/names/<id>)
     with open(calls, "a") as f:
         f.write(what + "\n")
 

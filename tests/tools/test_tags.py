@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import threading
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from executor import api
 from executor.core.errors import ConfigEncodingError, ExecutorError
 from executor.core.graph import build_graph
 from executor.engine.store import open_store
+from executor.tools.explain import run_explain
 from executor.tools.tags import TagTaken, list_tags, read_tag, tag, tag_history
 
 from .names_steps import pipeline, reader_of
@@ -94,13 +96,20 @@ def test_a_tagged_dependency_id_moves_only_when_the_tag_moves(two_outputs):
     assert again.step(reader).step_id == report.step_id and again.step(reader).decision == "skip"
 
     tag(store, b, "corpus/raw@v1", by=WHO, force=True, reason="beta")
-    moved = _run([reader], prefix).step(reader)
-    assert moved.step_id != report.step_id  # a deliberate change: the tag's digest is in the id
-    assert Path(moved.output_path, "data.txt").read_text() == "BETA?"
     graph = api.graph_of([reader], api.Options(prefix=prefix), {})
     identity = graph.nodes[graph.digest_of(reader)].identity
     assert identity["config"]["fields"]["input_path"] == {
         "tag": "corpus/raw@v1", "digest": read_tag(store, "corpus/raw@v1").digest, "sub": "data.txt"}
+    # explain names the move (the earlier version is found on storage)
+    said: list[str] = []
+    assert run_explain(graph, "names/reader", prefix, None, reporter=SimpleNamespace(info=said.append)) == 0
+    first_digest, moved_digest = (e.digest[:12] for e in tag_history(store, "corpus/raw@v1"))
+    text = "\n".join(said)
+    assert f"tag corpus/raw@v1 moved from {first_digest}… to {moved_digest}… (config.input_path)" in text, text
+
+    moved = _run([reader], prefix).step(reader)
+    assert moved.step_id != report.step_id  # a deliberate change: the tag's digest is in the id
+    assert Path(moved.output_path, "data.txt").read_text() == "BETA?"
 
 
 def test_a_missing_tag_names_the_step_the_field_and_how_to_create_it(tmp_path):

@@ -234,6 +234,9 @@ def cmd_verify(args: Any) -> int:
         elif args.verbose or len(results) == 1:
             print(f"- {label}: {r.note}")
     print(f"{verified} step(s) verified, {problems} problem(s)")
+    from executor.tools.names_commands import print_taints
+
+    print_taints(default_prefix(args.prefix), args.storage_options, {r.step_id for r in results if r.step_id})
     return ExitCode.FAILED if problems else ExitCode.OK
 
 

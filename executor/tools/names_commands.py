@@ -106,3 +106,15 @@ def _taint(args: Any, action: str) -> int:
     else:
         print(f"untainted {who}: its output is reused again")
     return ExitCode.OK
+
+
+def print_taints(prefix: str, storage_options: Any, step_ids: set[str]) -> int:
+    """`verify`'s lines on the tainted outputs among `step_ids` (one listing of taints/); their count."""
+    from executor.tools.taint import read_taints
+
+    tainted = [t for t in read_taints(PrefixView.open(prefix, storage_options).store).values()
+               if t.tainted and t.last.step_id in step_ids]
+    for t in tainted:
+        print(f"⚠ {t.last.step_id}: tainted ({t.last.reason}, by {t.last.by.get('user', '?')}); plans re-run it "
+              f"and what is made from it (`stepgraph untaint` reverses it)")
+    return len(tainted)

@@ -34,6 +34,8 @@ def test_the_commands_on_a_prefix(tmp_path):
 
     code, out = run_main("taint", "names/tok", "--prefix", prefix, "--reason", "leak")
     assert code == 0 and f"tainted {ids['names/tok']}" in out, out
+    code, out = run_main("verify", "--prefix", prefix)
+    assert code == 0 and f"⚠ {ids['names/tok']}: tainted (leak, by " in out, out
     planned = {s.name: s.decision for s in api.plan([train], prefix=prefix).steps}
     assert planned == {"names/raw": "skip", "names/tok": "run", "names/train": "run"}
     code, out = run_main("untaint", result.step(tok).digest, "--prefix", prefix, "--reason", "fine")

@@ -93,3 +93,27 @@ def test_a_taint_in_a_cache_from_source_stops_copies_and_reuse_downstream(tmp_pa
     assert planned["names/raw"][0] == "copy"  # clean, and now needed: tok is made here again
     assert planned["names/tok"] == ("run", "new: no previous attempt; not copied: tainted: leak (by grace)")
     assert planned["names/train"] == ("run", "derived from tainted names/tok: leak (by grace)")  # copied before
+
+
+def test_a_taint_reason_with_markup_is_text_in_the_run_report_in_a_real_browser(tmp_path):
+    from tests.browser import chromium_browser
+
+    from .toy import run_main
+
+    prefix = str(tmp_path / "prefix")
+    raw, tok, train = pipeline("x")
+    made = _run([train], prefix)
+    reason = "leak <script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\">"
+    taint_output(open_store(prefix), made.step(tok).step_id, "taint", reason, by=WHO)
+    rerun = _run([train], prefix)
+    assert rerun.step(tok).reason.startswith("tainted: leak <script>") and rerun.run_file
+    code, out = run_main("report", "--prefix", prefix)
+    assert code == 0, out
+    page_path = Path(rerun.run_file).with_suffix(".html")
+    assert "<script>window.pwned" not in page_path.read_text()  # escaped in the file
+    with chromium_browser() as browser:
+        page = browser.new_page()
+        page.goto(page_path.as_uri())
+        assert page.evaluate("() => window.pwned === undefined")  # nothing of the reason ran
+        row = page.locator("td", has_text="tainted: leak")
+        assert row.count() >= 1 and reason in row.first.inner_text()  # shown as the text it is

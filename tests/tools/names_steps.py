@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor import ExecutorStep, output_of_tag, output_path_of, this_output_path
+from executor import ExecutorStep, open_file, output_of_tag, output_path_of, this_output_path
 
 
 @dataclass(frozen=True)
@@ -27,16 +27,21 @@ class ReadConfig:
 
 def make_raw(config: RawConfig) -> None:
     _count(config.output_path, "raw")
-    Path(config.output_path, "data.txt").write_text(config.text)
+    with open_file(f"{config.output_path}/data.txt", "w") as f:  # a local path or a bucket's URL
+        f.write(config.text)
 
 
 def upper(config: ReadConfig) -> None:
     _count(config.output_path, "upper")
-    text = Path(config.input_path).read_text()
-    Path(config.output_path, "data.txt").write_text(text.upper() + config.suffix)
+    with open_file(config.input_path, "r") as f:
+        text = f.read()
+    with open_file(f"{config.output_path}/data.txt", "w") as f:
+        f.write(text.upper() + config.suffix)
 
 
 def _count(output_path: str, what: str) -> None:
+    if "://" in output_path:  # on a bucket: not counted
+        return
     calls = Path(output_path).parents[2] / "calls.txt"  # beside the prefix (outputs are <prefix>/names/<id>)
     with open(calls, "a") as f:
         f.write(what + "\n")

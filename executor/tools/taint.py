@@ -132,30 +132,42 @@ def tainted_steps(graph: Graph, snapshot: Mapping[str, Any], taints: Mapping[str
     original's taint counts), and every step downstream of one (dependencies and tags it reads)."""
     if not taints:
         return {}
-    by_digest: dict[str, str] = {}
-    roots: dict[str, tuple[str, str]] = {}  # digest -> (the tainted step it derives from, the taint's reason)
-    for digest, node in graph.nodes.items():  # topological: dependencies first
-        observed = snapshot.get(digest)
-        status = observed.status if observed is not None else None
-        own = [taints.get(digest), taints.get(((status.alias_of or {}).get("digest")) if status else None)]
-        direct = next((t for t in own if t is not None and t.applies_to(status)), None)
-        if direct is not None:
-            why = f"{direct.last.reason} ({_who(direct.last)})"
-            by_digest[digest], roots[digest] = f"tainted: {why}", (node.name, why)
-            continue
-        upstream = next((d for d in (*node.deps, *node.weak_deps) if d in by_digest), None)
-        if upstream is not None:
-            roots[digest] = roots[upstream]
-            by_digest[digest] = "derived from tainted {}: {}".format(*roots[digest])
-            continue
-        for tag in node.tagged:
-            entry = node.tags.get(tag)
-            found = taints.get(entry.digest) if entry is not None else None
-            if found is not None and found.tainted:
-                why = f"{found.last.reason} ({_who(found.last)})"
-                by_digest[digest], roots[digest] = f"reads tag {tag}, which is tainted: {why}", (tag, why)
-                break
-    return by_digest
+    roots: dict[str, tuple[str, str, str]] = {}  # digest -> (how, the tainted step or tag, the taint's reason)
+    passes = 2 if any(node.tagged for node in graph.nodes.values()) else 1  # a tag's step may come later
+    for _ in range(passes):
+        for digest, node in graph.nodes.items():  # topological: dependencies first
+            if digest not in roots:
+                found = _taint_of(graph, digest, node, snapshot.get(digest), taints, roots)
+                if found is not None:
+                    roots[digest] = found
+    return {digest: f"{how}{what}: {why}" if how != "tainted" else f"tainted: {why}"
+            for digest, (how, what, why) in roots.items()}
+
+
+def _taint_of(graph: Graph, digest: str, node: Any, observed: Any, taints: Mapping[str, Taint],
+              roots: Mapping[str, tuple[str, str, str]]) -> tuple[str, str, str] | None:
+    status = observed.status if observed is not None else None
+    own = [taints.get(digest), taints.get(((status.alias_of or {}).get("digest")) if status else None)]
+    direct = next((t for t in own if t is not None and t.applies_to(status)), None)
+    if direct is not None:
+        return "tainted", node.name, f"{direct.last.reason} ({_who(direct.last)})"
+    upstream = next((d for d in (*node.deps, *node.weak_deps) if d in roots), None)
+    if upstream is not None:
+        return "derived from tainted ", _root(graph, upstream, roots), roots[upstream][2]
+    for tag in node.tagged:  # a tagged output: tainted itself, or (in this graph) made from a tainted one
+        entry = node.tags.get(tag)
+        found = taints.get(entry.digest) if entry is not None else None
+        if found is not None and found.tainted:
+            return "reads tag ", f"{tag}, which is tainted", f"{found.last.reason} ({_who(found.last)})"
+        if entry is not None and entry.digest in roots:
+            return "reads tag ", f"{tag}, which is tainted", roots[entry.digest][2]
+    return None
+
+
+def _root(graph: Graph, digest: str, roots: Mapping[str, tuple[str, str, str]]) -> str:
+    """The name of the tainted step (or tag) `digest` derives from."""
+    how, what, _ = roots[digest]
+    return graph.nodes[digest].name if how == "tainted" else what
 
 
 def _who(event: TaintEvent) -> str:

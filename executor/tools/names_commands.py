@@ -4,6 +4,7 @@ work is in executor/tools/tags.py, lineage.py and taint.py). Each returns an exi
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from typing import Any
@@ -16,9 +17,12 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(args: Any) -> PrefixView:
-    from executor.tools.commands import default_prefix
+    """--prefix, else EXECUTOR_PREFIX, else cache/ in the working directory's project (as `commands.default_prefix`)."""
+    from executor.engine import outputs
+    from executor.engine.project import default_prefix
 
-    return PrefixView.open(default_prefix(args.prefix), args.storage_options)
+    prefix = outputs.normalize_prefix(args.prefix or os.environ.get("EXECUTOR_PREFIX") or default_prefix(None))
+    return PrefixView.open(prefix, args.storage_options)
 
 
 def _rel(args: Any, view: PrefixView, ref: str) -> str:

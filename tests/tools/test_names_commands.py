@@ -44,3 +44,30 @@ def test_the_commands_on_a_prefix(tmp_path):
     assert code == 2 and "is not tainted" in out, out
     code, out = run_main("taint", "names/tok", "--prefix", prefix)
     assert code == 2 and "--reason" in out, out
+
+
+TAGGED_EXPERIMENT = '''
+from executor import ExecutorStep, executor_main, output_of_tag, this_output_path
+from tests.tools.names_steps import ReadConfig, upper
+
+reader = ExecutorStep(name="names/reader", fn=upper,
+                      config=ReadConfig(output_of_tag("tok@1", "data.txt"), this_output_path(), "?"))
+
+if __name__ == "__main__":
+    executor_main(steps=[reader])
+'''
+
+
+def test_commands_that_load_an_experiment_resolve_its_tags_from_the_prefix(tmp_path):
+    prefix = str(tmp_path / "prefix")
+    tok = pipeline()[1]
+    assert api.run([tok], prefix=prefix, runner="inline").ok
+    experiment = tmp_path / "tagged.py"
+    experiment.write_text(TAGGED_EXPERIMENT)
+    code, out = run_main("graph", str(experiment), str(tmp_path / "plan.svg"), "--prefix", prefix)
+    assert code == 2 and "no tag 'tok@1' under the prefix" in out and "stepgraph tag STEP tok@1" in out, out
+    assert run_main("tag", "names/tok", "tok@1", "--prefix", prefix)[0] == 0
+    code, out = run_main("graph", str(experiment), str(tmp_path / "plan.svg"), "--prefix", prefix)
+    assert code == 0, out
+    code, out = run_main("ids", str(experiment))
+    assert code == 2 and "resolved from the prefix's tags" in out, out

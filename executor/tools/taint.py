@@ -127,6 +127,31 @@ def all_taints(stores: Iterable[Any]) -> dict[str, Taint]:
     return merged
 
 
+def through_tags(store: Any, graph: Graph, taints: Mapping[str, Taint]) -> dict[str, Taint]:
+    """`taints` plus, for each tag the graph reads whose output was made (directly or not) from a
+    tainted output, a taint of the tagged digest saying so: the tagged output's lineage up, read from
+    its records (only when there are taints and the graph reads tags)."""
+    entries = {node.tags[t].digest: node.tags[t] for node in graph.nodes.values() for t in node.tagged
+               if node.tags.get(t) is not None}
+    if not taints or not entries:
+        return dict(taints)
+    from executor.engine.prefix_view import PrefixView
+    from executor.tools.lineage import lineage_up
+
+    found = dict(taints)
+    for digest, entry in entries.items():
+        if digest in found:
+            continue
+        walked = lineage_up(PrefixView(store), entry.step_id).nodes[1:]
+        source = next((n for n in walked if n.digest in taints), None)
+        if source is not None:
+            last = taints[source.digest].last
+            event = TaintEvent("taint", f"made from tainted {source.rel}: {last.reason}", last.by, last.at,
+                               entry.step_id)
+            found[digest] = Taint(digest, (event,))
+    return found
+
+
 def tainted_steps(graph: Graph, snapshot: Mapping[str, Any], taints: Mapping[str, Taint]) -> dict[str, str]:
     """digest -> why it must not be reused: each step whose output is tainted (an adopted output: its
     original's taint counts), and every step downstream of one (dependencies and tags it reads)."""

@@ -13,7 +13,7 @@ from executor.core.errors import ExecutorError
 from executor.engine.store import open_store
 from executor.tools.taint import read_taints, taint_output
 
-from .names_steps import pipeline
+from .names_steps import pipeline, reader_of
 
 WHO = {"user": "grace", "host": "lab"}
 
@@ -117,3 +117,19 @@ def test_a_taint_reason_with_markup_is_text_in_the_run_report_in_a_real_browser(
         assert page.evaluate("() => window.pwned === undefined")  # nothing of the reason ran
         row = page.locator("td", has_text="tainted: leak")
         assert row.count() >= 1 and reason in row.first.inner_text()  # shown as the text it is
+
+
+def test_a_reader_of_a_tag_is_recalled_when_the_tagged_output_was_made_from_a_tainted_one(tmp_path):
+    from executor.tools.tags import tag
+
+    prefix = str(tmp_path / "prefix")
+    raw, tok, train = pipeline("tagged")
+    made = _run([tok], prefix)
+    tag(open_store(prefix), made.step(tok).step_id, "tok@1", by=WHO)
+    reader = reader_of("tok@1")
+    _run([reader], prefix)
+    assert _plan([reader], prefix) == {"names/reader": ("skip", "succeeded")}
+    taint_output(open_store(prefix), made.step(raw).step_id, "taint", "bad raw", by=WHO)
+    # the plan holds the reader alone: the tagged output's records say it was made from raw
+    assert _plan([reader], prefix) == {"names/reader": (
+        "run", f"reads tag tok@1, which is tainted: made from tainted {made.step(raw).step_id}: bad raw (by grace)")}

@@ -164,7 +164,7 @@ def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) ->
     _cache_from_flag(p, "also say whether a run with it would copy the step, and from where; its records count "
                         "as earlier versions")
 
-    p = command("graph", "draw an experiment's plan coloured by decision", commands.cmd_graph)
+    p = command("graph", "draw an experiment's plan coloured by action", commands.cmd_graph)
     p.add_argument("experiment")
     p.add_argument("file", help="output picture: .html, .svg or .png")
     _cache_from_flag(p, "draw the plan of a run with it: steps it holds are copied")

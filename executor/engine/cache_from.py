@@ -65,7 +65,12 @@ def cache_from_list(given: Sequence[str] | str | None, environ: Mapping[str, str
     (comma-separated). The run's own prefix is refused: it cannot be its own cache."""
     if isinstance(given, str):
         given = given.split(",")
+    from executor.engine.prefixes import check_spelling
+
     raw = list(given or []) or environ.get(ENV_VAR, "").split(",")
+    for p in raw:  # `gs:/bucket` would be a local folder that holds nothing: refused, with the spelling
+        if p.strip():
+            check_spelling(p.strip(), "--cache-from" if given else ENV_VAR)
     sources = tuple(dict.fromkeys(outputs.normalize_prefix(p.strip()) for p in raw if p.strip()))
     if outputs.normalize_prefix(prefix) in sources:
         raise ExecutorError(f"--cache-from {prefix}: that is the run's own prefix; name another prefix "

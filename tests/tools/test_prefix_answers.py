@@ -87,3 +87,8 @@ def test_the_default_prefix_is_chosen_in_one_place(tmp_path, monkeypatch):
     assert default_prefix(None, experiment) == "gs://other"
     monkeypatch.delenv("EXECUTOR_PREFIX")
     assert default_prefix(None, experiment) == str(tmp_path / "project" / "cache")
+
+
+def test_a_misspelled_cache_from_prefix_is_refused_too(toy):
+    code, out = toy.run("--dry-run", "--cache-from", "gs:/team-us/runs")
+    assert code == 2 and "--cache-from gs:/team-us/runs: " in out and "write gs://team-us/runs" in out, out

@@ -7,23 +7,17 @@ coordination store and fsspec filesystem they open. Read once per invocation and
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING, Any, Mapping
 
-from executor.core import urls
 from executor.core.errors import ExecutorError
 from executor.core.locations import Storage, storage_from
+from executor.core.urls import check_prefix_spelling
 from executor.engine import location, outputs
 
 if TYPE_CHECKING:
     from executor.engine.prefix_view import PrefixView
 
-SPELLINGS = "a directory, gs://bucket/path, s3://bucket/path or memory://path"
 WHERE_FROM = "--prefix, or env EXECUTOR_PREFIX; the default is cache/ in the experiment's project"
-# `gs:/b`, `s3:b`, `gcs:/b`, `memory:x`: a known scheme without its `://` (else a local folder named `gs:`)
-_MISSPELLED = re.compile(r"^(?P<scheme>" + "|".join(sorted({*urls.ALIASES, *urls.STORE_PROTOCOLS}, key=len,
-                                                                  reverse=True)) + r"):(?!//)/*(?P<rest>.*)$",
-                         re.IGNORECASE)
 
 
 def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_file: str | None = None) -> str:
@@ -39,26 +33,8 @@ def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_fi
         prefix, source = environ["EXECUTOR_PREFIX"], "EXECUTOR_PREFIX"
     else:
         return outputs.normalize_prefix(default_prefix(experiment_file))
-    check_spelling(prefix, source)
+    check_prefix_spelling(prefix, source)
     return outputs.normalize_prefix(prefix)
-
-
-def check_spelling(prefix: str, source: str = "--prefix") -> None:
-    """Refuse what would silently become something else: `gs:/bucket` (a local folder `gs:`), a scheme
-    no store serves (`gss://`), a bucket URL without a bucket (`s3://`, `gs:///x`)."""
-    wrong = _MISSPELLED.match(prefix.strip())
-    if wrong:
-        scheme = wrong["scheme"].lower()
-        right = f"{urls.ALIASES.get(scheme, scheme)}://{wrong['rest']}"
-        if urls.protocol_of(right) == "file":
-            right = f"/{wrong['rest']} (or file:///{wrong['rest']})"
-        raise ExecutorError(f"{source} {prefix}: '{wrong['scheme']}:' without two slashes would be a local folder "
-                            f"named '{wrong['scheme']}:'; write {right}")
-    protocol, rest = urls.split_url(prefix.strip())
-    if protocol not in urls.STORE_PROTOCOLS:
-        raise ExecutorError(f"{source} {prefix}: a prefix cannot be a {protocol}:// URL; give {SPELLINGS}")
-    if protocol in urls.OBJECT_STORES and not rest.split("/", 1)[0]:
-        raise ExecutorError(f"{source} {prefix}: no bucket named; write {protocol}://BUCKET/path")
 
 
 def check_outputs(prefix: str, storage_options: Any = None) -> "PrefixView":

@@ -207,8 +207,9 @@ def bare_path(path: str) -> str:
 def open_store(prefix: str, storage: Storage | Mapping[str, Any] | None = None, *,
                check: bool = True, deadline_s: float = PROBE_DEADLINE_S) -> CoordinationStore:
     """The coordination store for a prefix: object stores wrapped in RetryingStore, and (unless
-    `check` is off) connected and probed within `deadline_s`, so an unreachable bucket is one clear
-    line within that bound (docs/storage.md), credentials lookup included."""
+    `check` is off) connected and probed within `deadline_s` once gcsfs/s3fs is loaded, so an
+    unreachable bucket is one clear line within that bound (docs/storage.md), credentials lookup
+    included."""
     from executor.engine.store.retry import RetryingStore
 
     storage = storage_from(storage, prefix)
@@ -217,6 +218,7 @@ def open_store(prefix: str, storage: Storage | Mapping[str, Any] | None = None, 
     options = storage.options_for(prefix)
     if not check:
         return RetryingStore(_connect(prefix, options))
+    _load_backend(prefix)  # importing gcsfs/s3fs is this machine's work (seconds under load): before the clock
 
     def connect_and_probe() -> CoordinationStore:
         store = _connect(prefix, options)  # gcsfs looks for credentials here (a metadata server: ~20 s offline)
@@ -224,6 +226,15 @@ def open_store(prefix: str, storage: Storage | Mapping[str, Any] | None = None, 
         return store
 
     return RetryingStore(_within(deadline_s, prefix, connect_and_probe))
+
+
+def _load_backend(prefix: str) -> None:
+    import importlib
+
+    try:
+        importlib.import_module(f"executor.engine.store.{'gcs' if split_url(prefix)[0] == 'gs' else 's3'}")
+    except ImportError:  # open_raw_store names the package to install
+        pass
 
 
 def _connect(prefix: str, options: Mapping[str, Any] | None) -> CoordinationStore:

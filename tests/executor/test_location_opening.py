@@ -239,7 +239,7 @@ def test_the_probe_s_numbers_are_the_docs():
     tried 3 times within 4 s."""
     docs = " ".join((Path(__file__).parents[2] / "docs" / "storage.md").read_text().split())
     assert ("within 10 s of opening the prefix, finding credentials and connecting included (a first listing is "
-            "tried 3 times within 4 s)") in docs
+            "tried 3 times within 4 s; loading gcsfs or s3fs comes first)") in docs
     assert inspect.signature(location.open_store).parameters["deadline_s"].default == location.PROBE_DEADLINE_S
     assert (location.PROBE_ATTEMPTS, location.PROBE_BUDGET_S, location.PROBE_DEADLINE_S) == (3, 4.0, 10.0)
     assert inspect.signature(location.check_reachable).parameters["timeout_s"].default == location.PROBE_DEADLINE_S

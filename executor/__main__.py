@@ -15,6 +15,7 @@ honoured by every command that loads an experiment. `stepgraph COMMAND --help` f
     ids      EXPERIMENT                            step ids + identity documents as JSON (the ids file)
     check    PATHS...                              CI: ids vs the committed ids files (exit 3 on change)
     adopt    EXPERIMENT STEP --from OLD_STEP_ID --reason TEXT [--dry-run] [--with-dependents] [--force]
+    accept-drift EXPERIMENT STEP --reason TEXT     record that a code edit does not change STEP's output
     verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
     gc       EXPERIMENT... [--pin STEP_ID] [--delete --grace-hours H]   outputs no experiment reaches
     repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
@@ -157,7 +158,7 @@ def _add_running_commands(command: Callable[..., argparse.ArgumentParser]) -> No
 
 
 def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Ids and plans: explain, graph, ids, check, adopt."""
+    """Ids and plans: explain, graph, ids, check, adopt, accept-drift."""
     p = command("explain", "why a step's id differs from its nearest earlier version", commands.cmd_explain)
     p.add_argument("experiment")
     p.add_argument("step", help="step name or step id")
@@ -189,6 +190,13 @@ def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) ->
                    help="also adopt each dependent's new id from the output that consumed the old one")
     p.add_argument("--force", action="store_true",
                    help="adopt across a different step name or config type (needs --reason)")
+
+
+    p = command("accept-drift", "record that a code edit does not change a completed step's output (the drift "
+                                "warning stops for that code)", commands.cmd_accept_drift)
+    p.add_argument("experiment", help="the experiment file declaring the step")
+    p.add_argument("name", metavar="step", help="the step (name or step id)")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why the edit does not change the output (recorded)")
 
 
 def _cache_from_flag(p: argparse.ArgumentParser, what: str) -> None:

@@ -25,7 +25,8 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
 from executor.core.frozen import new_frozen
-from executor.core.graph import Graph, build_graph, gc_paused
+from executor.core.gc_pause import gc_paused
+from executor.core.graph import Graph, build_graph
 from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
 from executor.core.outcome import Outcome, outcome_of_action
 from executor.core.record import Owner
@@ -63,6 +64,9 @@ class Options:
     # empty: env EXECUTOR_MIRROR_SOURCES (comma-separated)
     mirror_sources: tuple[str, ...] = ()
     allow_cross_region: bool = False  # run although EXECUTOR_REGION differs from the prefix bucket's location
+    # a completed step whose code changed since its output was made (docs/editing-code.md): "warn" reuses it
+    # with a warning naming each changed function; "strict" re-runs it (a new attempt at the same id)
+    drift: str = "warn"
 
 
 class StepFailed(Exception):
@@ -213,10 +217,16 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     return decided.result(graph)
 
 
-def _open(options: Options, environ: Mapping[str, str] | None) -> tuple[str, Storage, Any, Any]:
+def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    """The environment a call reads: `environ` when given, else a copy of this process's, taken
+    once per call. The only read of the process environment in the API: each public function
+    calls it once and passes its result inward (a run's every part sees the same values)."""
+    return dict(os.environ) if environ is None else environ
+
+
+def _open(options: Options, environ: Mapping[str, str]) -> tuple[str, Storage, Any, Any]:
     """The prefix, the call's storage options (a Storage value keyed by location), coordination
     store and filesystem (once per call)."""
-    environ = os.environ if environ is None else environ
     prefix = resolve_prefix(options.prefix, environ, main_file_path())
     storage = (storage_from(options.storage_options, prefix, source="Options(storage_options=...)")
                if options.storage_options is not None else storage_options_from_env(prefix, environ))
@@ -256,16 +266,37 @@ def _lease_settings(options: Options) -> Any:
 
 def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> Decided:
     _lease_settings(options)  # what a run would refuse is refused before anything is read (a dry run too)
+    environ = environment(environ)
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
-        decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
-                                                          now=time.time()))
+        plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time())
+        decided = plan_steps(graph, snapshot, plan_options)
+        decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
     decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store)
     return Decided(prefix, storage_options, store, fs, decided)
 
 
-def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str] | None,
+DRIFT_POLICIES = ("warn", "strict")
+
+
+def _strict_drift(graph: Graph, snapshot: Any, planned: Plan, plan_options: PlanOptions, policy: str,
+                  prefix: str, fs: Any) -> Plan:
+    """--drift strict: plan again with every drifted step (code changed, not accepted) re-run."""
+    if policy not in DRIFT_POLICIES:
+        raise ExecutorError(f"drift={policy!r}: the drift policy is one of {', '.join(DRIFT_POLICIES)} (warn: reuse "
+                            f"a completed step whose code changed, with a warning; strict: re-run it)")
+    if policy != "strict":
+        return planned
+    from executor.tools.drift import strict_reasons
+
+    reasons = strict_reasons(planned, prefix, fs)
+    if not reasons:
+        return planned
+    return plan_steps(graph, snapshot, dataclasses.replace(plan_options, code_changed=reasons))
+
+
+def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],
                     prefix: str, storage: Storage, store: Any) -> Plan:
     """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
     mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
@@ -290,7 +321,7 @@ def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapp
     return dataclasses.replace(decided, **needed)
 
 
-def _needed_transfers(plan: Plan, options: Options, environ: Mapping[str, str] | None, prefix: str,
+def _needed_transfers(plan: Plan, options: Options, environ: Mapping[str, str], prefix: str,
                       storage: Storage, store: Any) -> tuple[dict[str, Any], int]:
     """What the plan's running steps need moved, as Plan fields (its mirrored inputs, its cross-region
     survey), and their bytes: the part of the transfer budget those steps need."""
@@ -302,14 +333,13 @@ def _needed_transfers(plan: Plan, options: Options, environ: Mapping[str, str] |
     if any(d.action == Action.RUN and d.node.mirrored for d in plan.decisions.values()):
         from executor.engine.mirror import mirror_sources_list, plan_mirrors, planned_bytes
 
-        sources = mirror_sources_list(options.mirror_sources, os.environ if environ is None else environ)
+        sources = mirror_sources_list(options.mirror_sources, environ)
         needed["mirrors"] = plan_mirrors(plan, store, sources, storage)
         reserved += planned_bytes(needed["mirrors"])
     return needed, reserved
 
 
-def _cache_from(options: Options, environ: Mapping[str, str] | None, prefix: str) -> tuple[str, ...]:
-    environ = os.environ if environ is None else environ
+def _cache_from(options: Options, environ: Mapping[str, str], prefix: str) -> tuple[str, ...]:
     if not options.cache_from and not environ.get("EXECUTOR_CACHE_FROM"):
         return ()
     from executor.engine.cache_from import cache_from_list
@@ -371,7 +401,7 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     no result when the run raised)."""
     if options.max_concurrent < 1:
         raise ExecutorError(f"max_concurrent must be at least 1 (got {options.max_concurrent})")
-    environ = os.environ if environ is None else environ  # the only read of the process environment
+    environ = environment(environ)  # once for the whole run
     events = Events(subscribers)
     started = time.time()
     decided = decide(graph, options, environ=environ)
@@ -551,7 +581,7 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     options = _options(options, overrides)
     graph = build_graph([step])
     node = graph.nodes[graph.digest_of(step)]
-    prefix, storage, store, _ = _open(options, environ)
+    prefix, storage, store, _ = _open(options, environment(environ))
     status = read_snapshot(store, [node])[node.digest].status
     if status is None or status.state != State.SUCCESS or status.digest != node.digest:
         found = "no status" if status is None else f"status {status.state.value}"

@@ -6,6 +6,7 @@ Exit codes: executor/core/exit_codes.py (0 all done, 1 steps failed, 2 usage or 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import sys
@@ -58,6 +59,10 @@ class ExecutorOptions:
                                                 "(default: env EXECUTOR_MIRROR_SOURCES)")
     allow_cross_region: bool = _flag(False, "run although the runner's region (env EXECUTOR_REGION, else the "
                                             "cloud's metadata server) is not the location of the prefix's bucket")
+    drift: Optional[Literal["warn", "strict"]] = _flag(None, "a completed step whose code changed since its output "
+                                                               "was made: warn (reuse it, naming each changed "
+                                                               "function) or strict (re-run it); default: the "
+                                                               "experiment's executor_main(drift=...), else warn")
     check: bool = _flag(False, "CI: compare ids with the committed ids file <experiment>.plan.json; exit 3 on change")
     update_plan: bool = _flag(False, "rewrite the ids file <experiment>.plan.json")
     explain: Optional[str] = _flag(None, "show why a step's id differs from its nearest earlier version")
@@ -167,20 +172,31 @@ def _print_rows(rows: Sequence[tuple[str, str, str]], width: int) -> None:
             print(f"  {'':<{width}}{line}")
 
 
+# Set while the tools load an experiment file without running it (executor/tools/loading.py): its
+# executor_main call hands the steps to this loader instead. A contextvar: each load, on any thread,
+# sees only its own.
+LOADER: contextvars.ContextVar[Callable[..., None] | None] = contextvars.ContextVar("stepgraph_loader",
+                                                                                    default=None)
+
+
 def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[ExecutorStep]] | None = None,
                   description: str | None = None, *, config: Any = None,
-                  argv: Sequence[str] | None = None) -> None:
+                  argv: Sequence[str] | None = None, drift: str | None = None) -> None:
     """Run an experiment's steps from the command line; exits the process with the exit code.
 
     `steps` may be a callable taking the experiment's own config (a dataclass whose fields
-    become flags, given as `config=`) and returning the steps.
+    become flags, given as `config=`) and returning the steps. `drift`: the experiment's policy for
+    completed steps whose code changed ("warn", the default, or "strict"); `--drift` overrides it.
     """
+    loader = LOADER.get()
+    if loader is not None:  # the tools are loading this file (executor/tools/loading.py)
+        return loader(steps, description, config=config, argv=argv)
     from executor.engine import signals
 
     signals.own_process()  # SIGINT/SIGTERM end this process's runs cleanly and promptly
     try:
         code = run(steps, description, config=config, argv=sys.argv[1:] if argv is None else argv,
-                   owns_process=True)
+                   owns_process=True, drift=drift)
         sys.stdout.flush()
     except BrokenPipeError:  # `python foo.py --dry-run | head`: the reader left; no traceback (issue 19.10)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -197,7 +213,7 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
 
 def run(steps: Any, description: str | None = None, *, config: Any = None, argv: Sequence[str] = (),
         environ: dict[str, str] | None = None, main_file: str | None = None,
-        reporter: Reporter | None = None, owns_process: bool = False) -> int:
+        reporter: Reporter | None = None, owns_process: bool = False, drift: str | None = None) -> int:
     """The command line on `steps`; returns the exit code. `owns_process`: the process ends with
     this call (executor_main), which lets planning pause the garbage collector (engine/collector.py).
     `reporter`: where the console view's lines go; without one, the command line's own, which
@@ -216,6 +232,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
     try:
         storage_flag, argv = location.pop_storage_options_flag(list(argv))  # JSON: kept from draccus
         options, user_config = parse_flags(argv, config)
+        options = dataclasses.replace(options, drift=options.drift or _drift_policy(drift))
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
@@ -234,6 +251,13 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         return _usage(str(e), _asks_json(argv))
 
 
+def _drift_policy(drift: str | None) -> str:
+    if drift not in (None, *api.DRIFT_POLICIES):
+        raise ExecutorError(f"executor_main(drift={drift!r}): the drift policy is one of "
+                            f"{', '.join(api.DRIFT_POLICIES)}")
+    return drift or "warn"
+
+
 def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api.Options:
     """The API's options from the flags of the same names (storage options: `--storage-options`,
     else from the environment; never copied by name, since the API takes a dict)."""
@@ -242,9 +266,10 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
     def listed(value: str | None) -> tuple[str, ...]:  # a repeated flag: joined by parse_flags
         return tuple(p for p in (value or "").split(",") if p.strip())
 
-    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from", "mirror_sources"}},
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from", "mirror_sources",
+                                                                   "drift"}},
                        storage_options=storage, cache_from=listed(flags_.cache_from),
-                       mirror_sources=listed(flags_.mirror_sources))
+                       mirror_sources=listed(flags_.mirror_sources), drift=flags_.drift or "warn")
 
 
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,

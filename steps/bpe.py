@@ -14,6 +14,10 @@ inside it, a tokenizer with another pre-tokenizer or a normaliser) goes through 
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.bpe", DATA)
+
 import contextvars
 import functools
 import json

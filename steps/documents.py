@@ -12,6 +12,10 @@ line and the value, or (with `on_bad_line="skip"`) a counted skip that the step 
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.documents", DATA)
+
 import contextlib
 import gzip
 import io

@@ -21,6 +21,10 @@ base name; files matched by a glob or found under a directory keep their path re
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.download", DATA)
+
 import hashlib
 import os
 import time

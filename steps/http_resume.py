@@ -8,6 +8,10 @@ Used by steps.download for HTTP(S) sources saved to a local directory.
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.http_resume", DATA)
+
 import hashlib
 import os
 import re

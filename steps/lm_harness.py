@@ -8,6 +8,10 @@ in steps/eval_tasks/lm_eval/ (local JSONL data, nothing fetched). lm-eval is an 
 
 from __future__ import annotations
 
+from steps.extras import TRAIN, require_extra
+
+require_extra("train", "steps.lm_harness", TRAIN)
+
 import math
 import os
 import warnings

@@ -18,6 +18,10 @@ and on an object store token streams are read by byte range (RangeReadArray).
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.token_cache", DATA)
+
 import io
 import json
 from dataclasses import dataclass

@@ -14,6 +14,10 @@ Input and output may be local paths or fsspec URLs (gs://, s3://).
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.tokenize", DATA)
+
 import functools
 import hashlib
 import itertools

@@ -7,14 +7,13 @@ a cycle, or an unsafe name is a GraphError naming the steps involved.
 from __future__ import annotations
 
 import functools
-import gc
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from executor.core.errors import GraphError
 from executor.core.frozen import new_frozen
+from executor.core.gc_pause import gc_paused
 from executor.core.canonical import CanonicalEncoder
 from executor.core.identity import identity_and_digest, step_id
 from executor.core.step import ExecutorStep, OutputPathOf, validate_name
@@ -92,22 +91,6 @@ class Graph:
                     seen.add(dep)
                     stack.append(dep)
         return seen
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small acyclic objects.
-
-    Its full collections scan every live object, so on 10,000-step graphs they cost about a third
-    of hashing time and make it grow faster than linearly.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _DigestFirst(Exception):

@@ -16,6 +16,10 @@ import sys
 
 _module_names: dict[str, str] = {}  # module name -> canonical name (__main__ is named per class)
 
+# An experiment file loaded by the tools without running it (executor/tools/loading.py) is a module
+# named under this prefix; its types are named by its file, as when it runs as a script.
+LOADED_SCRIPT_PREFIX = "__stepgraph_script__."
+
 
 def module_name_of_file(path: str) -> str:
     """`<root>/experiments/hello.py` -> 'experiments.hello' when experiments/ holds an __init__.py."""
@@ -39,7 +43,7 @@ def canonical_module_name(module: str) -> str:
     name = module
     if path:
         by_file = module_name_of_file(path)
-        if by_file.endswith("." + module):
+        if by_file.endswith("." + module) or module.startswith(LOADED_SCRIPT_PREFIX):
             name = by_file
     _module_names[module] = name
     return name

@@ -8,10 +8,11 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from executor.core.errors import GraphError
-from executor.core.graph import Graph, StepNode, gc_paused
+from executor.core.gc_pause import gc_paused
+from executor.core.graph import Graph, StepNode
 from executor.core.record import State, Status
 
 
@@ -41,6 +42,8 @@ class PlanOptions:
     force_run: str | None = None  # regex over step names: re-run even when SUCCESS
     only: str | None = None  # regex over step names: run these plus what they need
     now: float | None = None  # wall clock, for heartbeat ages shown to people
+    # --drift strict: digest -> why a succeeded step re-runs ("code changed: helpers.transform")
+    code_changed: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)  # slots, as Observed
@@ -176,6 +179,8 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
         elif status.state == State.SUCCESS:
             if digest in forced:
                 decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
+            elif digest in options.code_changed:
+                decision = Decision(node, Action.RUN, options.code_changed[digest], observed)
             else:
                 decision = _succeeded(graph, node, status, decisions, snapshot, observed)
         elif status.state == State.RUNNING:

@@ -24,6 +24,7 @@ from executor.core.graph import Graph, StepNode
 from executor.core.locations import Storage
 from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.core.plan import Action, Decision, Plan
+from executor.engine.fingerprint import record_fingerprint, status_digest
 from executor.engine.provenance import function_fingerprint, function_reference
 from executor.core.outcome import Outcome, outcome_of_action
 from executor.core.record import Owner, State, Status, StepRecord, output_digest, record_key, status_key
@@ -442,7 +443,7 @@ class Execution:
             self._fail(t, StepOutcome(ok=False, error=f"could not write the record: {type(e).__name__}: {e}"))
             return
         final = t.lease.status.next(state=State.SUCCESS, written_at=self.ctx.wall_clock(),
-                                    function_sha256=function_fingerprint(t.node.step.fn),
+                                    function_sha256=status_digest(t.node.step.fn),
                                     content_sha256=content, inputs=t.consumed or None)
         if self.ctx.keeper.finish(t.lease, final):
             t.state, t.content = Outcome.SUCCEEDED, content
@@ -466,6 +467,7 @@ class Execution:
             provenance={**self.ctx.invocation,
                         "function": function_reference(node.step.fn, self.ctx.main_file),
                         "function_sha256": function_fingerprint(node.step.fn),
+                        "code_fingerprint": record_fingerprint(node.step.fn),
                         "description": node.step.description},
             result=result, manifest=manifest,
             timings={"started_at": t.lease.status.started_at or 0.0,

@@ -82,6 +82,9 @@ def initialize(ctx: HostContext | None = None, *, timeout_s: int = 300) -> HostC
     os.environ.update(ctx.to_env())
     if _initialized:
         return ctx
+    from executor.core.extras import require_extra
+
+    require_extra("train", "a multi-host step (Resources.hosts above 1)", "jax")
     import jax
 
     try:

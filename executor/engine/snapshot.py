@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from executor.core.errors import StatusError
-from executor.core.graph import StepNode, gc_paused
+from executor.core.gc_pause import gc_paused
+from executor.core.graph import StepNode
 from executor.core.plan import NOT_OBSERVED, Observed
 from executor.core.record import parse_status, status_key
 from executor.engine.store.base import CoordinationStore, Versioned

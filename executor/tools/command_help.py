@@ -22,6 +22,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "check": ("stepgraph check experiments/", "stepgraph check experiments/hello.py"),
     "adopt": ("stepgraph adopt experiments/hello.py hello/count --from hello/count-dd17a46f60a6 "
               "--reason 'renamed a field' --dry-run",),
+    "accept-drift": ("stepgraph accept-drift experiments/hello.py hello/shout --reason 'a log line, not the output'",),
     "verify": ("stepgraph verify", "stepgraph verify hello/count -v"),
     "gc": ("stepgraph gc experiments/hello.py experiments/tiny_moe.py",
            "stepgraph gc experiments/hello.py --delete --grace-hours 48 -- --greeting Hi"),

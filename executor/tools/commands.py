@@ -22,7 +22,7 @@ from executor.core.record import Absent, State, status_key
 from executor.engine.store import StoreError
 
 
-LOADING_COMMANDS = {"ids", "explain", "graph", "adopt", "gc"}  # and `status EXPERIMENT.py`
+LOADING_COMMANDS = {"ids", "explain", "graph", "adopt", "accept-drift", "gc"}  # and `status EXPERIMENT.py`
 
 
 def default_prefix(prefix: str | None, experiment: str | None = None) -> str:
@@ -190,6 +190,20 @@ def _adopt_one(graph: Any, args: Any, prefix: str, declared_by: dict) -> Any:
 
     return adopt(graph, args.name, args.from_, prefix, reason=args.reason, declared_by=declared_by,
                  storage_options=args.storage_options, force=args.force, dry_run=args.dry_run)
+
+
+def cmd_accept_drift(args: Any) -> int:
+    from executor.engine.provenance import git_state, user_and_host
+    from executor.tools.accept_drift import accept_drift
+
+    loaded = _load(args)
+    prefix = default_prefix(args.prefix, loaded.path)
+    accepted_by = {**user_and_host(), "git": git_state(os.path.dirname(loaded.path)), "command": "accept-drift"}
+    accepted = accept_drift(loaded.graph, args.name, prefix, reason=args.reason, accepted_by=accepted_by,
+                            storage_options=args.storage_options)
+    print(f"accepted: {accepted.name}: {accepted.changed} does not change its output ({args.reason})")
+    print(f"record: {accepted.path}. The drift warning stops for this code; a later edit warns again")
+    return ExitCode.OK
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -468,6 +482,6 @@ def _error(args: Any, message: str) -> int:
     return ExitCode.USAGE
 
 
-__all__ = ["cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_ids", "cmd_ps",
+__all__ = ["cmd_accept_drift", "cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_ids", "cmd_ps",
            "cmd_repair", "cmd_report", "cmd_run", "cmd_runs", "cmd_status", "cmd_verify", "guarded",
            "loads_experiment"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -45,7 +46,11 @@ def versions() -> list[Finding]:
         try:
             found.append(Finding(dist, True, importlib.metadata.version(dist)))
         except importlib.metadata.PackageNotFoundError:
-            found.append(Finding(dist, dist in ("gcsfs", "s3fs"), "not installed"))
+            optional = dist in ("gcsfs", "s3fs", "jax", "jaxlib")
+            extra = " (pip install 'stepgraph[train]' for the training steps)" if dist.startswith("jax") else ""
+            found.append(Finding(dist, optional, "not installed" + extra))
+    if importlib.util.find_spec("jax") is None:  # a lean install: nothing to list
+        return found
     try:
         import jax
 

@@ -161,6 +161,9 @@ def render_html(plan: Plan, title: str = "the plan: an action per step") -> str:
 
 
 def render_png(plan: Plan, path: Path, dpi: int = 100) -> None:
+    from executor.core.extras import require_extra
+
+    require_extra("draw", "drawing a plan as .png", "matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no GUI backend, faster import
     from matplotlib.figure import Figure
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch

@@ -1,25 +1,36 @@
 """Loading an experiment file's step graph without running it (for adopt, gc, ids and checks).
 
-The file is executed in this process with `runpy.run_path(..., run_name="__main__")` — exactly as
-`python experiments/foo.py` would, so the ids come out identical (classes defined in it are named
-by the file, see executor/core/naming.py) — while `executor_main` is temporarily replaced by a function that
-parses the experiment's own flags, builds the graph and hands it back instead of running it.
-Flags are parsed and steps built *inside* that call, while the file is still `__main__`, so
-string annotations in the experiment resolve. An experiment that never reaches `executor_main`
-(its call is not under `if __name__ == "__main__":`, or it exits first) is a clear error.
-Loading swaps module globals while it runs: one load at a time per process (not thread-safe).
+The file is executed in this process as a module of its own, from its file location, under a
+fresh private name (`__stepgraph_script__.<n>.<stem>`), so nothing already imported is replaced
+and nothing of the process is swapped: not `__main__`, not `sys.argv`, not `executor_main`. Its
+`if __name__ == "__main__":` test is read as true (only that comparison; `__name__` itself is the
+private name), so the file goes where `python experiments/foo.py` would go: to its
+`executor_main(...)` call. That call sees the loader of this context (a contextvar, set per call
+to `load_experiment`, see executor/cli.py) and, instead of running, parses the experiment's own
+flags, builds the graph and hands it back. Flags are parsed and steps built inside that call,
+while the module is registered, so string annotations in the experiment resolve; its classes are
+named by the file as when it runs as a script (executor/core/naming.py), so the ids come out
+identical. Loads on several threads at once are independent. The file's folder is appended to
+`sys.path` if missing (as a script's folder is on its path) and left there. An experiment that
+never reaches `executor_main` (its call is not under `if __name__ == "__main__":`, or it exits
+first) is a clear error.
 """
 
 from __future__ import annotations
 
-import runpy
+import ast
+import itertools
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
+from executor.core.naming import LOADED_SCRIPT_PREFIX
+
+_numbers = itertools.count(1)  # each load's own module name (next() is atomic)
 
 
 @dataclass(frozen=True)
@@ -34,46 +45,70 @@ class LoadedExperiment:
 
 
 class _Captured(BaseException):
-    """Raised from the stand-in executor_main to unwind the experiment file with its graph."""
+    """Raised from executor_main, under this load's loader, to unwind the file with its graph."""
 
     def __init__(self, graph: Graph, description: str | None):
         super().__init__()
         self.graph, self.description = graph, description
 
 
+class _MainTestIsTrue(ast.NodeTransformer):
+    """`__name__ == "__main__"` (either way round) -> True; nothing else changes (line numbers kept)."""
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+            sides = {_spelled(node.left), _spelled(node.comparators[0])}
+            if sides == {"name", "main"}:
+                return ast.copy_location(ast.Constant(True), node)
+        return node
+
+
+def _spelled(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name) and node.id == "__name__":
+        return "name"
+    return "main" if isinstance(node, ast.Constant) and node.value == "__main__" else None
+
+
+def _compiled(file: Path) -> types.CodeType:
+    tree = _MainTestIsTrue().visit(ast.parse(file.read_bytes(), str(file)))
+    return compile(ast.fix_missing_locations(tree), str(file), "exec", dont_inherit=True)
+
+
 def load_experiment(path: str | Path, argv: Sequence[str] = ()) -> LoadedExperiment:
-    """Run `path` as __main__ up to its executor_main call and return the graph it declares.
+    """Run `path` up to its executor_main call and return the graph it declares.
 
     `argv` are the experiment's own flags (executor flags are accepted and ignored).
     """
-    import executor
     import executor.cli as cli
 
     file = Path(path).resolve()
     if not file.is_file():
         raise ExecutorError(f"experiment file {path} does not exist")
 
-    def capture(steps: Any = None, description: str | None = None, *, config: Any = None,
-                argv_: Sequence[str] | None = None, **_: Any) -> None:
+    def capture(steps: Any = None, description: str | None = None, *, config: Any = None, **_: Any) -> None:
         _, user_config = cli.parse_flags(list(argv), config)
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError(f"{file}: no steps given to executor_main")
         raise _Captured(build_graph(step_list), description)
 
-    saved = (executor.executor_main, cli.executor_main, list(sys.argv), list(sys.path))
-    executor.executor_main = cli.executor_main = capture  # type: ignore[assignment]
-    sys.argv = [str(file), *argv]
-    sys.path.insert(0, str(file.parent))  # as `python experiments/foo.py` would
+    code = _compiled(file)
+    name = f"{LOADED_SCRIPT_PREFIX}{next(_numbers)}.{file.stem}"
+    module = types.ModuleType(name)
+    module.__file__ = str(file)
+    if str(file.parent) not in sys.path:
+        sys.path.append(str(file.parent))  # the file's own imports, as `python experiments/foo.py` has them
+    token = cli.LOADER.set(capture)
+    sys.modules[name] = module  # a name of its own: string annotations resolve while the file loads
     try:
-        runpy.run_path(str(file), run_name="__main__")
+        exec(code, module.__dict__)
     except _Captured as captured:
         return LoadedExperiment(str(file), captured.graph, captured.description)
     except SystemExit as e:
         raise ExecutorError(f"{file} exited (code {e.code}) before calling executor_main") from None
     finally:
-        executor.executor_main, cli.executor_main = saved[0], saved[1]
-        sys.argv[:] = saved[2]
-        sys.path[:] = saved[3]
+        cli.LOADER.reset(token)
+        sys.modules.pop(name, None)
     raise ExecutorError(f"{file} never called executor_main(...) when run as __main__; "
                         f"an experiment file ends with `if __name__ == '__main__': executor_main(...)`")

@@ -16,7 +16,8 @@ file's `experiment` entry point (median of --repeats), so interpreter start, imp
                do) rather than before it is called: declaring them is then part of planning
 
 "All complete" is a prefix holding a SUCCESS status.json per step, written as a real run writes it
-(digest, step id, and the function fingerprint that lets drift checks skip the record).
+(digest, step id, and the code fingerprint's digest that lets drift checks skip the record: each
+checkout's own, from `python bench_plan_marin.py fingerprint` run with that checkout's executor).
 Targets (issue 14): dry-done <= 1.0 s and noop <= 0.8 s wall at 10k steps. A bare `python -c pass`
 is timed in the same run as the anchor, and CPU time (user + sys) is shown beside wall time: on a
 shared machine wall time also counts waiting for a core. The fastest run's wall time follows in
@@ -115,17 +116,25 @@ def experiment(argv: list[str]) -> None:
     executor_main(steps, description=f"Marin-style DAG, {n} steps", argv=rest)
 
 
-def populate(prefix: str, plan: dict) -> None:
-    """A SUCCESS status per step, as a real run commits it."""
+def status_fingerprint() -> None:
+    """`python bench_plan_marin.py fingerprint`: what a run of the executor on the path puts in a
+    SUCCESS status for bench_step (the code fingerprint's digest; before those, the source's sha256)."""
+    try:
+        from executor.engine.fingerprint import status_digest as digest
+    except ImportError:  # a checkout from before code fingerprints (a --baseline)
+        from executor.engine.provenance import function_fingerprint as digest
+    print(digest(bench_step))
+
+
+def populate(prefix: str, plan: dict, fingerprint: str) -> None:
+    """A SUCCESS status per step, as a real run of the checkout being timed commits it."""
     import time
 
     from executor.core.record import Owner, State, Status, status_key
-    from executor.engine.provenance import function_fingerprint
     from executor.engine.store.local import LocalStore
 
     store = LocalStore(prefix)
     owner = Owner("bench", "host", 1, "user")
-    fingerprint = function_fingerprint(bench_step)
     for row in plan["steps"]:
         rel = row["output_path"][len(prefix) + 1:]
         status = Status(State.SUCCESS, row["digest"], row["step_id"], 1, 1, owner, time.time(),
@@ -176,7 +185,8 @@ def measure(checkouts: dict[str, str | None], steps: int, repeats: int, tmp: str
             for label, path in checkouts.items():
                 plan = json.loads(timed(me + ["--dry-run", "--json", "--prefix", prefixes[label]], path)[2])
                 assert len(plan["steps"]) == steps and not os.path.exists(prefixes[label]), "dry runs write nothing"
-                populate(prefixes[label], plan)
+                fingerprint = timed([sys.executable, os.path.abspath(__file__), "fingerprint"], path)[2].strip()
+                populate(prefixes[label], plan, fingerprint)
         for _ in range(repeats):
             for label, path in checkouts.items():
                 if mode == "python -c pass":
@@ -226,5 +236,7 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["experiment"]:
         experiment(sys.argv[2:])
+    elif sys.argv[1:2] == ["fingerprint"]:
+        status_fingerprint()
     else:
         main()

@@ -14,6 +14,10 @@ Every copy comes after its original in the corpus order, so "first occurrence" i
 
 from __future__ import annotations
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.data.synthetic", DATA)
+
 from dataclasses import dataclass, field
 
 import numpy as np

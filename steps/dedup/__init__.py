@@ -4,6 +4,10 @@ Both read a directory (or glob) of JSONL documents and write `docs/` (kept docum
 `attributes/` (what was removed and why) and `shards/` (commit markers); see output.py.
 """
 
+from steps.extras import DATA, require_extra
+
+require_extra("data", "steps.dedup", DATA)
+
 from steps.dedup.attributes import apply_attribute, filter_documents, filter_shard
 from steps.dedup.exact import ExactDedupConfig, exact_dedup
 from steps.dedup.fuzzy import FuzzyDedupConfig, fuzzy_dedup

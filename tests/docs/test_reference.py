@@ -44,10 +44,9 @@ def test_every_environment_variable_the_code_reads_is_documented():
 def test_the_drift_warning_is_quoted_as_it_is_printed():
     from executor.tools.drift import Drift
 
-    drift = Drift(name="hello/count", step_id="hello/count-dd17a46f60a6", function="experiments.hello:count_words",
-                  current_sha256="0" * 64, recorded_sha256="1" * 64, recorded_function=None,
-                  recorded_commit=None, recorded_dirty=None)
-    fixed = drift.message().split("now). ", 1)[1]  # the advice, after the varying hashes
+    drift = Drift(name="acc/upper", step_id="acc/upper-4b1e0c9d2a7f", digest="0" * 64,
+                  changed=("helpers.transform",), new=(), gone=(), current="1" * 64, record_rel="acc/upper-4b1e0c9d2a7f")
+    fixed = drift.message().split(" was produced. ", 1)[1]  # the advice, after what changed since when
     page = " ".join((REPO / "docs" / "editing-code.md").read_text().split())
     assert " ".join(fixed.split()) in page
 

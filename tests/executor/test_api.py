@@ -186,6 +186,7 @@ def test_every_option_is_a_flag_of_the_same_name_and_the_cli_passes_it_on():
                             ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
     assert api_options(given) == Options(prefix="p", only="a", force_failed=False, force_run="b", max_concurrent=3,
                                          ray_address="auto", runner="inline", lease_ttl=9.0, heartbeat_interval=2.0)
+    assert api_options(dataclasses.replace(given, drift="strict")).drift == "strict"  # None (no flag): warn
 
 
 def test_a_ray_cluster_the_caller_started_is_used_and_left_running(tmp_path, ray_local):

@@ -18,9 +18,12 @@ and a child that hears nothing for `silence_limit_s` (half the lease TTL: its ru
 by SIGSTOP or a frozen VM, or died) exits by itself, before any other runner may take the lease
 over. Children ignore SIGINT and SIGTERM: the runner decides how a step ends.
 
-A `memory://` prefix exists in this one process only, so there steps run on daemon threads
-(which cannot be stopped; use a real prefix to debug endings). A step needing several processes
-(`Resources.hosts` above 1) is refused at plan time by `check_steps`.
+A step's environment (`Resources.env`) is given to the child that runs it (a spawned child starts
+with it; a forked one sets it in its own environment before the step runs): the runner's process
+environment is never changed. A `memory://` prefix exists in this one process only, so there steps
+run on daemon threads (which cannot be stopped; use a real prefix to debug endings), and threads
+share the one environment of the process: a step setting `Resources.env` is refused there at plan
+time, as is a step needing several processes (`Resources.hosts` above 1), by `check_steps`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable, Iterable, Literal, Sequence
+from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 from executor.core.step import Resources
 from executor.engine.location import using
@@ -54,21 +57,29 @@ def run_call(call: StepCall) -> StepOutcome:
 
     Whatever the function raises is its own error, KeyboardInterrupt and SystemExit included: a
     real Ctrl-C reaches the executor through its signal handler, never through a step's return.
+    The step's environment (`call.env`) is not set here: the process that runs the step was given
+    it as it started (a child's own environment; Ray's runtime_env), never by changing the
+    environment of a process that runs other steps or the run itself.
     """
-    saved = {k: os.environ.get(k) for k in call.env}
-    os.environ.update(call.env)
     try:
         with using(call.storage):  # the step's storage options, as a value (see engine/location.py)
             return StepOutcome(ok=True, result=call.fn(call.config))
     except BaseException as e:  # noqa: BLE001 - user code may raise anything; we report it
         return StepOutcome(ok=False, error=f"{type(e).__name__}: {e}",
                            traceback="".join(traceback.format_exception(e))[-4000:])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+
+
+def thread_env_problem(name: str, env: Mapping[str, str]) -> str | None:
+    """Why a step with `Resources.env` cannot run on a thread of this process (memory:// prefixes):
+    a process has one environment, shared by the run and every step running beside it, so setting
+    one step's variables would race with the others'. None when it sets none."""
+    if not env:
+        return None
+    return (f"step {name!r} sets Resources(env={sorted(env)}), but on a memory:// prefix the in-process "
+            f"runner runs steps on threads of this one process, which share one environment (setting it for one "
+            f"step would change it for every other step and for the caller). Use a local directory prefix "
+            f"(steps then run in child processes, each given its own environment), or drop env and pass the "
+            f"values in the step's config.")
 
 
 # -- the child process -----------------------------------------------------------------------
@@ -129,6 +140,7 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
     pickle's references resolve; a spawned one returns the script's own classes by value)."""
     status = 0
     try:
+        os.environ.update(call.env)  # this child's own environment, for this one step (spawned: already set)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
         last = [time.monotonic()]
@@ -310,14 +322,19 @@ class InlineRunner:
 
     def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
         """Every reason these steps cannot run in this process (empty when all can)."""
-        return [f"step {name!r} asks for Resources(hosts={r.hosts}), but the in-process runner "
-                f"(--runner inline) runs every step in this one process. Run it with the Ray runner "
-                f"(--runner ray), or set hosts=1 to debug it in-process."
-                for name, r in steps if int(r.hosts) > 1]
+        steps = list(steps)
+        problems = [f"step {name!r} asks for Resources(hosts={r.hosts}), but the in-process runner "
+                    f"(--runner inline) runs every step in this one process. Run it with the Ray runner "
+                    f"(--runner ray), or set hosts=1 to debug it in-process."
+                    for name, r in steps if int(r.hosts) > 1]
+        if not self.isolate:
+            problems += [p for name, r in steps if (p := thread_env_problem(name, r.env))]
+        return problems
 
     def submit(self, call: StepCall) -> ChildHandle | ThreadHandle | FailedHandle:
         if not self.isolate:
-            return ThreadHandle(call)
+            problem = thread_env_problem(call.step_id, call.env)  # check_steps refused it before the run
+            return FailedHandle(call, problem) if problem else ThreadHandle(call)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -359,7 +376,8 @@ class InlineRunner:
             command = [sys.executable, "-c", "from executor.engine.runner.inline import _child_entry; _child_entry()",
                        str(call_r), str(result_w), str(ping_r), silence]
             try:
-                process = subprocess.Popen(command, pass_fds=(call_r, result_w, ping_r))
+                process = subprocess.Popen(command, pass_fds=(call_r, result_w, ping_r),
+                                           env={**os.environ, **call.env} if call.env else None)
             finally:  # the child's ends belong to the child now
                 for fd in (call_r, result_w, ping_r):
                     os.close(fd)

@@ -34,7 +34,10 @@ def url_of(host: str, port: int, token: str) -> str:
 
 def serve(args: Any, say: Callable[[str], None] = print) -> int:
     from executor.core.exit_codes import ExitCode
+    from executor.core.extras import require_extra
     from executor.tools.commands import default_prefix, require_outputs
+
+    require_extra("serve", "stepgraph serve", "jinja2")
     from executor.tools.serve.auth import make_token, read_token_file
     from executor.tools.serve.source import PrefixSource
     from executor.tools.serve.watch import Watcher

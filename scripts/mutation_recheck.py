@@ -1,8 +1,8 @@
 """Re-run a kept result's open mutants (survived, timed out, errors) against today's tests, or
 run the mutants a kept result's deadline left unrun.
 
-    scripts/mutation.sh --recheck --report tests/mutation/report.md execute identity
-    scripts/mutation.sh --continue --deadline 60 --report tests/mutation/report.md execute
+    scripts/mutation.sh --recheck --report scripts/mutation/report.md execute identity
+    scripts/mutation.sh --continue --deadline 60 --report scripts/mutation/report.md execute
 
 A full run of a large target takes hours, so tests written afterwards for its survivors would show
 in the report only after the next one. A re-check runs each open mutant of the kept result again,

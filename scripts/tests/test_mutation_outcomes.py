@@ -16,7 +16,7 @@ from mutation_outcomes import (TARGETS, Baseline, Mutant, Outcome, Target, Targe
                                load_equivalents, reclassify, render_report, score_from_json, score_session,
                                score_to_json, session_progress, unsettled)
 
-EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
+EQUIVALENTS = REPO / "scripts" / "mutation" / "equivalent.json"
 
 
 def test_cosmic_ray_results_are_classified_with_timeouts_and_crashes_apart():
@@ -70,7 +70,7 @@ def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_pa
     row = f"| toy | 10 s of 100 | 5 of {5 + score.pending} (deadline) | 1 | 1 | 1 | 1 | 1 | 50.0% |"
     assert row in report   # killed / (killed + survived)
     assert "## survived" in report and "## timed out" in report and "## error" in report
-    kept = score_from_json(json.loads(json.dumps(score_to_json(score))), [target])  # as tests/mutation/results/ keep it
+    kept = score_from_json(json.loads(json.dumps(score_to_json(score))), [target])  # as scripts/mutation/results/ keep it
     assert render_report([kept], sampled=None) == report  # killed mutants' diffs are not kept: never shown
     assert reclassify(kept, [equivalent]) == kept  # judged again against the same list: the same
     unlisted = reclassify(kept, []).counts()  # its equivalent taken off the list: a survivor again

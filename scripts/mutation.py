@@ -31,7 +31,9 @@ A score can be trusted only if it counts what the tests found:
   counts that as a kill; we do not) or one test ran past the target's hang limit (pytest-timeout
   ended it: a hang found in seconds, still not a kill), an *error* when the worker crashed or could not run the tests,
   *survived* when they passed, and *equivalent* when it survived and is listed, with its reason, in
-  scripts/mutation/equivalent.json (matched by module, function, operator and the mutated line).
+  scripts/mutation/equivalent.json (matched by module, function, operator, the mutated line, its line
+  number and cosmic-ray's occurrence), or *time or cost* when its entry says `"kind": "time or cost"`
+  (it differs only in how long or how much: not equivalent, shown apart).
 """
 
 from __future__ import annotations
@@ -368,15 +370,13 @@ def report_strictly(scores: dict[str, TargetScore], wanted: list[str]) -> int:
     return 1 if any(problems.values()) else 0
 
 
-def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore]) -> str:
+def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore], head: str = "") -> str:
     """The report over every kept target result (so runs of some targets update the report), or over
-    this run's scores for a sample."""
+    this run's scores for a sample; its head says how many deciding targets settle, and `head`."""
     if sampled is None:
         kept = kept_results(results)
         order = DECIDING + [t.name for t in TARGETS if t.name not in DECIDING]
-        missing = [n for n in DECIDING if n not in kept]
-        note = f"\nDeciding targets with no result yet: {', '.join(missing)}.\n" if missing else ""
-        return render_report([kept[n] for n in order if n in kept], sampled=None) + note
+        return render_report([kept[n] for n in order if n in kept], sampled=None, wanted=DECIDING, head=head)
     return render_report(list(scores.values()), sampled=sampled)
 
 
@@ -442,13 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.show is not None:
         for m in list_mutants(args.show):
             print(json.dumps({"module": m.module, "function": m.function, "operator": m.operator,
-                              "mutated_line": m.mutated_line, "line": m.line}, ensure_ascii=False))
+                              "mutated_line": m.mutated_line, "line": m.line,
+                              "occurrence": m.occurrence}, ensure_ascii=False))
         return 0
     if args.render:
         if args.report is None:
             print("--render needs --report FILE", file=sys.stderr)
             return 2
-        args.report.write_text(report_from_results(args.results, None, {}))
+        args.report.write_text(report_from_results(args.results, None, {}, head=args.note or ""))
         return report_strictly(kept_results(args.results), args.targets or DECIDING) if args.strict else 0
     if args.recheck:
         return recheck_kept(args)

@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from mutation_outcomes import Mutant, Outcome, TargetScore, added_line, classify, mutant_diff
+from mutation_outcomes import Mutant, Outcome, TargetScore, added_line, classify, first_lines, mutant_diff
 
 OPEN = (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
@@ -74,21 +74,24 @@ def failed_apart_from_hangs(output: str) -> bool:
     return any(line.startswith(("FAILED ", "ERROR ")) and "Timeout" not in line for line in output.splitlines())
 
 
-def run_tests(command: list[str], work: Path, timeout_s: float, past_hang: bool = False) -> Outcome:
-    """The tests' verdict on the mutant in `work`, as cosmic-ray's would be classified; with
-    `past_hang` (the command run without -x), any failure but a hang is a kill."""
+def run_tests(command: list[str], work: Path, timeout_s: float, past_hang: bool = False) -> tuple[Outcome, float, str]:
+    """The tests' verdict on the mutant in `work`, as cosmic-ray's would be classified, their time and
+    the first lines of their output; with `past_hang` (run without -x), any failure but a hang kills."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    started = time.monotonic()
     proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:  # they and what they started are killed
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return Outcome.TIMED_OUT
+        output = proc.communicate()[0] or ""
+        return Outcome.TIMED_OUT, time.monotonic() - started, first_lines(output)
+    took = time.monotonic() - started
     if past_hang and failed_apart_from_hangs(output):
-        return Outcome.KILLED
-    return classify("normal", "survived" if proc.returncode == 0 else "killed", output)  # any failure kills
+        return Outcome.KILLED, took, first_lines(output)
+    outcome = classify("normal", "survived" if proc.returncode == 0 else "killed", output)  # any failure kills
+    return outcome, took, first_lines(output)
 
 
 def apply_diff(source: str, diff: str) -> str | None:
@@ -113,13 +116,13 @@ def apply_diff(source: str, diff: str) -> str | None:
     return "\n".join(result + lines[cursor:]) if hunks else None
 
 
-def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float) -> Outcome:
+def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float) -> tuple[Outcome, float | None, str]:
     """Apply the mutant's diff in `work`, run the tests, put the module back as it was."""
     module = work / mutant.module
     pristine = module.read_text()
     mutated = apply_diff(pristine, mutant.diff)
     if mutated is None:  # the module is no longer the one mutated: nothing to test
-        return Outcome.ERROR
+        return Outcome.ERROR, None, "the mutant's diff no longer applies to the module"
     past_hang = mutant.outcome is Outcome.TIMED_OUT
     if past_hang:  # all the tests, each ended at a quarter of the timeout, the whole run at twice it
         command, timeout_s = past_hangs(command, timeout_s / 4), timeout_s * 2
@@ -141,7 +144,8 @@ def recheck(score: TargetScore, work: Path, command: list[str], rev: str, say: C
         if should_stop():
             break
         m = mutants[i]
-        mutants[i] = dataclasses.replace(m, outcome=run_mutant(m, work, command, score.target.timeout_s))
+        outcome, seconds, output = run_mutant(m, work, command, score.target.timeout_s)
+        mutants[i] = dataclasses.replace(m, outcome=outcome, seconds=seconds, output=output)
         found[mutants[i].outcome] += 1
         say(f"{score.target.name}: {n} of {len(todo)} re-run, {m.module}:{m.line} {m.operator}: "
             f"{mutants[i].outcome.value}")

@@ -94,6 +94,7 @@ def test_open_mutants_are_run_again_and_the_kills_and_equivalents_are_left(tmp_p
                                      "target's tests (a timed-out one without -x, each test ended at a hang "
                                      "limit): 2 killed, 1 survived, 0 timed out, 0 errors.")
     assert (tmp_path / "calc.py").read_text() == CALC  # each mutant taken back out
+    assert all(m.seconds is not None and m.seconds > 0 and m.output for m in after.mutants[:3])  # time, first lines
 
 
 def test_a_mutant_whose_diff_no_longer_applies_is_an_error_and_the_module_is_left_as_it_was(tmp_path,

@@ -2,7 +2,7 @@
 
 Kept apart from scripts/mutation.py (which copies the tree and drives cosmic-ray) so the rules that
 decide a score — a timeout is not a kill, a crash is an error, an equivalent needs a reason — are
-plain functions that tests/test_mutation_outcomes.py holds.
+plain functions that scripts/tests/test_mutation_outcomes.py holds.
 """
 
 from __future__ import annotations

@@ -234,8 +234,11 @@ def tests_seconds(output: str | None) -> float | None:
 
 
 def first_lines(output: str | None, n: int = 6) -> str:
-    """What a reader needs to tell a slow survivor from a hang: the output's first lines."""
-    return "\n".join((output or "").strip().splitlines()[:n])
+    """What a reader needs to tell a slow survivor from a hang: the output's first lines, and
+    pytest's summary lines of what failed (a "Timeout" there is a hang limit's)."""
+    lines = (output or "").strip().splitlines()
+    failed = [line for line in lines[n:] if line.startswith(("FAILED ", "ERROR "))][:n]
+    return "\n".join(lines[:n] + (["..."] + failed if failed else []))
 
 
 def session_progress(name: str, session: Path, seconds: float) -> str:

@@ -135,34 +135,62 @@ def nap(config: Nap) -> dict:
 
 def test_another_runners_long_step_never_holds_back_a_short_steps_outcome(tmp_path, monkeypatch):
     """Two runs in one process, each with its runner: a child forked by one inherits every pipe open
-    at that moment. B's result pipe, made just before A forked its 6 s step, used to stay open in
-    A's child, so B's 0 s step was reported only when A's ended."""
+    at that moment. B's result pipe, made just before A forked its long step, used to stay open in
+    A's child, so B's 0 s step was reported only when A's ended. B is held in fork (its pipes made)
+    until A has come to fork too, or to the lock that keeps forks apart: events, not a guessed sleep.
+    A's step never ends by itself, so B's outcome comes while it runs or, held back, not at all."""
     import threading
 
-    real_fork = os.fork
+    from executor.engine.runner import inline
+
+    real_fork, main = os.fork, threading.current_thread()
+    a_arrived = threading.Event()  # A forks, or waits for the fork lock B holds
+    b_in_fork = threading.Event()  # B has made its pipes and is about to fork
+
+    class WatchedLock:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def acquire(self, *args, **kwargs):
+            if threading.current_thread() is main:
+                a_arrived.set()
+            return self.inner.acquire(*args, **kwargs)
+
+        def release(self):
+            self.inner.release()
+
+        def __enter__(self):
+            return self.acquire()
+
+        def __exit__(self, *exc):
+            self.release()
 
     def slow_fork():  # B is caught between making its pipes and forking, as the scheduler may catch it
         if threading.current_thread().name == "runner-b":
-            time.sleep(1.0)
+            b_in_fork.set()
+            a_arrived.wait(timeout=30)
+            return real_fork()
+        if threading.current_thread() is main:
+            a_arrived.set()
         return real_fork()
 
+    monkeypatch.setattr(inline._PIPES, "lock", WatchedLock(inline._PIPES.lock))
     monkeypatch.setattr(os, "fork", slow_fork)
     a, b = InlineRunner(start_method="fork"), InlineRunner(start_method="fork")
-    finished: dict[str, float] = {}
+    finished: dict[str, bool] = {}
     try:
         def run_b() -> None:
-            started = time.monotonic()
             handle = b.submit(StepCall("b", nap, Nap(0.0, str(tmp_path / "b")), str(tmp_path / "b")))
             assert handle.outcome().ok
-            finished["b"] = time.monotonic() - started
+            finished["b"] = True
 
         thread = threading.Thread(target=run_b, name="runner-b")
         thread.start()
-        time.sleep(0.3)  # B has made its pipes and sleeps in fork
-        slow = a.submit(StepCall("a", nap, Nap(6.0, str(tmp_path / "a")), str(tmp_path / "a")))
-        thread.join(timeout=30)
-        assert finished["b"] < 4.0, f"B's outcome came after {finished['b']:.1f} s: held back by A's step"
-        assert not slow.done()  # A's step still runs: B was not held back (shutdown kills it)
+        assert b_in_fork.wait(timeout=30)  # B has made its pipes and waits in fork for A
+        slow = a.submit(StepCall("a", nap, Nap(600.0, str(tmp_path / "a")), str(tmp_path / "a")))
+        thread.join(timeout=60)  # a bound only a held-back outcome reaches
+        assert finished.get("b"), "B's outcome was held back by A's step (still running)"
+        assert not slow.done()  # A's step still runs (shutdown kills it)
     finally:
         a.shutdown()
         b.shutdown()

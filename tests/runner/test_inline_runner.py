@@ -1,6 +1,6 @@
-"""The in-process runner's plan-time check: a multi-host step is refused before anything runs.
+"""The inline runner's plan-time check: a multi-host step is refused before anything runs.
 
-No Ray here: the inline runner runs every step in this process, so `Resources(hosts=2)` cannot
+No Ray here: the inline runner runs each step in one child process, so `Resources(hosts=2)` cannot
 be honoured and must be an error (exit 2) naming the step, the field and the fix.
 """
 
@@ -40,7 +40,7 @@ def run_inline(steps: list[ExecutorStep], prefix: Path) -> int:
 def test_multi_host_step_is_refused_before_anything_runs(tmp_path, capsys):
     assert run_inline(experiment(wide_hosts=2), tmp_path) == 2
     err = capsys.readouterr().err
-    assert "in-process runner cannot run this plan" in err
+    assert "inline runner cannot run this plan" in err
     assert "'inline/wide' asks for Resources(hosts=2)" in err and "--runner ray" in err
     assert "'inline/single'" not in err
     assert not list(tmp_path.rglob("status.json")), "nothing may run or be leased"

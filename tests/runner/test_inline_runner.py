@@ -186,3 +186,26 @@ def test_a_step_can_fork_steps_of_its_own(tmp_path):
         assert handle.outcome().ok and handle.outcome().result == {"inner_ok": True}
     finally:
         runner.shutdown()
+
+
+# -- attempt logs: every attempt's output is kept, as on Ray (issue 47) -------------------------
+def talk(config: Touch) -> dict:
+    import sys
+
+    print("to stdout from the step", flush=True)
+    print("to stderr from the step", file=sys.stderr, flush=True)
+    os.system("echo from a subprocess of the step")  # noqa: S605 - fd-level output must be kept too
+    return {}
+
+
+def test_each_inline_attempt_writes_its_log_and_still_prints(tmp_path, capfd):
+    step = ExecutorStep("inline/talk", talk, Touch(this_output_path()))
+    assert run_inline([step], tmp_path) == 0
+    [log] = tmp_path.glob("inline/talk-*/.executor/logs/attempt-1.log")
+    text = log.read_text()
+    assert text.startswith("=== ") and "inline/talk-" in text.splitlines()[0] and "attempt 1" in text
+    for line in ("to stdout from the step", "to stderr from the step", "from a subprocess of the step"):
+        assert line in text, text
+    out, err = capfd.readouterr()
+    assert "to stdout from the step" in out and "to stderr from the step" in err
+    assert out.count("to stdout from the step") == 1, "the step's own output must not be echoed again"

@@ -130,9 +130,23 @@ def _child_entry() -> None:
     _child_main(call, result_fd, ping_fd, silence_limit_s, _dumps, escalate)
 
 
+def _streams_on_fds() -> None:
+    """In the child: sys.stdout/sys.stderr write to fds 1 and 2, where the log's tee reads (a
+    parent's replacement streams, e.g. a test's capture or a notebook's, would bypass it)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = getattr(sys, name)
+        try:
+            on_fd = stream.fileno() == fd
+        except (AttributeError, OSError, ValueError):
+            on_fd = False
+        if not on_fd:
+            setattr(sys, name, open(fd, "w", buffering=1, closefd=False, errors="backslashreplace"))
+
+
 def _run_logged(call: StepCall, escalate: bool) -> StepOutcome:
     """The step, its output teed into its attempt log (as on Ray: executor/engine/runner/capture.py).
     `escalate` (the auto runner): a fan-out stops the step, whose outcome then asks for Ray."""
+    _streams_on_fds()
     with captured_output(log_path(call.output_path, call.attempt), f"{call.step_id} attempt {call.attempt}",
                          call.storage):
         if not escalate:

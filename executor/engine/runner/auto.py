@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 from executor.core.step import Resources
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
-from executor.engine.runner.inline import InlineRunner
+from executor.engine.runner.inline import FailedHandle, InlineRunner
 
 POLL_S = 0.1  # with steps on both runners, how often each is looked at
 
@@ -48,8 +48,13 @@ class AutoHandle:
         if not self.inner.done():
             return False
         if not self.on_ray and self.inner.outcome().needs_ray:
-            self.inner, self.on_ray = self.runner.ray(f"{self.call.step_id} fans work out (map_shards)",
-                                                      ).submit(self.call), True
+            self.on_ray = True
+            try:
+                self.inner = self.runner.ray(f"{self.call.step_id} fans work out (map_shards)").submit(self.call)
+            except Exception as e:  # noqa: BLE001 - Ray did not start: this step fails, saying why
+                self.inner = FailedHandle(self.call, f"{self.call.step_id} fans work out (map_shards), which needs "
+                                                     f"Ray, but Ray could not start: {type(e).__name__}: {e}")
+                return True
             return False
         return True
 

@@ -2,38 +2,16 @@
 
 Steps reach these through `executor.map_shards` and `executor.current_node`, never through Ray:
 inside a Ray task the work becomes Ray tasks on the same cluster; elsewhere (the inline runner,
-unit tests) it runs in order in this process. A step the auto runner started off Ray (in an
-inline child, under `ray_on_fan_out`) is stopped at its first fan-out instead: `NeedsRay` ends
-it, and the auto runner runs it again, from its start, on Ray (executor/engine/runner/auto.py).
+unit tests) it runs in order in this process, unless the auto runner started the step off Ray:
+then the fan-out asks for Ray instead (runner/escalate.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import socket
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-# Set (to a one-item list, the "asked" flag) in an inline child of the auto runner while its step
-# runs: a ContextVar, not a module global, as for the step's storage options (engine/location.py).
-_FAN_OUT_ASKS_RAY: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
-    "stepgraph_fan_out_asks_ray", default=None)
-
-
-class NeedsRay(BaseException):
-    """Raised by a fan-out in a step the auto runner started off Ray: the step is run again on Ray.
-    A BaseException, so that a step's `except Exception` does not swallow it."""
-
-
-@contextlib.contextmanager
-def ray_on_fan_out() -> Iterator[list[bool]]:
-    """While the block runs, a fan-out sets the yielded flag and raises NeedsRay."""
-    asked = [False]
-    token = _FAN_OUT_ASKS_RAY.set(asked)
-    try:
-        yield asked
-    finally:
-        _FAN_OUT_ASKS_RAY.reset(token)
+from executor.engine.runner.escalate import ask_for_ray
 
 
 def fan_out(fn: Callable[[Any], Any], items: Sequence[Any], *, num_cpus: float, max_in_flight: int | None,
@@ -45,11 +23,7 @@ def fan_out(fn: Callable[[Any], Any], items: Sequence[Any], *, num_cpus: float, 
         from executor.engine.runner.ray_map import map_tasks
 
         return map_tasks(fn, list(items), num_cpus=num_cpus, max_in_flight=max_in_flight, on_done=on_done)
-    asked = _FAN_OUT_ASKS_RAY.get()
-    if asked is not None:
-        asked[0] = True
-        raise NeedsRay(f"map_shards({getattr(fn, '__name__', fn)!s}, {len(items)} items) fans work out: "
-                       f"the step runs again on Ray")
+    ask_for_ray(f"map_shards({getattr(fn, '__name__', fn)!s}, {len(items)} items)")  # auto runner, off Ray
     results = []
     for item in items:
         results.append(fn(item))

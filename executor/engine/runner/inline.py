@@ -46,7 +46,7 @@ from executor.engine.location import using
 from executor.engine.runner import log_forwarding
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output, log_path
-from executor.engine.runner.here import ray_on_fan_out
+from executor.engine.runner.escalate import ray_on_fan_out
 
 # A step's child process ends with these to tell its runner why (never stepgraph's own exit codes).
 _CHILD_SILENCED = 75  # the child stopped itself: no ping from its runner for silence_limit_s

@@ -425,7 +425,7 @@ def _check_runner(runner: _RunnerSlot, planned: PlanResult, options: Options) ->
                 if d.action in (Action.RUN, Action.WAIT)]
     problems = runner().check_steps(runnable, prefix_is_local=outputs.is_local(planned.prefix))
     if problems:
-        where = "the inline runner" if options.runner == "inline" else "the cluster"
+        where = {"inline": "the inline runner", "ray": "the cluster"}.get(options.runner, f"the {options.runner} runner")
         raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
 

@@ -1,6 +1,6 @@
-"""The in-process runner's plan-time check: a multi-host step is refused before anything runs.
+"""The inline runner's plan-time check: a multi-host step is refused before anything runs.
 
-No Ray here: the inline runner runs every step in this process, so `Resources(hosts=2)` cannot
+No Ray here: the inline runner runs each step in one child process, so `Resources(hosts=2)` cannot
 be honoured and must be an error (exit 2) naming the step, the field and the fix.
 """
 
@@ -40,7 +40,7 @@ def run_inline(steps: list[ExecutorStep], prefix: Path) -> int:
 def test_multi_host_step_is_refused_before_anything_runs(tmp_path, capsys):
     assert run_inline(experiment(wide_hosts=2), tmp_path) == 2
     err = capsys.readouterr().err
-    assert "in-process runner cannot run this plan" in err
+    assert "inline runner cannot run this plan" in err
     assert "'inline/wide' asks for Resources(hosts=2)" in err and "--runner ray" in err
     assert "'inline/single'" not in err
     assert not list(tmp_path.rglob("status.json")), "nothing may run or be leased"
@@ -214,3 +214,26 @@ def test_a_step_can_fork_steps_of_its_own(tmp_path):
         assert handle.outcome().ok and handle.outcome().result == {"inner_ok": True}
     finally:
         runner.shutdown()
+
+
+# -- attempt logs: every attempt's output is kept, as on Ray (issue 47) -------------------------
+def talk(config: Touch) -> dict:
+    import sys
+
+    print("to stdout from the step", flush=True)
+    print("to stderr from the step", file=sys.stderr, flush=True)
+    os.system("echo from a subprocess of the step")  # noqa: S605 - fd-level output must be kept too
+    return {}
+
+
+def test_each_inline_attempt_writes_its_log_and_still_prints(tmp_path, capfd):
+    step = ExecutorStep("inline/talk", talk, Touch(this_output_path()))
+    assert run_inline([step], tmp_path) == 0
+    [log] = tmp_path.glob("inline/talk-*/.executor/logs/attempt-1.log")
+    text = log.read_text()
+    assert text.startswith("=== ") and "inline/talk-" in text.splitlines()[0] and "attempt 1" in text
+    for line in ("to stdout from the step", "to stderr from the step", "from a subprocess of the step"):
+        assert line in text, text
+    out, err = capfd.readouterr()
+    assert "to stdout from the step" in out and "to stderr from the step" in err
+    assert out.count("to stdout from the step") == 1, "the step's own output must not be echoed again"

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
@@ -49,7 +49,7 @@ class Options:
     force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
     max_concurrent: int = 8
     ray_address: Optional[str] = None  # None: env RAY_ADDRESS, else an embedded local cluster
-    runner: str = "ray"  # ray | inline
+    runner: str = "auto"  # auto (Ray only for steps that need it) | ray | inline (runner/auto.py)
     lease_ttl: float = 60.0
     heartbeat_interval: float = 15.0
     # fsspec options: one object (for the prefix's protocol), one per location ({"s3://corpus": {...},
@@ -434,13 +434,14 @@ def _ended_as_planned(prefix: str, decision: Decision) -> StepReport:
     return _report(prefix, decision, status=status, error=decision.reason if status.unsuccessful else None)
 
 
-def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str) -> Any:
+def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str,
+                ray_started: Callable[[], None]) -> Any:
     from executor.engine.runner.factory import new_runner
 
     # an inline step's child stops itself if this process goes silent for half the TTL
     return new_runner(options.runner, address=options.ray_address, environ=environ,
                       isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2,
-                      info=events.info, warning=events.warning)
+                      info=events.info, warning=events.warning, ray_started=ray_started)
 
 
 class _RunnerSlot:
@@ -452,9 +453,8 @@ class _RunnerSlot:
 
     def __call__(self) -> Any:
         if self.runner is None:
-            self.runner = _new_runner(self.options, self.events, self.environ, self.prefix)
-            if self.options.runner != "inline":
-                self.guard.install()  # ray.init sets its own SIGTERM handler
+            # ray.init sets its own SIGTERM handler: ours again once Ray is up (auto: maybe later)
+            self.runner = _new_runner(self.options, self.events, self.environ, self.prefix, self.guard.install)
         return self.runner
 
     def shutdown(self) -> None:
@@ -463,13 +463,13 @@ class _RunnerSlot:
 
 
 def _check_runner(runner: _RunnerSlot, planned: PlanResult, options: Options) -> None:
-    """The plan-time check against the runner (the cluster's shape; what the in-process runner
+    """The plan-time check against the runner (the cluster's shape; what the inline runner
     cannot do), before anything runs; ExecutorError naming every problem."""
     runnable = [(d.node.name, d.node.step.resources or Resources()) for d in planned.plan.decisions.values()
                 if d.action in (Action.RUN, Action.WAIT)]
     problems = runner().check_steps(runnable, prefix_is_local=outputs.is_local(planned.prefix))
     if problems:
-        where = "the in-process runner" if options.runner == "inline" else "the cluster"
+        where = {"inline": "the inline runner", "ray": "the cluster"}.get(options.runner, f"the {options.runner} runner")
         raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
 
@@ -483,8 +483,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
-    if protocol_of(prefix) == "memory" and options.runner != "inline":
-        raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
+    if protocol_of(prefix) == "memory" and options.runner == "ray":
+        raise ExecutorError("memory:// prefixes live in this process only, which Ray's workers cannot see; "
+                            "use --runner inline or auto (the default)")
     check_run_region(prefix, planned.storage_options, environ, options.allow_cross_region, events)
     reads = note_cross_region_reads(planned.plan, prefix, planned.storage_options, events)
     planned_transfers = check_transfer_budget(planned.plan, reads, options.transfer_budget_gb)

@@ -44,7 +44,10 @@ class ExecutorOptions:
     max_concurrent: int = _flag(8, "steps running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
-    runner: Literal["ray", "inline"] = _flag("ray", "the backend, where steps run; inline: each step in a child process of this one, for debugging")
+    runner: Literal["auto", "ray", "inline"] = _flag("auto", "where steps run: auto: each step in a child process of this one, "
+                                                     "Ray started only when a step needs it (resources, map_shards, "
+                                                     "a cluster address); ray: every step on Ray; inline: every step "
+                                                     "in a child process, Ray never")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
     cache_from: Optional[str] = _flag(None, "a prefix whose outputs of the same steps are copied (every file "

@@ -284,7 +284,7 @@ def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, pref
         logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
                       key=_attempt_of)
         if not logs or forwarded(node.step_id, _attempt_of(logs[-1])):
-            continue  # in-process steps print straight to this console; Ray forwarded all of this one
+            continue  # inline steps (child processes) print straight to this console; Ray forwarded all of this one
         try:
             text = fs.cat_file(logs[-1]).decode(errors="replace").rstrip()
         except OSError:

@@ -350,6 +350,24 @@ def test_a_subclass_of_a_plain_number_gets_a_plain_number_hint(value, kind):
         digest(Wide(value))
 
 
+class Size(tuple):
+    """A shape that is a tuple subclass, as torch.Size is: a 0-d tensor's shape is Size(), not ()."""
+
+
+class ZeroDimTensor:
+    """A 0-d tensor of another library (torch.tensor(0.5)'s shape is torch.Size([]), dtype kind f)."""
+
+    shape = Size()
+    dtype = type("dtype", (), {"kind": "f"})()
+
+
+def test_a_zero_dimensional_value_whose_shape_is_a_tuple_subclass_gets_a_plain_number_hint():
+    """Its shape equals () without being the empty tuple itself: still a number, not an array."""
+    with pytest.raises(ConfigEncodingError, match=r"`value`.*Convert it to a plain float ") as refused:
+        digest(Wide(ZeroDimTensor()))
+    assert "Arrays are not hashed element by element" not in str(refused.value)
+
+
 class _Refused:
     tries = 0
 

@@ -251,7 +251,21 @@ class Decided(NamedTuple):
                           store=self.store, fs=self.fs)
 
 
+def _lease_settings(options: Options) -> Any:
+    """The run's lease settings, checked (heartbeat under half the TTL) by every plan as a run checks
+    them: a dry run refuses what a run would refuse. An ExecutorError naming both flags."""
+    from executor.engine.lease import LeaseSettings
+
+    try:
+        return LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    except ValueError as e:
+        raise ExecutorError(f"--heartbeat-interval {options.heartbeat_interval:g} with --lease-ttl "
+                            f"{options.lease_ttl:g}: {e}; lower --heartbeat-interval or raise --lease-ttl "
+                            f"(Options.heartbeat_interval, Options.lease_ttl)") from None
+
+
 def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> Decided:
+    _lease_settings(options)  # what a run would refuse is refused before anything is read (a dry run too)
     environ = environment(environ)
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
@@ -501,7 +515,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     from executor.engine.mirror import mirror_sources_list
 
     from executor.engine.execute import RunContext
-    from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+    from executor.engine.lease import LeaseKeeper, StalenessWatch
     from executor.engine.provenance import invocation
     from executor.engine.signals import reason_for
     from executor.engine.transfers import TransferLedger
@@ -509,7 +523,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(call.main_file, call.secret_flags)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
-    settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    settings = _lease_settings(options)
     keeper = LeaseKeeper(planned.store, settings)
     guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
     return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs, storage=planned.storage_options,

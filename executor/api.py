@@ -35,6 +35,7 @@ from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Su
 from executor.core.locations import Storage, storage_from
 from executor.core.urls import protocol_of
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.legacy_carry import carry_over
 from executor.engine.snapshot import read_snapshot
 
 
@@ -241,10 +242,13 @@ class Decided(NamedTuple):
                           store=self.store, fs=self.fs)
 
 
-def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> Decided:
+def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None,
+           write: bool = False) -> Decided:
+    """`write`: a run's plan, which may write (outputs made under legacy ids are adopted)."""
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
+        snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
         decided = plan_steps(graph, snapshot, PlanOptions(options.force_failed, options.force_run, options.only,
                                                           now=time.time()))
     decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store)
@@ -360,7 +364,7 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     environ = os.environ if environ is None else environ  # the only read of the process environment
     events = Events(subscribers)
     started = time.time()
-    decided = decide(graph, options, environ=environ)
+    decided = decide(graph, options, environ=environ, write=True)
     events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options))
     call = _Call(description, main_file or main_file_path(), frozenset(secret_flags))
     try:

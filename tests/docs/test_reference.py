@@ -44,7 +44,7 @@ def test_every_environment_variable_the_code_reads_is_documented():
 def test_the_drift_warning_is_quoted_as_it_is_printed():
     from executor.tools.drift import Drift
 
-    drift = Drift(name="hello/count", step_id="hello/count-dd17a46f60a6", function="experiments.hello:count_words",
+    drift = Drift(name="hello/count", step_id="hello/count-96d5fcec79dc", function="experiments.hello:count_words",
                   current_sha256="0" * 64, recorded_sha256="1" * 64, recorded_function=None,
                   recorded_commit=None, recorded_dirty=None)
     fixed = drift.message().split("now). ", 1)[1]  # the advice, after the varying hashes

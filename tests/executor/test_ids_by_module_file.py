@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from executor.core.naming import module_name_of_file, qualified_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,3 +195,26 @@ def test_the_module_of_a_file_is_still_named_for_provenance_and_results(tmp_path
     plan = json.loads((REPO / "experiments/hello.plan.json").read_text())
     assert '"dataclass": "WordsConfig"' in json.dumps(plan) and "experiments.hello" not in json.dumps(
         [s["identity"] for s in plan["steps"]])
+
+
+def test_steps_with_a_status_are_not_looked_up_under_their_legacy_ids(tmp_path, monkeypatch):
+    """Planning a prefix whose steps all have statuses works out no legacy id (the hot path stays)."""
+    from executor.core import legacy_ids
+    from executor.core.graph import build_graph
+    from executor.core.plan import Observed
+    from executor.core.record import State, Status
+    from executor.engine import legacy_carry
+    from tests.executor.relocatable_experiment import Options, build
+
+    graph = build_graph(build(Options()))
+    snapshot = {d: Observed(Status(State.SUCCESS, d, n.step_id, 1, 1, None, 0.0)) for d, n in graph.nodes.items()}
+
+    def refuse(self: object, digest: str) -> str:
+        raise AssertionError("a legacy id was worked out for a step that has a status")
+
+    monkeypatch.setattr(legacy_ids.LegacyDigests, "of", refuse)
+    assert legacy_carry.carry_over(graph, snapshot, None, None, str(tmp_path), write=True) is snapshot
+    first = next(iter(graph.nodes))
+    del snapshot[first]  # one step without a status: it alone is looked up
+    with pytest.raises(AssertionError, match="a legacy id was worked out"):
+        legacy_carry.carry_over(graph, snapshot, None, None, str(tmp_path), write=True)

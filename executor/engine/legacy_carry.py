@@ -42,25 +42,34 @@ def carry_over(graph: Graph, snapshot: dict[str, Observed], store: Any, fs: Any,
     carried = dict(snapshot)
     new_digest_of = legacy.new_digest_of()
     now = time.time() if now is None else now
+    owner = None
     for (node, old_id), versioned in zip(moved, found):
         old = observe(versioned, f"{store.root}/{status_key(old_id)}").status
         if old is None or old.state != State.SUCCESS or old.digest != legacy.of(node.digest):
             continue
-        status = _adopted_status(node, old, old_id, new_digest_of, now)
+        owner = owner or _owner(now)
+        status = _adopted_status(node, old, old_id, new_digest_of, owner, now)
         carried[node.digest] = _declare(store, fs, prefix, node, status, now) if write else Observed(status)
     return carried
 
 
-def _adopted_status(node: StepNode, old: Status, old_id: str, new_digest_of: dict[str, str], now: float) -> Status:
+def _owner(now: float) -> Owner:
+    from executor.engine.provenance import user_and_host
+
+    who = user_and_host()
+    return Owner(run_id=f"migrate-ids-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}", host=str(who["host"]),
+                 pid=int(who["pid"]), user=str(who["user"]))
+
+
+def _adopted_status(node: StepNode, old: Status, old_id: str, new_digest_of: dict[str, str], owner: Owner,
+                    now: float) -> Status:
     target = (
         {k: old.alias_of[k] for k in ("step_id", "digest", "output_rel")} if old.alias_of  # always one hop
         else {"step_id": old.step_id, "digest": old.digest, "output_rel": old_id})
-    alias_of = {**target, "declared_by": "stepgraph (legacy id migration)",
+    alias_of = {**target, "declared_by": f"{owner.user}@{owner.host} (legacy id migration)",
                 "declared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "reason": REASON}
     inputs = ({new_digest_of[d]: sha for d, sha in old.inputs.items() if d in new_digest_of}
               if old.inputs else old.inputs)
-    owner = Owner(run_id=f"migrate-ids-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}", host="-", pid=0,
-                  user="-")
     return Status(State.SUCCESS, node.digest, node.step_id, seq=0, attempt=0, owner=owner, written_at=now,
                   started_at=now, alias_of=alias_of, function_sha256=old.function_sha256,
                   content_sha256=old.content_sha256, inputs=inputs)
@@ -70,10 +79,13 @@ def _declare(store: Any, fs: Any, prefix: str, node: StepNode, status: Status, n
     """Write the adoption's record, then its status where none exists; the status now there."""
     record = StepRecord(
         step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity, config=None,
-        dependencies=[], provenance={"adopted": True, "migration": "legacy-ids"}, result=None, manifest=[],
+        dependencies=[], result=None, manifest=[],
+        provenance={"adopted": True, "migration": "legacy-ids", **({"user": status.owner.user, "host": status.owner.host,
+                                                                   "pid": status.owner.pid} if status.owner else {})},
         timings={"started_at": now, "finished_at": now, "seconds": 0.0}, attempt=0,
         run_id=status.owner.run_id if status.owner else "migrate-ids",
-        extra={"adopted_from": status.alias_of, "identity_differences": []})
+        extra={"adopted_from": status.alias_of,
+               "identity_differences": ["config: class names without their module (issue 44)"]})
     key = status_key(node.output_rel)
     there = store.read(key)
     if there is not None:  # another runner got here since the snapshot: its status (and record) stand

@@ -9,6 +9,7 @@ tests/executor/relocatable_experiment.py holds every kind of class the encoder n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -218,3 +219,28 @@ def test_steps_with_a_status_are_not_looked_up_under_their_legacy_ids(tmp_path, 
     del snapshot[first]  # one step without a status: it alone is looked up
     with pytest.raises(AssertionError, match="a legacy id was worked out"):
         legacy_carry.carry_over(graph, snapshot, None, None, str(tmp_path), write=True)
+
+
+def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, monkeypatch):
+    """Both planned from a snapshot without the new statuses: the second finds the first's and keeps it."""
+    from executor.core.graph import build_graph
+    from executor.engine import legacy_carry
+    from executor.engine.location import open_location
+    from executor.engine.snapshot import read_snapshot
+    prefix = _legacy_prefix(tmp_path)
+    experiment = _copy(tmp_path / "lab", "exp.py")  # the module `exp`, as when the prefix was written
+    spec = importlib.util.spec_from_file_location("exp", experiment)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "exp", module)
+    spec.loader.exec_module(module)
+    graph = build_graph(module.build(module.Options()))
+    store, fs = open_location(str(prefix))
+    snapshot = read_snapshot(store, graph.nodes.values())
+    first = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=1.0)
+    second = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=2.0)
+    assert {d: (o.status.written_at, o.generation) for d, o in first.items()} == {
+        d: (o.status.written_at, o.generation) for d, o in second.items()}
+    assert {o.status.written_at for o in second.values()} == {1.0}
+    for digest, observed in second.items():
+        status = json.loads((prefix / graph.nodes[digest].output_rel / ".executor/status.json").read_text())
+        assert status["written_at"] == 1.0 and status["alias_of"]["step_id"] == LEGACY_IDS[graph.nodes[digest].name]

@@ -77,11 +77,10 @@ def _adopted_status(node: StepNode, old: Status, old_id: str, new_digest_of: dic
 
 def _declare(store: Any, fs: Any, prefix: str, node: StepNode, status: Status, now: float) -> Observed:
     """Write the adoption's record, then its status where none exists; the status now there."""
+    who = {"user": status.owner.user, "host": status.owner.host, "pid": status.owner.pid} if status.owner else {}
     record = StepRecord(
         step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity, config=None,
-        dependencies=[], result=None, manifest=[],
-        provenance={"adopted": True, "migration": "legacy-ids", **({"user": status.owner.user, "host": status.owner.host,
-                                                                   "pid": status.owner.pid} if status.owner else {})},
+        dependencies=[], result=None, manifest=[], provenance={"adopted": True, "migration": "legacy-ids", **who},
         timings={"started_at": now, "finished_at": now, "seconds": 0.0}, attempt=0,
         run_id=status.owner.run_id if status.owner else "migrate-ids",
         extra={"adopted_from": status.alias_of,

@@ -36,6 +36,7 @@ from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Su
 from executor.core.locations import Storage, storage_from
 from executor.core.urls import protocol_of
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.legacy_carry import carry_over
 from executor.engine.snapshot import read_snapshot
 
 
@@ -264,12 +265,15 @@ def _lease_settings(options: Options) -> Any:
                             f"(Options.heartbeat_interval, Options.lease_ttl)") from None
 
 
-def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> Decided:
+def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None,
+           write: bool = False) -> Decided:
+    """`write`: a run's plan, which may write (outputs made under legacy ids are adopted)."""
     _lease_settings(options)  # what a run would refuse is refused before anything is read (a dry run too)
     environ = environment(environ)
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
+        snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
         plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time())
         decided = plan_steps(graph, snapshot, plan_options)
         decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
@@ -404,7 +408,7 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     environ = environment(environ)  # once for the whole run
     events = Events(subscribers)
     started = time.time()
-    decided = decide(graph, options, environ=environ)
+    decided = decide(graph, options, environ=environ, write=True)
     events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options))
     call = _Call(description, main_file or main_file_path(), frozenset(secret_flags))
     try:

@@ -254,10 +254,10 @@ NT = collections.namedtuple("NT", "b a")
     (prefix_path("raw/a"), {"prefix_path": "raw/a"}),
     (mirrored("gs://bucket/raw/corpus"), "gs://bucket/raw/corpus"),  # the logical URL, as the plain string
     (this_output_path("sub"), {"this_output": "sub"}), (this_output_path(), {"this_output": None}),
-    (Color.RED, {"enum": f"{__name__}.Color", "name": "RED"}),
+    (Color.RED, {"enum": "Color", "name": "RED"}),
     (b"\x00\xff", {"bytes": "00ff"}), (bytearray(b"\x01"), {"bytes": "01"}),
     (pathlib.PurePosixPath("a/b"), {"path": "a/b"}), (pathlib.PureWindowsPath("a\\b"), {"path": "a/b"}),
-    (NT(1, 2), {"fields": {"a": 2, "b": 1}, "namedtuple": f"{__name__}.NT"}),
+    (NT(1, 2), {"fields": {"a": 2, "b": 1}, "namedtuple": "NT"}),
     (frozenset({"b", "a"}), {"set": ["a", "b"]}), ({2, 1}, {"set": [1, 2]}),
     (datetime.timedelta(seconds=1), {"type": "datetime.timedelta", "value": {"tuple": [0, 1, 0]}}),
     (float("-inf"), {"float": "-inf"}), (None, None), (False, False), (10**30, 10**30),

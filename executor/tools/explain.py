@@ -282,8 +282,20 @@ def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
     for node in new:
         old = versions.nearest(node)
         if old is not None:
-            notes[node.digest] = one_line(graph, explain_node(graph, node, old, versions, seen))
+            notes[node.digest] = cutoff_check(graph, node, old) + one_line(
+                graph, explain_node(graph, node, old, versions, seen))
     return notes
+
+
+def cutoff_check(graph: Graph, node: StepNode, old: Version) -> str:
+    """What the run will check before running a step whose earlier version differs only in dependency
+    digests (executor.engine.cutoff): "runs unless cut/write's output is unchanged; " (else "")."""
+    changes = diff_documents(old.identity, node.identity)
+    if not changes or not all(isinstance(c, DependencyChange) and c.new_digest in node.deps for c in changes):
+        return ""
+    names = " and ".join(f"{graph.nodes[d].name}'s" for d in dict.fromkeys(c.new_digest for c in changes))
+    plural = "outputs are" if len({c.new_digest for c in changes}) > 1 else "output is"
+    return f"runs unless {names} {plural} unchanged (then cut off); "
 
 
 def print_dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, reporter: Any,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from executor.core.errors import StatusError
 from executor.core.graph import StepNode
@@ -27,8 +27,8 @@ from executor.engine import outputs
 from executor.engine.events import LeaseLost, StepFinished
 from executor.engine.lease import Lease
 
-if TYPE_CHECKING:
-    from executor.engine.execute import Execution, Tracked
+# `Execution` / `Tracked` (executor.engine.execute) are named in quotes only: that module imports this one.
+Execution = Tracked = Any
 
 STATUS_SUFFIX = "/.executor/status.json"
 

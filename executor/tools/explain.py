@@ -34,6 +34,7 @@ class Version:
     identity: dict[str, Any]
     source: str  # "storage" (the prefix), "ids file", or "cache-from PREFIX"
     finished_at: float = 0.0
+    cut_off: str | None = None  # an early cutoff's record: why it was not run ("cut off: …")
 
 
 class EarlierVersions:
@@ -95,7 +96,9 @@ def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict
             if record is None or record.get("name") != name or "identity" not in record:
                 continue
             finished = float((record.get("timings") or {}).get("finished_at") or 0.0)
-            found.append(Version(name, record["step_id"], record["digest"], record["identity"], source, finished))
+            cut_off = ((record.get("extra") or {}).get("adopted_from") or {}).get("cut_off")
+            found.append(Version(name, record["step_id"], record["digest"], record["identity"], source, finished,
+                                 cut_off))
     return found
 
 
@@ -227,6 +230,8 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
             where = {"storage": "on storage", "ids file": "in the ids file"}.get(found.source,
                                                                                  f"under {found.source}")
             say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
+            if found.cut_off:
+                say(f"{node.name}: not run: {found.cut_off}; its output is an earlier one's")
             continue
         old = versions.nearest(node)
         if old is None:

@@ -43,6 +43,7 @@ def print_step_table(rows: Sequence[StepRow], say: Callable[[str], Any] = print)
     for r in rows:
         error = (r.error or "").replace("\n", " ")
         alias = f"(alias of {r.alias_of}) " if r.alias_of else ""
+        alias = f"({r.cut_off}; alias of {r.alias_of}) " if r.cut_off else alias
         alias += f"(copied from {r.copied_from}) " if r.copied_from else ""
         say(f"{r.step_id:<{width}}  {r.state.value:<11} {when(r.finished_at):<19}  {duration(r.seconds):>8}  "
             f"{r.attempt:>3}  {(r.run_id or '-'):<24} {alias}{error[:100]}")

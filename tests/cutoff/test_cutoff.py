@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.__main__ import main as tools_main
 from executor.cli import run
 from tests.cutoff.chain_experiment import chain
 
@@ -83,7 +84,24 @@ def test_a_code_version_bump_with_an_identical_output_stops_the_cascade_there(tm
                                            "content_sha256": write_content}]
     assert "✂ cut/upper not run: cut off: cut/write's output unchanged" in out, out
     assert "✂ cut/frame not run: cut off: cut/upper's output unchanged" in out, out
+    assert re.search(r"✂ cut/frame not run: [^\n]*\n\s*progress: 3/3 done, 0 running, 0 waiting", out), out  # live view
     assert re.search(r"cut/frame\s*│\s*cut off\s*│\s*-\s*│\s*cut off: cut/upper's output unchanged", out), out
+
+    run_file = json.loads(Path(re.search(r"run record: (\S+\.json)", out).group(1)).read_text())
+    entry = next(e for e in run_file["steps"] if e["name"] == "cut/upper")
+    assert entry["cut_off"] == new_upper["alias_of"]["cut_off"] and entry["status"] == "succeeded"
+    assert "cut_off" not in next(e for e in run_file["steps"] if e["name"] == "cut/write")
+    report = Path(re.search(r"report: (\S+\.html)", out).group(1)).read_text()
+    assert "cut off: cut/write&#x27;s output unchanged (manifest sha256" in report, report[:2000]
+    assert tools_main(["status", "--prefix", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert re.search(rf"{new_frame['step_id']}\s+SUCCESS.*\(cut off: cut/upper's output unchanged \(manifest "
+                     rf"sha256 \w+…\); alias of {old_frame['step_id']}\)", table), table
+    assert tools_main(["status", "--prefix", str(tmp_path), new_upper["step_id"]]) == 0
+    one = capsys.readouterr().out
+    assert f"alias of    {old_upper['step_id']}" in one and "declared by early cutoff (run " in one, one
+    code, explained = go(tmp_path, capsys, "--explain", "cut/frame", write_version="2")
+    assert f"cut/frame: not run: {new_frame['alias_of']['cut_off']}; its output is an earlier one's" in explained
 
     code, out = go(tmp_path, capsys, write_version="2")  # a later run: nothing to do
     assert code == 0 and "all 3 step(s) already succeeded; nothing to do" in out, out
@@ -165,3 +183,22 @@ def test_two_runners_racing_through_a_cutoff_make_one_decision(tmp_path, sidefx)
                      key=lambda s: s["written_at"])[1]
         assert new["seq"] == 1 and new["attempt"] == 1  # one lease, one fenced commit: nobody wrote over it
         assert new["owner"]["pid"] == racers[outs.index(decided[0])].pid
+
+
+def test_the_live_panel_counts_a_cut_off_step_as_done_and_says_why():
+    import io
+
+    from rich.console import Console
+
+    from executor.engine.live import LiveReporter
+
+    buffer = io.StringIO()
+    reporter = LiveReporter(console=Console(file=buffer, force_terminal=True, width=200), still_running_every_s=60)
+
+    class Node:
+        digest, name, step_id = "d" * 64, "acc/frame", "acc/frame-dddddddddddd"
+
+    reporter.step_cut_off(Node, "cut off: acc/upper's output unchanged (manifest sha256 3f2a9c0d1e2b…)")
+    assert reporter.counts()["done"] == 1 and reporter.tally().startswith("1/1 done")
+    reporter.close()
+    assert "acc/frame not run: cut off: acc/upper's output unchanged" in buffer.getvalue()

@@ -114,11 +114,23 @@ def _only_dependencies_differ(old: Any, new: Any, renamed: dict[str, str]) -> bo
     return False
 
 
-def find(store: Any, fs: Any, prefix: str, node: StepNode, now: Mapping[str, str]) -> Cutoff | None:
-    """The most recently finished earlier SUCCESS of `node`'s name that `match` vouches for."""
-    listed = store.list_generations(f"{node.name}-", STATUS_SUFFIX)
-    rels = sorted(k[: -len(STATUS_SUFFIX)] for k in listed if k.endswith(STATUS_SUFFIX))
-    rels = [r for r in rels if r.rsplit("-", 1)[0] == node.name and r != node.output_rel]
+def outputs_by_name(store: Any) -> dict[str, list[str]]:
+    """Step name -> output rels holding a status under the prefix, from one listing."""
+    found: dict[str, list[str]] = {}
+    for key in sorted(store.list_generations("", STATUS_SUFFIX)):
+        if key.endswith(STATUS_SUFFIX) and not key.startswith("runs/"):
+            rel = key[: -len(STATUS_SUFFIX)]
+            found.setdefault(rel.rsplit("-", 1)[0], []).append(rel)
+    return found
+
+
+def find(store: Any, fs: Any, prefix: str, node: StepNode, now: Mapping[str, str],
+         earlier: Mapping[str, list[str]]) -> Cutoff | None:
+    """The most recently finished earlier SUCCESS of `node`'s name (its output rels: `earlier[name]`)
+    that `match` vouches for."""
+    rels = [r for r in earlier.get(node.name, ()) if r != node.output_rel]
+    if not rels:
+        return None
     best: tuple[float, Cutoff] | None = None
     for rel, versioned in zip(rels, store.read_many([f"{r}{STATUS_SUFFIX}" for r in rels])):
         try:
@@ -146,8 +158,12 @@ def _target(status: Status, rel: str) -> dict[str, str]:
 class Cutoffs:
     """The run loop's early cutoff: tried once a ready step holds its lease, before it is submitted."""
 
-    def __init__(self, ex: "Execution"):
+    def __init__(self, ex: "Execution", config_to_json: Any):
         self.ex = ex
+        self.config_to_json = config_to_json  # execute.config_to_json: the record's resolved config, secrets out
+        # The prefix's outputs by step name, listed once, when a step first could be cut off. Outputs
+        # committed later in the run are not in it: missing a candidate only means the step runs.
+        self.earlier: dict[str, list[str]] | None = None
 
     def try_commit(self, t: "Tracked", lease: Lease) -> bool:
         """Commit `t` as cut off if an earlier output of it consumed exactly its dependencies' outputs.
@@ -157,7 +173,9 @@ class Cutoffs:
         if now is None:
             return False
         try:
-            found = find(ex.ctx.store, ex.ctx.fs, ex.ctx.prefix, t.node, now)
+            if self.earlier is None:
+                self.earlier = outputs_by_name(ex.ctx.store)
+            found = find(ex.ctx.store, ex.ctx.fs, ex.ctx.prefix, t.node, now, self.earlier)
         except Exception as e:  # noqa: BLE001 - running the step is always safe
             ex.ctx.events.warning(f"{t.node.name}: could not look for an earlier output to cut off at "
                                   f"({type(e).__name__}: {e}); running it")
@@ -199,7 +217,8 @@ class Cutoffs:
                  "path": ex._dep_path(d), "blocking": d in node.deps, "content_sha256": t.consumed.get(d)}
                 for d in (*node.deps, *node.weak_deps)]
         record = StepRecord(
-            step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity, config=None,
+            step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity,
+            config=self.config_to_json(ex.resolve_config(node)),  # its paths: the outputs it stands on
             dependencies=deps, provenance={**ex.ctx.invocation, "cut_off": True}, result=None, manifest=[],
             timings={"started_at": wall, "finished_at": wall, "seconds": 0.0}, attempt=t.lease.status.attempt,
             run_id=ex.ctx.owner.run_id,
@@ -207,11 +226,4 @@ class Cutoffs:
         outputs.write_json(ex.ctx.fs, outputs.join(ex.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
 
 
-def cut_off_reason(status: Status | None) -> str | None:
-    """Why a SUCCESS is an early cutoff ("cut off: upper's output unchanged (manifest sha256 …)"), or None."""
-    if status is None or not status.alias_of:
-        return None
-    return status.alias_of.get("cut_off")
-
-
-__all__ = ["Cutoff", "Cutoffs", "Match", "consumed_now", "cut_off_reason", "find", "match"]
+__all__ = ["Cutoff", "Cutoffs", "Match", "consumed_now", "find", "match", "outputs_by_name"]

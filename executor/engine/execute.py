@@ -132,7 +132,7 @@ class Execution:
         self.dependents = graph.dependents()
         self.copies = CacheCopies(self)
         self.mirrors = MirrorCopies(self)
-        self.cutoffs = Cutoffs(self)
+        self.cutoffs = Cutoffs(self, config_to_json)
 
     def _track(self, decision: Decision) -> Tracked:
         """How a planned step starts out in this run."""

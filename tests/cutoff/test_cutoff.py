@@ -202,3 +202,25 @@ def test_the_live_panel_counts_a_cut_off_step_as_done_and_says_why():
     assert reporter.counts()["done"] == 1 and reporter.tally().startswith("1/1 done")
     reporter.close()
     assert "acc/frame not run: cut off: acc/upper's output unchanged" in buffer.getvalue()
+
+
+def test_a_step_whose_own_identity_changed_runs_and_only_its_dependents_may_be_cut_off(tmp_path, sidefx, capsys):
+    """upper's own code_version bump is a change of upper itself: it runs (its dependencies' outputs are
+    unchanged, but that is no evidence about its own code); frame, below it, is cut off."""
+    assert go(tmp_path, capsys)[0] == 0
+    ran(sidefx)
+    code, out = go(tmp_path, capsys, upper_version="2")
+    assert code == 0, out
+    assert ran(sidefx) == {"upper": 1}
+    assert "✂ cut/frame not run" in out and "✂ cut/upper" not in out, out
+
+
+def test_a_step_changed_itself_runs_even_when_its_dependency_is_byte_identical(tmp_path, sidefx, capsys):
+    """write and upper both bumped: write's output is identical, but upper's own code_version changed, so
+    the earlier upper output is no evidence for the new one: upper runs; frame is cut off."""
+    assert go(tmp_path, capsys)[0] == 0
+    ran(sidefx)
+    code, out = go(tmp_path, capsys, write_version="2", upper_version="2")
+    assert code == 0, out
+    assert ran(sidefx) == {"write": 1, "upper": 1}
+    assert "✂ cut/frame not run" in out and "✂ cut/upper" not in out, out

@@ -242,6 +242,9 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
         explanation = explain_node(graph, node, old, versions)
         for line in render_explanation(graph, explanation):
             say(line)
+        check = cutoff_check(graph, node, old)
+        if check:  # what a run will check before running it (executor.engine.cutoff)
+            say(f"{node.name}: {check.rstrip('; ')}")
         say(cascade_summary(len(explanation.readdressed()), explanation.roots()))
     return ExitCode.OK
 

@@ -65,6 +65,9 @@ def test_a_code_version_bump_with_an_identical_output_stops_the_cascade_there(tm
     assert "cut/upper: runs unless cut/write's output is unchanged" in dry, dry
     assert "cut/frame: runs unless cut/upper's output is unchanged" in dry, dry
 
+    code, explained = go(tmp_path, capsys, "--explain", "cut/upper", write_version="2")
+    assert "cut/upper: runs unless cut/write's output is unchanged (then cut off)" in explained, explained
+
     code, out = go(tmp_path, capsys, write_version="2")
     assert code == 0, out
     assert ran(sidefx) == {"write": 1}  # the cascade stopped at write's identical output
@@ -223,4 +226,20 @@ def test_a_step_changed_itself_runs_even_when_its_dependency_is_byte_identical(t
     code, out = go(tmp_path, capsys, write_version="2", upper_version="2")
     assert code == 0, out
     assert ran(sidefx) == {"write": 1, "upper": 1}
+    assert "✂ cut/frame not run" in out and "✂ cut/upper" not in out, out
+
+
+def test_no_cutoff_without_the_consumed_digest_on_record(tmp_path, sidefx, capsys):
+    """An earlier output whose record does not say what it consumed (made before content tracking) is no
+    evidence: never a guess, the step runs."""
+    assert go(tmp_path, capsys)[0] == 0
+    ran(sidefx)
+    path = next(tmp_path.glob("cut/upper-*/.executor/record.json"))
+    record = json.loads(path.read_text())
+    for dep in record["dependencies"]:
+        dep["content_sha256"] = None
+    path.write_text(json.dumps(record))
+    code, out = go(tmp_path, capsys, write_version="2")
+    assert code == 0, out
+    assert ran(sidefx) == {"write": 1, "upper": 1}  # upper runs; its output is identical, so frame is cut off
     assert "✂ cut/frame not run" in out and "✂ cut/upper" not in out, out

@@ -186,6 +186,8 @@ def test_two_runners_racing_through_a_cutoff_make_one_decision(tmp_path, sidefx)
                      key=lambda s: s["written_at"])[1]
         assert new["seq"] == 1 and new["attempt"] == 1  # one lease, one fenced commit: nobody wrote over it
         assert new["owner"]["pid"] == racers[outs.index(decided[0])].pid
+        record = json.loads(Path(prefix, new["step_id"], ".executor", "record.json").read_text())
+        assert record["run_id"] == new["owner"]["run_id"]  # the record is the decider's, not overwritten
 
 
 def test_the_live_panel_counts_a_cut_off_step_as_done_and_says_why():

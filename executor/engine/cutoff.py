@@ -114,21 +114,24 @@ def _only_dependencies_differ(old: Any, new: Any, renamed: dict[str, str]) -> bo
     return False
 
 
-def outputs_by_name(store: Any) -> dict[str, list[str]]:
-    """Step name -> output rels holding a status under the prefix, from one listing."""
-    found: dict[str, list[str]] = {}
-    for key in sorted(store.list_generations("", STATUS_SUFFIX)):
-        if key.endswith(STATUS_SUFFIX) and not key.startswith("runs/"):
-            rel = key[: -len(STATUS_SUFFIX)]
-            found.setdefault(rel.rsplit("-", 1)[0], []).append(rel)
-    return found
+def outputs_named(fs: Any, prefix: str, name: str, listed: dict[str, list[str]]) -> list[str]:
+    """Output dirs (relative to the prefix) of step `name`: `<folder>/<leaf>-*`, from one shallow listing
+    of its folder (kept in `listed`, by folder), never a walk through the outputs' own files."""
+    folder, _, leaf = name.rpartition("/")
+    if folder not in listed:
+        try:
+            entries = fs.ls(outputs.join(prefix, folder), detail=False)
+        except FileNotFoundError:
+            entries = []
+        listed[folder] = sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+    return [f"{folder}/{b}" if folder else b for b in listed[folder] if b.rsplit("-", 1)[0] == leaf]
 
 
 def find(store: Any, fs: Any, prefix: str, node: StepNode, now: Mapping[str, str],
-         earlier: Mapping[str, list[str]]) -> Cutoff | None:
-    """The most recently finished earlier SUCCESS of `node`'s name (its output rels: `earlier[name]`)
-    that `match` vouches for."""
-    rels = [r for r in earlier.get(node.name, ()) if r != node.output_rel]
+         listed: dict[str, list[str]]) -> Cutoff | None:
+    """The most recently finished earlier SUCCESS of `node`'s name that `match` vouches for (`listed`:
+    the folder listings outputs_named made so far)."""
+    rels = [r for r in outputs_named(fs, prefix, node.name, listed) if r != node.output_rel]
     if not rels:
         return None
     best: tuple[float, Cutoff] | None = None
@@ -161,9 +164,9 @@ class Cutoffs:
     def __init__(self, ex: "Execution", config_to_json: Any):
         self.ex = ex
         self.config_to_json = config_to_json  # execute.config_to_json: the record's resolved config, secrets out
-        # The prefix's outputs by step name, listed once, when a step first could be cut off. Outputs
-        # committed later in the run are not in it: missing a candidate only means the step runs.
-        self.earlier: dict[str, list[str]] | None = None
+        # Each folder's listing, made once, when a step in it first could be cut off. Outputs committed
+        # later in the run are not in it: missing a candidate only means the step runs.
+        self.listed: dict[str, list[str]] = {}
 
     def try_commit(self, t: "Tracked", lease: Lease) -> bool:
         """Commit `t` as cut off if an earlier output of it consumed exactly its dependencies' outputs.
@@ -173,9 +176,7 @@ class Cutoffs:
         if now is None:
             return False
         try:
-            if self.earlier is None:
-                self.earlier = outputs_by_name(ex.ctx.store)
-            found = find(ex.ctx.store, ex.ctx.fs, ex.ctx.prefix, t.node, now, self.earlier)
+            found = find(ex.ctx.store, ex.ctx.fs, ex.ctx.prefix, t.node, now, self.listed)
         except Exception as e:  # noqa: BLE001 - running the step is always safe
             ex.ctx.events.warning(f"{t.node.name}: could not look for an earlier output to cut off at "
                                   f"({type(e).__name__}: {e}); running it")
@@ -226,4 +227,4 @@ class Cutoffs:
         outputs.write_json(ex.ctx.fs, outputs.join(ex.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
 
 
-__all__ = ["Cutoff", "Cutoffs", "Match", "consumed_now", "find", "match", "outputs_by_name"]
+__all__ = ["Cutoff", "Cutoffs", "Match", "consumed_now", "find", "match", "outputs_named"]

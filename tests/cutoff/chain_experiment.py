@@ -8,7 +8,8 @@
 
 CUT_WRITE_VERSION / CUT_UPPER_VERSION: the steps' code_version (a bump re-addresses the step and all
 below it). Each step that runs leaves an evidence file `ran-<name>-<uuid>` in CUT_SIDEFX (a local
-directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps. Steps read and write through open_file: any prefix works.
+directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps. Steps read
+and write through open_file: any prefix works.
 """
 
 from __future__ import annotations

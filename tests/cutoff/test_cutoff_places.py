@@ -88,3 +88,24 @@ def test_cutoff_with_the_ray_runner(tmp_path, sidefx):
     assert "starting Ray" in out, out
     assert ran(sidefx) == {"write": 1}, out
     assert "✂ cut/upper not run" in out and "✂ cut/frame not run" in out, out
+
+
+def test_the_served_step_page_says_why_a_step_was_cut_off(tmp_path, sidefx):
+    """`stepgraph serve` (the live view in a browser): a cut-off step's page names the evidence."""
+    from urllib.parse import quote
+
+    from tests.serve import server
+
+    prefix = str(tmp_path / "prefix")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for extra in ({}, {"CUT_WRITE_VERSION": "2"}):
+        done = subprocess_run(prefix, sidefx, "--runner", "inline", env=env, **extra)
+        assert done.wait(timeout=120) == 0, done.stdout.read()
+    cut = next(s for s in new_statuses(prefix).values() if s["step_id"].startswith("cut/frame"))
+    running = server.start(prefix)
+    try:
+        code, _, body = running.get(f"/step/{quote(cut['step_id'])}")
+    finally:
+        running.stop()
+    assert code == 200
+    assert "cut off: cut/upper&#39;s output unchanged (manifest sha256" in body.decode(), body.decode()[-3000:]

@@ -108,4 +108,5 @@ def test_the_served_step_page_says_why_a_step_was_cut_off(tmp_path, sidefx):
     finally:
         running.stop()
     assert code == 200
-    assert "cut off: cut/upper&#39;s output unchanged (manifest sha256" in body.decode(), body.decode()[-3000:]
+    page = body.decode()
+    assert '<td id="cut-off">cut off: cut/upper&#39;s output unchanged (manifest sha256' in page, page[-3000:]

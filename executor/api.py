@@ -94,6 +94,7 @@ class StepReport:
     status: Optional[Outcome] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
     error: Optional[str] = None
     ran_here: bool = False
+    cut_off: Optional[str] = None  # succeeded without running (early cutoff): why ("cut off: …")
 
     @property
     def succeeded(self) -> bool:
@@ -199,7 +200,7 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
               "output_path": output_path or _output_path(prefix, decision), "decision": decision.action,
-              "reason": decision.reason, "status": None, "error": None, "ran_here": False}
+              "reason": decision.reason, "status": None, "error": None, "ran_here": False, "cut_off": None}
     if after:
         fields.update(after)
     return new_frozen(StepReport, fields)
@@ -556,10 +557,12 @@ def _run_result(graph: Graph, planned: PlanResult, summary: Any, run_id: str, ru
     ran_here = set(summary.ran_here)
     steps = tuple(_report(planned.prefix, d, status=summary.states[d.node.step_id],
                           error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
+                          cut_off=summary.cut_off.get(d.node.step_id),
                           output_path=summary.output_paths.get(d.node.step_id))
                   for d in planned.plan.decisions.values())
     woken = tuple(_report(planned.prefix, d, status=summary.states[d.node.step_id],  # a failed copy's inputs
                           error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
+                          cut_off=summary.cut_off.get(d.node.step_id),
                           output_path=summary.output_paths.get(d.node.step_id))
                   for d in planned.plan.standby.values() if d.node.step_id in summary.states)
     steps += woken

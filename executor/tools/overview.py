@@ -44,6 +44,8 @@ def print_step_table(rows: Sequence[StepRow], say: Callable[[str], Any] = print)
         error = (r.error or "").replace("\n", " ")
         say(f"{r.step_id:<{width}}  {r.state.value:<11} {when(r.finished_at):<19}  {duration(r.seconds):>8}  "
             f"{r.attempt:>3}  {(r.run_id or '-'):<24} {error[:100]}")
+        if r.cut_off:  # why it did not run ("cut off: ..."): its own line, never in the error column
+            say(f"{'':<{width}}  {r.cut_off}")
         for label, value in (("alias of", r.alias_of), ("copied from", r.copied_from)):
             if value:  # where the output came from: its own labelled line, never in the error column
                 say(f"{'':<{width}}  {label}: {value}")

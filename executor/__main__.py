@@ -64,15 +64,25 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+# Why a command that reads no prefix takes no --prefix or --storage-options (said when one is given).
+READS_NO_PREFIX = {"ids": "step ids are computed from the experiment file (and its flags after --) alone, "
+                          "whatever the prefix",
+                   "check": "it compares ids computed from experiment files with their ids files; no prefix is read",
+                   "completion": "it prints a shell script; no prefix is read"}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a did-you-mean for mistyped options (argparse only does it for commands).
 
     It remembers its own option strings and its commands (build_parser records them), because
-    argparse keeps both in private attributes only; the completion script reads them too."""
+    argparse keeps both in private attributes only; the completion script reads them too. The
+    did-you-mean looks among the given command's options only: an option of another command is
+    said to be one (`stepgraph ids --prefix`), never suggested as itself."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.options: list[str] = []  # before argparse's __init__, which adds -h/--help
         self.commands: dict[str, _Parser] = {}
+        self.argv: list[str] = []  # what main() parses: which command an unknown option was given to
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
@@ -80,16 +90,26 @@ class _Parser(argparse.ArgumentParser):
         return super().add_argument(*names, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
-        import difflib
         import re
 
         match = re.search(r"unrecognized arguments: (\S+)", message)
         if match:
-            options = sorted({o for parser in (self, *self.commands.values()) for o in parser.options})
-            close = difflib.get_close_matches(match.group(1).split("=")[0], options, n=1)
-            if close:
-                message += f"; did you mean {close[0]}?"
+            message += self._hint(match.group(1).split("=")[0])
         super().error(message)
+
+    def _hint(self, given: str) -> str:
+        import difflib
+
+        command = next((word for word in self.argv if word in self.commands), None)
+        own = self.commands[command].options if command else self.options
+        close = difflib.get_close_matches(given, sorted(set(own)), n=1, cutoff=0.7)
+        if close:
+            return f"; did you mean {close[0]}?"
+        takers = [name for name, parser in self.commands.items() if given in parser.options]
+        if command and takers:
+            why = READS_NO_PREFIX.get(command, f"it is an option of {', '.join(takers[:4])}")
+            return f"; `{PROG} {command}` takes no {given}: {why}; drop it (`{PROG} {command} --help` lists its options)"
+        return ""
 
 
 def build_parser() -> _Parser:
@@ -151,7 +171,7 @@ def _add_explaining_commands(command: Callable[..., argparse.ArgumentParser]) ->
     _cache_from_flag(p, "also say whether a run with it would copy the step, and from where; its records count "
                         "as earlier versions")
 
-    p = command("graph", "draw an experiment's plan coloured by decision", commands.cmd_graph)
+    p = command("graph", "draw an experiment's plan coloured by action", commands.cmd_graph)
     p.add_argument("experiment")
     p.add_argument("file", help="output picture: .html, .svg or .png")
     _cache_from_flag(p, "draw the plan of a run with it: steps it holds are copied")
@@ -267,8 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] != ["run"] and "--" in argv:
         cut = argv.index("--")
         argv, experiment_args = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    parser.argv = argv
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0) and ExitCode.USAGE
     args.experiment_args = experiment_args

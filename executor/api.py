@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode, for_signal
@@ -36,6 +36,7 @@ from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Su
 from executor.core.locations import Storage, storage_from
 from executor.core.urls import protocol_of
 from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.legacy_carry import carry_over
 from executor.engine.snapshot import read_snapshot
 
 
@@ -49,7 +50,7 @@ class Options:
     force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
     max_concurrent: int = 8
     ray_address: Optional[str] = None  # None: env RAY_ADDRESS, else an embedded local cluster
-    runner: str = "ray"  # ray | inline
+    runner: str = "auto"  # auto (Ray only for steps that need it) | ray | inline (runner/auto.py)
     lease_ttl: float = 60.0
     heartbeat_interval: float = 15.0
     # fsspec options: one object (for the prefix's protocol), one per location ({"s3://corpus": {...},
@@ -93,6 +94,7 @@ class StepReport:
     status: Optional[Outcome] = None  # after a run: succeeded | failed | blocked (| pending if interrupted)
     error: Optional[str] = None
     ran_here: bool = False
+    cut_off: Optional[str] = None  # succeeded without running (early cutoff): why ("cut off: …")
 
     @property
     def succeeded(self) -> bool:
@@ -198,7 +200,7 @@ def _report(prefix: str, decision: Decision, output_path: str | None = None, **a
     node = decision.node
     fields = {"name": node.step.name, "step_id": node.step_id, "digest": node.digest,
               "output_path": output_path or _output_path(prefix, decision), "decision": decision.action,
-              "reason": decision.reason, "status": None, "error": None, "ran_here": False}
+              "reason": decision.reason, "status": None, "error": None, "ran_here": False, "cut_off": None}
     if after:
         fields.update(after)
     return new_frozen(StepReport, fields)
@@ -260,11 +262,28 @@ class Decided(NamedTuple):
                           store=self.store, fs=self.fs)
 
 
-def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> Decided:
+def _lease_settings(options: Options) -> Any:
+    """The run's lease settings, checked (heartbeat under half the TTL) by every plan as a run checks
+    them: a dry run refuses what a run would refuse. An ExecutorError naming both flags."""
+    from executor.engine.lease import LeaseSettings
+
+    try:
+        return LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    except ValueError as e:
+        raise ExecutorError(f"--heartbeat-interval {options.heartbeat_interval:g} with --lease-ttl "
+                            f"{options.lease_ttl:g}: {e}; lower --heartbeat-interval or raise --lease-ttl "
+                            f"(Options.heartbeat_interval, Options.lease_ttl)") from None
+
+
+def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None,
+           write: bool = False) -> Decided:
+    """`write`: a run's plan, which may write (outputs made under legacy ids are adopted)."""
+    _lease_settings(options)  # what a run would refuse is refused before anything is read (a dry run too)
     environ = environment(environ)
     prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
+        snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
         tainted = _tainted(graph, snapshot, store, options, environ, prefix, storage_options)
         plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time(),
                                    tainted=tainted)
@@ -414,7 +433,7 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     environ = environment(environ)  # once for the whole run
     events = Events(subscribers)
     started = time.time()
-    decided = decide(graph, options, environ=environ)
+    decided = decide(graph, options, environ=environ, write=True)
     events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options))
     call = _Call(description, main_file or main_file_path(), frozenset(secret_flags))
     try:
@@ -444,13 +463,14 @@ def _ended_as_planned(prefix: str, decision: Decision) -> StepReport:
     return _report(prefix, decision, status=status, error=decision.reason if status.unsuccessful else None)
 
 
-def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str) -> Any:
+def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str,
+                ray_started: Callable[[], None]) -> Any:
     from executor.engine.runner.factory import new_runner
 
     # an inline step's child stops itself if this process goes silent for half the TTL
     return new_runner(options.runner, address=options.ray_address, environ=environ,
                       isolate=protocol_of(prefix) != "memory", silence_limit_s=options.lease_ttl / 2,
-                      info=events.info, warning=events.warning)
+                      info=events.info, warning=events.warning, ray_started=ray_started)
 
 
 class _RunnerSlot:
@@ -462,9 +482,8 @@ class _RunnerSlot:
 
     def __call__(self) -> Any:
         if self.runner is None:
-            self.runner = _new_runner(self.options, self.events, self.environ, self.prefix)
-            if self.options.runner != "inline":
-                self.guard.install()  # ray.init sets its own SIGTERM handler
+            # ray.init sets its own SIGTERM handler: ours again once Ray is up (auto: maybe later)
+            self.runner = _new_runner(self.options, self.events, self.environ, self.prefix, self.guard.install)
         return self.runner
 
     def shutdown(self) -> None:
@@ -473,13 +492,13 @@ class _RunnerSlot:
 
 
 def _check_runner(runner: _RunnerSlot, planned: PlanResult, options: Options) -> None:
-    """The plan-time check against the runner (the cluster's shape; what the in-process runner
+    """The plan-time check against the runner (the cluster's shape; what the inline runner
     cannot do), before anything runs; ExecutorError naming every problem."""
     runnable = [(d.node.name, d.node.step.resources or Resources()) for d in planned.plan.decisions.values()
                 if d.action in (Action.RUN, Action.WAIT)]
     problems = runner().check_steps(runnable, prefix_is_local=outputs.is_local(planned.prefix))
     if problems:
-        where = "the in-process runner" if options.runner == "inline" else "the cluster"
+        where = {"inline": "the inline runner", "ray": "the cluster"}.get(options.runner, f"the {options.runner} runner")
         raise ExecutorError(f"{where} cannot run this plan; nothing was started:\n  " + "\n  ".join(problems))
 
 
@@ -493,8 +512,9 @@ def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
-    if protocol_of(prefix) == "memory" and options.runner != "inline":
-        raise ExecutorError("memory:// prefixes work with the in-process runner only; add --runner inline")
+    if protocol_of(prefix) == "memory" and options.runner == "ray":
+        raise ExecutorError("memory:// prefixes live in this process only, which Ray's workers cannot see; "
+                            "use --runner inline or auto (the default)")
     check_run_region(prefix, planned.storage_options, environ, options.allow_cross_region, events)
     reads = note_cross_region_reads(planned.plan, prefix, planned.storage_options, events)
     planned_transfers = check_transfer_budget(planned.plan, reads, options.transfer_budget_gb)
@@ -524,7 +544,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     from executor.engine.mirror import mirror_sources_list
 
     from executor.engine.execute import RunContext
-    from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+    from executor.engine.lease import LeaseKeeper, StalenessWatch
     from executor.engine.provenance import invocation
     from executor.engine.signals import reason_for
     from executor.engine.transfers import TransferLedger
@@ -532,7 +552,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(call.main_file, call.secret_flags)
     owner = Owner(run_id=run_id, host=info["host"], pid=info["pid"], user=info["user"])
-    settings = LeaseSettings(options.lease_ttl, options.heartbeat_interval)
+    settings = _lease_settings(options)
     keeper = LeaseKeeper(planned.store, settings)
     guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
     return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs, storage=planned.storage_options,
@@ -561,10 +581,12 @@ def _run_result(graph: Graph, planned: PlanResult, summary: Any, run_id: str, ru
     ran_here = set(summary.ran_here)
     steps = tuple(_report(planned.prefix, d, status=summary.states[d.node.step_id],
                           error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
+                          cut_off=summary.cut_off.get(d.node.step_id),
                           output_path=summary.output_paths.get(d.node.step_id))
                   for d in planned.plan.decisions.values())
     woken = tuple(_report(planned.prefix, d, status=summary.states[d.node.step_id],  # a failed copy's inputs
                           error=summary.errors.get(d.node.step_id), ran_here=d.node.step_id in ran_here,
+                          cut_off=summary.cut_off.get(d.node.step_id),
                           output_path=summary.output_paths.get(d.node.step_id))
                   for d in planned.plan.standby.values() if d.node.step_id in summary.states)
     steps += woken

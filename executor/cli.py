@@ -44,7 +44,10 @@ class ExecutorOptions:
     max_concurrent: int = _flag(8, "steps running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
-    runner: Literal["ray", "inline"] = _flag("ray", "the backend, where steps run; inline: each step in a child process of this one, for debugging")
+    runner: Literal["auto", "ray", "inline"] = _flag("auto", "where steps run: auto: each step in a child process of this one, "
+                                                     "Ray started only when a step needs it (resources, map_shards, "
+                                                     "a cluster address); ray: every step on Ray; inline: every step "
+                                                     "in a child process, Ray never")
     lease_ttl: float = _flag(60.0, "seconds without a heartbeat before another runner may take a step over")
     heartbeat_interval: float = _flag(15.0, "seconds between lease renewals (under half the TTL)")
     cache_from: Optional[str] = _flag(None, "a prefix whose outputs of the same steps are copied (every file "
@@ -69,9 +72,22 @@ class ExecutorOptions:
     graph: Optional[str] = _flag(None, "with --dry-run: draw the graph to this file (.html, .svg, .png)")
 
 
-def _usage(error: str) -> int:
+def _usage(error: str, as_json: bool = False) -> int:
+    """A usage error: one line on stderr (exit 2); with --json also a JSON object on stdout, so a
+    `--dry-run --json` reader always gets JSON."""
     print(f"error: {error}", file=sys.stderr)
+    if as_json:
+        import json
+
+        print(json.dumps({"error": error, "exit_code": int(ExitCode.USAGE)}, indent=1))
     return ExitCode.USAGE
+
+
+def _asks_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for --json (in any spelling flags.normalize takes)."""
+    words = flags.normalize(list(argv), {"json"})
+    return any(words[i] == "--json" and words[i + 1].lower() in ("true", "yes", "1", "on")
+               for i in range(len(words) - 1))
 
 
 def parse_flags(argv: Sequence[str], user_config: Any) -> tuple[ExecutorOptions, Any]:
@@ -229,13 +245,13 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         return _run_graph(graph, options, description, main_file, environ, view, storage_flag,
                           secret_flag_names(config))
     except ExecutorError as e:
-        return _usage(str(e))
+        return _usage(str(e), _asks_json(argv))
     except StoreError as e:
-        return _usage(f"storage: {e}")
+        return _usage(f"storage: {e}", _asks_json(argv))
     except SystemExit as e:  # draccus/argparse report their own usage errors
         return ExitCode.USAGE if e.code not in (0, None) else ExitCode.OK
-    except ValueError as e:  # e.g. a bad step name raised while the experiment builds its steps
-        return _usage(str(e))
+    except ValueError as e:  # e.g. a step function that is a lambda, raised while the experiment builds its steps
+        return _usage(str(e), _asks_json(argv))
 
 
 def _drift_policy(drift: str | None) -> str:

@@ -2,11 +2,11 @@
 
     scripts/mutation.sh                          # every target, every mutant (the full run)
     scripts/mutation.sh --sample 25 lease        # 25 seeded random mutants of one target (minutes)
-    scripts/mutation.sh --report tests/mutation/report.md deciding   # the committed report
+    scripts/mutation.sh --report scripts/mutation/report.md deciding   # the committed report
     scripts/mutation.sh --list                   # the targets and the tests each is scored against
     scripts/mutation.sh --show executor/engine/lease.py   # every mutant of a module, as equivalents list them
-    scripts/mutation.sh --recheck --report tests/mutation/report.md execute   # its open mutants, today's tests
-    scripts/mutation.sh --continue --report tests/mutation/report.md execute  # what its deadline left unrun
+    scripts/mutation.sh --recheck --report scripts/mutation/report.md execute   # its open mutants, today's tests
+    scripts/mutation.sh --continue --report scripts/mutation/report.md execute  # what its deadline left unrun
 
 A full run of a large target takes hours: `--recheck` runs only a kept result's survivors, timeouts
 and errors again against today's tests, while the target's modules are still the ones that run
@@ -31,7 +31,9 @@ A score can be trusted only if it counts what the tests found:
   counts that as a kill; we do not) or one test ran past the target's hang limit (pytest-timeout
   ended it: a hang found in seconds, still not a kill), an *error* when the worker crashed or could not run the tests,
   *survived* when they passed, and *equivalent* when it survived and is listed, with its reason, in
-  tests/mutation/equivalent.json (matched by module, function, operator and the mutated line).
+  scripts/mutation/equivalent.json (matched by module, function, operator, the mutated line, its line
+  number and cosmic-ray's occurrence), or *time or cost* when its entry says `"kind": "time or cost"`
+  (it differs only in how long or how much: not equivalent, shown apart).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, Ta
                                score_session, score_to_json, session_progress, unsettled)
 
 ROOT = Path(__file__).resolve().parents[1]
-EQUIVALENTS = ROOT / "tests" / "mutation" / "equivalent.json"
+EQUIVALENTS = ROOT / "scripts" / "mutation" / "equivalent.json"
 # The modules that decide things, smallest runs first (`deciding` on the command line).
 DECIDING = ["graph", "lease", "record", "plan", "stores", "execute", "regions", "retry", "verify-gc", "identity",
             "location"]
@@ -368,15 +370,13 @@ def report_strictly(scores: dict[str, TargetScore], wanted: list[str]) -> int:
     return 1 if any(problems.values()) else 0
 
 
-def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore]) -> str:
+def report_from_results(results: Path, sampled: int | None, scores: dict[str, TargetScore], head: str = "") -> str:
     """The report over every kept target result (so runs of some targets update the report), or over
-    this run's scores for a sample."""
+    this run's scores for a sample; its head says how many deciding targets settle, and `head`."""
     if sampled is None:
         kept = kept_results(results)
         order = DECIDING + [t.name for t in TARGETS if t.name not in DECIDING]
-        missing = [n for n in DECIDING if n not in kept]
-        note = f"\nDeciding targets with no result yet: {', '.join(missing)}.\n" if missing else ""
-        return render_report([kept[n] for n in order if n in kept], sampled=None) + note
+        return render_report([kept[n] for n in order if n in kept], sampled=None, wanted=DECIDING, head=head)
     return render_report(list(scores.values()), sampled=sampled)
 
 
@@ -409,7 +409,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, default=None, metavar="MINUTES",
                         help="stop after this long (or at a Ctrl-C): the running targets are scored as far "
                              "as they got (marked in the report), targets not started are left out")
-    parser.add_argument("--results", type=Path, default=ROOT / "tests" / "mutation" / "results",
+    parser.add_argument("--results", type=Path, default=ROOT / "scripts" / "mutation" / "results",
                         help="each target's result is kept here as JSON; --report renders all of them")
     parser.add_argument("--render", action="store_true",
                         help="only write --report from the kept results (after editing the equivalents, say)")
@@ -425,7 +425,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "and add them to those results (refused if the modules changed since)")
     parser.add_argument("--note", default=None, help="a line for the report's header (say, what else ran)")
     parser.add_argument("--show", type=Path, default=None, metavar="MODULE",
-                        help="list a module's mutants (JSON lines: the keys tests/mutation/equivalent.json uses)")
+                        help="list a module's mutants (JSON lines: the keys scripts/mutation/equivalent.json uses)")
     args = parser.parse_args(argv)
     args.deadline_at = None if args.deadline is None else time.monotonic() + 60 * args.deadline
     args.stop = threading.Event()  # set by a Ctrl-C
@@ -442,13 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.show is not None:
         for m in list_mutants(args.show):
             print(json.dumps({"module": m.module, "function": m.function, "operator": m.operator,
-                              "mutated_line": m.mutated_line, "line": m.line}, ensure_ascii=False))
+                              "mutated_line": m.mutated_line, "line": m.line,
+                              "occurrence": m.occurrence}, ensure_ascii=False))
         return 0
     if args.render:
         if args.report is None:
             print("--render needs --report FILE", file=sys.stderr)
             return 2
-        args.report.write_text(report_from_results(args.results, None, {}))
+        args.report.write_text(report_from_results(args.results, None, {}, head=args.note or ""))
         return report_strictly(kept_results(args.results), args.targets or DECIDING) if args.strict else 0
     if args.recheck:
         return recheck_kept(args)

@@ -2,7 +2,7 @@
 
 Kept apart from scripts/mutation.py (which copies the tree and drives cosmic-ray) so the rules that
 decide a score — a timeout is not a kill, a crash is an error, an equivalent needs a reason — are
-plain functions that tests/test_mutation_outcomes.py holds.
+plain functions that scripts/tests/test_mutation_outcomes.py holds.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ class Outcome(str, Enum):
     KILLED = "killed"
     SURVIVED = "survived"
     EQUIVALENT = "equivalent"
+    TIME_OR_COST = "time or cost"  # survived, listed: it differs only in time or cost, which no test measures
     TIMED_OUT = "timed out"
     ERROR = "error"
     SKIPPED = "skipped"
@@ -114,9 +115,12 @@ class Mutant:
     line: int
     function: str | None
     operator: str
-    mutated_line: str     # the line the mutant adds (from its diff): what equivalents are matched by
+    mutated_line: str     # the line the mutant adds (from its diff): with line and occurrence, what equivalents match
     diff: str
     outcome: Outcome
+    occurrence: int | None = None  # cosmic-ray's index of this operator's mutation point in the module
+    seconds: float | None = None   # its tests' time (scripts/mutation_select.py prints it; None: not kept)
+    output: str = ""               # the first lines of its tests' output (kept from this change on)
 
 
 @dataclass
@@ -170,15 +174,32 @@ def load_equivalents(path: Path) -> list[dict]:
     """Listed equivalents: module, function, operator, mutated_line and a reason a reviewer can check."""
     entries = json.loads(path.read_text()) if path.exists() else []
     for e in entries:
-        missing = {"module", "function", "operator", "mutated_line", "reason"} - set(e)
+        missing = {"module", "function", "operator", "mutated_line", "line", "occurrence", "reason"} - set(e)
         if missing or not e.get("reason", "").strip():
             raise ValueError(f"{path}: equivalent {e} lacks {sorted(missing) or ['a reason']}")
+        if e.get("kind", "equivalent") not in KINDS:
+            raise ValueError(f"{path}: equivalent {e}: kind {e['kind']!r} is not one of {sorted(KINDS)}")
     return entries
 
 
+KINDS = {"equivalent": Outcome.EQUIVALENT, "time or cost": Outcome.TIME_OR_COST}
+
+
+def matches(e: dict, m: Mutant) -> bool:
+    """An entry names one mutant: module, function, operator, mutated line, line and (where the
+    mutant's is known) occurrence; the same text on another line is another mutant."""
+    return (e["module"] == m.module and e["function"] == m.function and e["operator"] == m.operator
+            and e["mutated_line"] == m.mutated_line and e["line"] == m.line
+            and (m.occurrence is None or e["occurrence"] == m.occurrence))
+
+
+def listed_as(m: Mutant, equivalents: list[dict]) -> Outcome | None:
+    """EQUIVALENT or TIME_OR_COST where an entry names the mutant, else None."""
+    return next((KINDS[e.get("kind", "equivalent")] for e in equivalents if matches(e, m)), None)
+
+
 def is_listed_equivalent(m: Mutant, equivalents: list[dict]) -> bool:
-    return any(e["module"] == m.module and e["function"] == m.function and e["operator"] == m.operator
-               and e["mutated_line"] == m.mutated_line for e in equivalents)
+    return listed_as(m, equivalents) is not None
 
 
 def score_session(target: Target, baseline: Baseline, session: Path, equivalents: list[dict]) -> TargetScore:
@@ -193,11 +214,31 @@ def score_session(target: Target, baseline: Baseline, session: Path, equivalents
             spec = item.mutations[0]
             mutant = Mutant(module=str(spec.module_path), line=spec.start_pos[0], function=spec.definition_name,
                             operator=spec.operator_name, mutated_line=added_line(result.diff),
-                            diff=result.diff or "", outcome=outcome)
-            if outcome is Outcome.SURVIVED and is_listed_equivalent(mutant, equivalents):
-                mutant = Mutant(**{**mutant.__dict__, "outcome": Outcome.EQUIVALENT})
+                            diff=result.diff or "", outcome=outcome, occurrence=spec.occurrence,
+                            seconds=tests_seconds(result.output), output=first_lines(result.output))
+            if outcome is Outcome.SURVIVED and listed_as(mutant, equivalents):
+                mutant = Mutant(**{**mutant.__dict__, "outcome": listed_as(mutant, equivalents)})
             score.mutants.append(mutant)
     return score
+
+
+SECONDS_MARK = "mutation_select: tests took "  # the last line scripts/mutation_select.py prints
+
+
+def tests_seconds(output: str | None) -> float | None:
+    """A mutant's tests' time, from the line scripts/mutation_select.py ends its output with."""
+    for line in reversed((output or "").splitlines()):
+        if line.startswith(SECONDS_MARK):
+            return float(line[len(SECONDS_MARK):].split()[0])
+    return None
+
+
+def first_lines(output: str | None, n: int = 6) -> str:
+    """What a reader needs to tell a slow survivor from a hang: the output's first lines, and
+    pytest's summary lines of what failed (a "Timeout" there is a hang limit's)."""
+    lines = (output or "").strip().splitlines()
+    failed = [line for line in lines[n:] if line.startswith(("FAILED ", "ERROR "))][:n]
+    return "\n".join(lines[:n] + (["..."] + failed if failed else []))
 
 
 def session_progress(name: str, session: Path, seconds: float) -> str:
@@ -213,38 +254,73 @@ def session_progress(name: str, session: Path, seconds: float) -> str:
     return f"{name}: {sum(counts.values())} of {to_run} mutants run ({so_far or 'none yet'}), {seconds / 60:.0f} min"
 
 
-def render_report(scores: list[TargetScore], sampled: int | None) -> str:
+def score_text(c: Counter) -> str:
+    """killed / (killed + survived + timed out + errors): a timeout or an error is not a kill, and
+    not left out either (it is a mutant whose fate is unknown); listed equivalents and time-or-cost
+    mutants are left out. 100.0% only when every mutant so counted was killed."""
+    counted = c[Outcome.KILLED] + c[Outcome.SURVIVED] + c[Outcome.TIMED_OUT] + c[Outcome.ERROR]
+    if not counted:
+        return "-"
+    pct = 100 * c[Outcome.KILLED] / counted
+    return f"{pct:.1f}%" if c[Outcome.KILLED] == counted else f"{min(pct, 99.9):.1f}%"
+
+
+def settled_head(scores: list[TargetScore], wanted: list[str] | None) -> list[str]:
+    """The report's first lines: how many of the wanted targets settle (what `--render --strict`
+    judges), and each unsettled one with why."""
+    by_name = {s.target.name: s for s in scores}
+    wanted = wanted if wanted is not None else list(by_name)
+    open_ = {n: unsettled(by_name[n]) if n in by_name else ["no result"] for n in wanted}
+    open_ = {n: why for n, why in open_.items() if why}
+    lines = [f"**Settled {len(wanted) - len(open_)} of {len(wanted)}** (`scripts/mutation.sh --render --strict` "
+             f"exits {1 if open_ else 0} on these results: a target settles when every mutant is killed or "
+             "listed, with a trusted baseline, nothing timed out, in error or left unrun)."]
+    if open_:
+        lines += ["", "Unsettled:"] + [f"- {n}: {', '.join(why)}" for n, why in open_.items()]
+    return lines + [""]
+
+
+def render_report(scores: list[TargetScore], sampled: int | None, wanted: list[str] | None = None,
+                  head: str = "") -> str:
     kind = f"a seeded sample of {sampled} mutants per target" if sampled else "every mutant (a full run)"
-    lines = [f"# Mutation report: {kind}", "",
-             "Regenerated by `scripts/mutation.sh --jobs 2 --report tests/mutation/report.md deciding` (or any "
-             "targets: their results in tests/mutation/results/ are replaced, the others kept). Where and when "
-             "each target was measured is listed under the table.", "",
-             "| target | baseline | mutants | killed | survived | equivalent | timed out | errors | score | run |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"# Mutation report: {kind}", "", *settled_head(scores, wanted)]
+    lines += [head, ""] if head else []
+    lines += ["Regenerated by `scripts/mutation.sh --jobs 2 --report scripts/mutation/report.md deciding` (or any "
+              "targets: their results in scripts/mutation/results/ are replaced, the others kept). Where and when "
+              "each target was measured is listed under the table.", "",
+              "| target | baseline | mutants | killed | survived | equivalent | time or cost | timed out | errors "
+              "| score | run |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
         if not s.baseline.trusted(s.target.timeout_s):
-            lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} | | | | | | | | |")
+            lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} "
+                         "| | | | | | | | | |")
             continue
         c = s.counts()
-        scored = c[Outcome.KILLED] + c[Outcome.SURVIVED]
-        pct = f"{100 * c[Outcome.KILLED] / scored:.1f}%" if scored else "-"
         run = sum(c.values()) - c[Outcome.SKIPPED]
         mutants = f"{run} of {run + s.pending} (deadline)" if s.pending else f"{run}"
         lines.append(f"| {s.target.name} | {s.baseline.seconds:.0f} s of {s.target.timeout_s:.0f} | "
-                     f"{mutants} | {c[Outcome.KILLED]} | {c[Outcome.SURVIVED]} | "
-                     f"{c[Outcome.EQUIVALENT]} | {c[Outcome.TIMED_OUT]} | {c[Outcome.ERROR]} | {pct} | "
-                     f"{s.seconds:.0f} s |")
-    lines += ["", "Score = killed / (killed + survived): equivalents, timeouts and errors are not kills. "
-              "Baseline: the target's tests, unmutated, of the timeout. Run: the whole target (a coverage run "
-              "of its tests, then each mutant: the tests covering the mutated line, and all its tests if "
+                     f"{mutants} | {c[Outcome.KILLED]} | {c[Outcome.SURVIVED]} | {c[Outcome.EQUIVALENT]} | "
+                     f"{c[Outcome.TIME_OR_COST]} | {c[Outcome.TIMED_OUT]} | {c[Outcome.ERROR]} | "
+                     f"{score_text(c)} | {s.seconds:.0f} s |")
+    lines += ["", "Score = killed / (killed + survived + timed out + errors): a timeout or an error is not a kill "
+              "and stays in the count (its mutant's fate is unknown); listed equivalents (no run can tell them "
+              "from the code) and time-or-cost mutants (they differ only in how long or how much, which no test "
+              "measures; not equivalent) are left out. Baseline: the target's tests, unmutated, of the timeout; a "
+              "continued or re-checked run's own baseline is in its line below. Run: the whole target (a coverage "
+              "run of its tests, then each mutant: the tests covering the mutated line, and all its tests if "
               "those pass; scripts/mutation_select.py). \"of N (deadline)\": the run's --deadline came first; "
               "the rest of that target's mutants were not run.", ""]
     lines += [f"- {s.target.name}: {s.provenance}" for s in scores if s.provenance] + [""]
     for s in scores:
         for m in s.mutants:
             if m.outcome in (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR):
+                took = f"{m.seconds:.1f} s" if m.seconds is not None else "time not kept (run before it was)"
                 lines += [f"## {m.outcome.value}: {m.module}:{m.line} {m.function} {m.operator}", "",
+                          f"Tests: {took}." + ("" if m.output else " Output not kept (run before it was)."), "",
                           "```diff", m.diff.strip(), "```", ""]
+                if m.output:
+                    lines += ["```text", m.output, "```", ""]
     return "\n".join(lines)
 
 
@@ -263,7 +339,7 @@ def list_mutants(module_path: Path, keys: Collection[tuple[str, str]] | None = N
         diff = mutant_diff(source, spec, module_path)
         found.append(Mutant(module=str(module_path), line=spec.start_pos[0], function=spec.definition_name,
                             operator=spec.operator_name, mutated_line=added_line(diff), diff=diff,
-                            outcome=Outcome.SKIPPED))
+                            outcome=Outcome.SKIPPED, occurrence=spec.occurrence))
     return found
 
 
@@ -277,7 +353,7 @@ def mutant_diff(source: str, spec, module_path: Path) -> str:
 
 
 def score_to_json(score: TargetScore) -> dict:
-    """One target's result as stored under tests/mutation/results/ (the report is rendered from these)."""
+    """One target's result as stored under scripts/mutation/results/ (the report is rendered from these)."""
     return {"target": score.target.name, "baseline": asdict(score.baseline), "seconds": score.seconds,
             "coverage_seconds": score.coverage_seconds, "covered_lines": score.covered_lines,
             "pending": score.pending, "provenance": score.provenance,
@@ -298,8 +374,8 @@ def reclassify(score: TargetScore, equivalents: list[dict]) -> TargetScore:
     """A kept score against the equivalents listed now: a survivor listed since is equivalent, an
     equivalent no longer listed is a survivor again."""
     def judged(m: Mutant) -> Mutant:
-        if m.outcome in (Outcome.SURVIVED, Outcome.EQUIVALENT):
-            outcome = Outcome.EQUIVALENT if is_listed_equivalent(m, equivalents) else Outcome.SURVIVED
+        if m.outcome in (Outcome.SURVIVED, Outcome.EQUIVALENT, Outcome.TIME_OR_COST):
+            outcome = listed_as(m, equivalents) or Outcome.SURVIVED
             return Mutant(**{**m.__dict__, "outcome": outcome})
         return m
     return TargetScore(**{**score.__dict__, "mutants": [judged(m) for m in score.mutants]})

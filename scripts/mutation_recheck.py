@@ -1,8 +1,8 @@
 """Re-run a kept result's open mutants (survived, timed out, errors) against today's tests, or
 run the mutants a kept result's deadline left unrun.
 
-    scripts/mutation.sh --recheck --report tests/mutation/report.md execute identity
-    scripts/mutation.sh --continue --deadline 60 --report tests/mutation/report.md execute
+    scripts/mutation.sh --recheck --report scripts/mutation/report.md execute identity
+    scripts/mutation.sh --continue --deadline 60 --report scripts/mutation/report.md execute
 
 A full run of a large target takes hours, so tests written afterwards for its survivors would show
 in the report only after the next one. A re-check runs each open mutant of the kept result again,
@@ -10,7 +10,9 @@ with all the target's tests and the target's timeout, in a fresh copy of the wor
 replaces its outcome; the run's kills and listed equivalents are kept as they are. It is refused
 unless the target's modules are exactly those the run mutated (the clean commit its provenance names,
 and no change to them since): only then are the kept mutants today's mutants. The report's line for
-the target says when, on which commit, and what came of it.
+the target says when, on which commit, and what came of it. A timed-out mutant runs again without
+`-x` and with a per-test hang limit: a hanging test that sorts first no longer hides a test that
+fails on the mutant (then it is a kill, as graph.py:190 was).
 
 `--continue` is the same idea for a run its deadline stopped: a fresh run of the target in which
 every mutant the kept result holds is skipped ("run before", matched by module, line, operator and
@@ -29,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from mutation_outcomes import Mutant, Outcome, TargetScore, added_line, classify, mutant_diff
+from mutation_outcomes import Mutant, Outcome, TargetScore, added_line, classify, first_lines, mutant_diff
 
 OPEN = (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
@@ -57,18 +59,39 @@ def why_not_recheckable(score: TargetScore, root: Path) -> str | None:
     return None
 
 
-def run_tests(command: list[str], work: Path, timeout_s: float) -> Outcome:
-    """The tests' verdict on the mutant in `work`, as cosmic-ray's would be classified."""
+def past_hangs(command: list[str], hang_s: float) -> list[str]:
+    """`command` (pytest ... tests) without `-x` and with a per-test limit (`--timeout`) if it had
+    none: every test runs, a hanging one ended after `hang_s`."""
+    rest = [c for c in command if c != "-x"]
+    if any(c.startswith("--timeout=") for c in rest):
+        return rest
+    at = rest.index("pytest") + 1 if "pytest" in rest else len(rest)
+    return [*rest[:at], f"--timeout={hang_s:g}", *rest[at:]]
+
+
+def failed_apart_from_hangs(output: str) -> bool:
+    """A test failed (or errored) other than by a hang limit: pytest's summary lines tell."""
+    return any(line.startswith(("FAILED ", "ERROR ")) and "Timeout" not in line for line in output.splitlines())
+
+
+def run_tests(command: list[str], work: Path, timeout_s: float, past_hang: bool = False) -> tuple[Outcome, float, str]:
+    """The tests' verdict on the mutant in `work`, as cosmic-ray's would be classified, their time and
+    the first lines of their output; with `past_hang` (run without -x), any failure but a hang kills."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    started = time.monotonic()
     proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:  # they and what they started are killed
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return Outcome.TIMED_OUT
-    return classify("normal", "survived" if proc.returncode == 0 else "killed", output)  # any failure kills
+        output = proc.communicate()[0] or ""
+        return Outcome.TIMED_OUT, time.monotonic() - started, first_lines(output)
+    took = time.monotonic() - started
+    if past_hang and failed_apart_from_hangs(output):
+        return Outcome.KILLED, took, first_lines(output)
+    outcome = classify("normal", "survived" if proc.returncode == 0 else "killed", output)  # any failure kills
+    return outcome, took, first_lines(output)
 
 
 def apply_diff(source: str, diff: str) -> str | None:
@@ -93,16 +116,19 @@ def apply_diff(source: str, diff: str) -> str | None:
     return "\n".join(result + lines[cursor:]) if hunks else None
 
 
-def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float) -> Outcome:
+def run_mutant(mutant: Mutant, work: Path, command: list[str], timeout_s: float) -> tuple[Outcome, float | None, str]:
     """Apply the mutant's diff in `work`, run the tests, put the module back as it was."""
     module = work / mutant.module
     pristine = module.read_text()
     mutated = apply_diff(pristine, mutant.diff)
     if mutated is None:  # the module is no longer the one mutated: nothing to test
-        return Outcome.ERROR
+        return Outcome.ERROR, None, "the mutant's diff no longer applies to the module"
+    past_hang = mutant.outcome is Outcome.TIMED_OUT
+    if past_hang:  # all the tests, each ended at a quarter of the timeout, the whole run at twice it
+        command, timeout_s = past_hangs(command, timeout_s / 4), timeout_s * 2
     try:
         module.write_text(mutated)
-        return run_tests(command, work, timeout_s)
+        return run_tests(command, work, timeout_s, past_hang)
     finally:
         module.write_text(pristine)
 
@@ -118,13 +144,15 @@ def recheck(score: TargetScore, work: Path, command: list[str], rev: str, say: C
         if should_stop():
             break
         m = mutants[i]
-        mutants[i] = dataclasses.replace(m, outcome=run_mutant(m, work, command, score.target.timeout_s))
+        outcome, seconds, output = run_mutant(m, work, command, score.target.timeout_s)
+        mutants[i] = dataclasses.replace(m, outcome=outcome, seconds=seconds, output=output)
         found[mutants[i].outcome] += 1
         say(f"{score.target.name}: {n} of {len(todo)} re-run, {m.module}:{m.line} {m.operator}: "
             f"{mutants[i].outcome.value}")
     run, when = sum(found.values()), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     note = (f" Re-checked on {rev}, {when}, in {time.monotonic() - started:.0f} s: of its {len(todo)} survived, "
-            f"timed out or error mutants, {run} run again with all the target's tests"
+            f"timed out or error mutants, {run} run again with all the target's tests (a timed-out one "
+            f"without -x, each test ended at a hang limit)"
             + (f" ({len(todo) - run} left as they were by the deadline)" if run < len(todo) else "") + ": "
             f"{found[Outcome.KILLED]} killed, {found[Outcome.SURVIVED]} survived, "
             f"{found[Outcome.TIMED_OUT]} timed out, {found[Outcome.ERROR]} errors.")
@@ -159,4 +187,6 @@ def merge_continued(kept: TargetScore, more: TargetScore, note: str) -> TargetSc
     added = [m for m in more.mutants if m.outcome is not Outcome.SKIPPED]
     return dataclasses.replace(kept, mutants=kept.mutants + added, pending=more.pending,
                                seconds=kept.seconds + more.seconds,
-                               provenance=f"{kept.provenance} Continued: {note}; {len(added)} more mutants run.")
+                               provenance=f"{kept.provenance} Continued: {note}; its baseline "
+                                          f"{more.baseline.seconds:.0f} s ({'passed' if more.baseline.passed else 'failed'}); "
+                                          f"{len(added)} more mutants run.")

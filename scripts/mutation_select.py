@@ -22,6 +22,7 @@ import difflib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -89,6 +90,14 @@ def pytest(command: list[str], args: list[str]) -> int:
 
 
 def main(config_path: str) -> int:
+    started = time.monotonic()
+    try:
+        return run_selected(config_path)
+    finally:  # the last line of the mutant's output: its tests' time (mutation_outcomes.tests_seconds)
+        print(f"mutation_select: tests took {time.monotonic() - started:.1f} s", flush=True)
+
+
+def run_selected(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
     command = config["pytest"]  # as the target's every test run calls pytest (scripts/mutation.py)
     try:

@@ -7,8 +7,10 @@ result is canonical JSON (sorted keys, no spaces): `null`/`true`/ints/strings as
 {"dataclass": T, "fields": {...}}, {"fields": {...}, "namedtuple": T}, {"type": T, "value": V}
 (a registered encoding, see encodings.py), {"dependency": digest, "sub": S} (a Merkle tree over
 digests, never paths, so ids do not depend on the prefix), {"this_output": S} and
-{"prefix_path": P}; a mirrored input is its logical URL, as a plain string. T is the type's
-qualified name (naming.py). Execution-only fields are left out.
+{"prefix_path": P}; a mirrored input is its logical URL, as a plain string. T is the class's
+`__qualname__`, without the module that defines it (DESIGN §10: moving code keeps ids; a class
+is its name and fields). Execution-only fields are left out. `legacy_ids.py` subclasses the
+encoder with the module-qualified names ids were made of before, for carrying old outputs over.
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
 memoises the text of dataclasses and large containers that several steps share (the same optimizer
@@ -30,7 +32,6 @@ from typing import Any, Callable
 
 from executor.core import encodings
 from executor.core.errors import ConfigEncodingError
-from executor.core.naming import qualified_name
 from executor.core.step import (ExecutorStep, MirroredPath, OutputPathOf, PrefixPath, TaggedOutput, ThisOutputPath,
                                  is_execution_only, omitted_defaults)
 from executor.core.tree import format_path, kept_field_names
@@ -59,7 +60,6 @@ class _Unencodable(Exception):
  _PREFIX_PATH, _MIRRORED, _REGISTERED, _OTHER, _SCALAR, _TAG) = range(17)
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # exactly these types, not their subclasses
 _kinds: dict[type, int] = {}
-_type_names: dict[type, str] = {}
 encodings.on_change(_kinds.clear)
 
 
@@ -95,10 +95,8 @@ def _classify(t: type) -> int:
 
 
 def type_name(t: type) -> str:
-    name = _type_names.get(t)
-    if name is None:
-        name = _type_names[t] = qualified_name(t)
-    return name
+    """What identities name a class by: its qualified name inside its module, not the module."""
+    return t.__qualname__
 
 
 def _float(v: float) -> str:
@@ -108,6 +106,10 @@ def _float(v: float) -> str:
 class CanonicalEncoder:
     """Canonical JSON text of configs. Use one per graph build: it memoises the text of shared
     sub-configs by object identity, which is only sound while the configs are not mutated."""
+
+    # How classes are named: replaced by legacy_ids.LegacyEncoder, with its own compiled encoders.
+    type_name = staticmethod(type_name)
+    dataclass_encoders: dict[type, Callable[[Any, Callable[[Any], str]], str]] = {}
 
     def __init__(self, digest_of: DigestOf, on_mirrored: Callable[[MirroredPath], None] | None = None,
                  tag_of: TagOf | None = None):
@@ -164,7 +166,7 @@ class CanonicalEncoder:
         if kind == _THIS_OUTPUT:
             return '{"this_output":' + ("null" if v.sub is None else _string(v.sub)) + "}"
         if kind == _ENUM:
-            return f'{{"enum":{_string(type_name(t))},"name":{_string(v.name)}}}'
+            return f'{{"enum":{_string(self.type_name(t))},"name":{_string(v.name)}}}'
         if kind == _BYTES:
             return f'{{"bytes":"{bytes(v).hex()}"}}'
         if kind == _PATH:
@@ -204,9 +206,9 @@ class CanonicalEncoder:
         text = self.text
         try:
             if kind == _DATACLASS:
-                encode = _dataclass_encoders.get(t)
+                encode = self.dataclass_encoders.get(t)
                 if encode is None:
-                    encode = _dataclass_encoders[t] = _compile_dataclass_encoder(t)
+                    encode = self.dataclass_encoders[t] = _compile_dataclass_encoder(t, self.type_name)
                 return encode(v, text)
             if kind == _LIST:
                 return _sequence_text(v, text, "[", "]")
@@ -224,7 +226,7 @@ class CanonicalEncoder:
         if kind == _NAMEDTUPLE:
             items = ",".join([_string(name) + ":" + self._field(x, name)
                               for name, x in sorted(zip(t._fields, v), key=lambda item: item[0])])
-            return '{"fields":{' + items + '},"namedtuple":' + _string(type_name(t)) + "}"
+            return '{"fields":{' + items + '},"namedtuple":' + _string(self.type_name(t)) + "}"
         return '{"set":[' + ",".join(sorted([self._field(x, "{}") for x in v])) + "]}"
 
     def _field(self, x: Any, key: Any) -> str:
@@ -251,7 +253,7 @@ class CanonicalEncoder:
         error's path. The fast paths only fail where a child fails: this never returns text."""
         field = self._field_again
         if kind == _DATACLASS:
-            for name, _ in _dataclass_layout(t, v)[1]:
+            for name, _ in _dataclass_layout(t, self.type_name, v)[1]:
                 field(getattr(v, name), name)
         elif isinstance(v, dict):
             for k in v:
@@ -279,7 +281,11 @@ class CanonicalEncoder:
                       f"it returned a {type(e.value).__qualname__} ({e.hint})")
             e.value, e.path = v, []
             raise
-        return f'{{"type":{_string(entry.name)},"value":{value}}}'
+        return f'{{"type":{_string(self.registered_name(entry))},"value":{value}}}'
+
+    @staticmethod
+    def registered_name(entry: encodings.Encoding) -> str:
+        return entry.name
 
     def _other(self, v: Any, t: type) -> str:
         if isinstance(v, ExecutorStep):
@@ -325,23 +331,22 @@ def _holds_default(value: Any, default: Any) -> bool:
     return _float(value) == _float(default) if type(value) is float else value == default
 
 
-def _dataclass_layout(t: type, v: Any = None) -> tuple[str, list[tuple[str, str]]]:
+def _dataclass_layout(t: type, name_of: Callable[[type], str], v: Any = None) -> tuple[str, list[tuple[str, str]]]:
     """The text before the fields, and (field name, '"name":') for each hashed field, sorted; with
     an instance `v`, without its `hashed_unless_default` fields that hold their default."""
     names = sorted(kept_field_names(t, is_hashed_field))
     if v is not None:
         omitted = omitted_defaults(t)
         names = [n for n in names if not (n in omitted and _holds_default(getattr(v, n), omitted[n]))]
-    return ('{"dataclass":' + _string(type_name(t)) + ',"fields":{',
+    return ('{"dataclass":' + _string(name_of(t)) + ',"fields":{',
             [(name, ("," if i else "") + _string(name) + ":") for i, name in enumerate(names)])
 
 
-_dataclass_encoders: dict[type, Callable[[Any, Callable[[Any], str]], str]] = {}
-encodings.on_change(_dataclass_encoders.clear)  # their defaults' texts were encoded under the old registry
+encodings.on_change(CanonicalEncoder.dataclass_encoders.clear)  # their defaults' texts: the old registry
 
 
-def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]], str]:
-    """A function `(instance, text) -> canonical text` specialised to the dataclass `t`.
+def _compile_dataclass_encoder(t: type, name_of: Callable[[type], str]) -> Callable[[Any, Callable[[Any], str]], str]:
+    """A function `(instance, text) -> canonical text` specialised to the dataclass `t`, named by `name_of`.
 
     Generated, as dataclasses generates __init__, because it runs once per step config and shared
     sub-config: attribute reads, the str/int/float/None/bool cases without a call to text(), small
@@ -351,10 +356,10 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
     """
     if omitted_defaults(t):  # which fields are hashed depends on the instance: no fixed layout
         def encode_instance(v: Any, text: Callable[[Any], str]) -> str:
-            head, keys = _dataclass_layout(t, v)
+            head, keys = _dataclass_layout(t, name_of, v)
             return head + "".join([key + text(getattr(v, name)) for name, key in keys]) + "}}"
         return encode_instance
-    head, keys = _dataclass_layout(t)
+    head, keys = _dataclass_layout(t, name_of)
     defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
     namespace: dict[str, Any] = {"S": _string, "F": _float, "Q": _sequence_text, "M": _dict_text,
                                  "N": MEMO_MIN_ITEMS, "LH": "[", "LT": "]", "TH": '{"tuple":[', "TT": "]}"}
@@ -377,7 +382,7 @@ def _compile_dataclass_encoder(t: type) -> Callable[[Any, Callable[[Any], str]],
                       f"else M(x, text) if k is dict and len(x) < N else text(x))")
     pieces.append(repr(("" if keys else head) + "}}"))
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
-    exec(compile(source, f"<canonical encoder of {type_name(t)}>", "exec"), namespace)  # noqa: S102
+    exec(compile(source, f"<canonical encoder of {name_of(t)}>", "exec"), namespace)  # noqa: S102
     return namespace["encode"]
 
 

@@ -4,7 +4,8 @@
     register_encoding(Money, lambda m: (m.currency, str(m.amount)))
 
 A registered value is encoded as `{"type": NAME, "value": <canonical encoding of encode(v)>}`:
-the type's qualified name is part of the identity, and `encode` returns ordinary config data
+NAME (by default the class's `__qualname__`, without its module, as for dataclasses) is part of the
+identity, and `encode` returns ordinary config data
 (str, int, float, tuples, dicts with str keys, other registered values...). Registration is by
 exact type; `subclasses=True` covers subclasses too, under the registered name. Built in:
 datetime/date/time/timedelta/timezone, uuid, Decimal, Fraction, complex, range; numpy scalars,
@@ -24,9 +25,10 @@ from executor.core.naming import qualified_name
 
 @dataclass(frozen=True)
 class Encoding:
-    name: str  # the type's qualified name, as it appears in identities
+    name: str  # what identities name the type by
     encode: Callable[[Any], Any]  # value -> ordinary config data
     subclasses: bool = False
+    legacy_name: str = ""  # the name ids held before issue 44 (module-qualified): legacy_ids.py only
 
 
 _exact: dict[type, Encoding] = {}
@@ -37,17 +39,18 @@ _listeners: list[Callable[[], None]] = []  # caches to clear when the registry c
 
 def register_encoding(cls: type, encode: Callable[[Any], Any], *, name: str | None = None,
                       subclasses: bool = False) -> None:
-    """Say how values of `cls` become canonical data; `name` (default `module.QualName`) is hashed.
+    """Say how values of `cls` become canonical data; `name` (default: the class's `__qualname__`,
+    without its module, so moving the class keeps ids) is hashed.
 
-    Give `name` for a type whose module path is an implementation detail of its library, so a
-    library upgrade that moves the class does not re-address every step that holds it. Changing
-    `name` or `encode` for a type changes the ids of every step whose config holds one.
+    Give `name` to tell apart two registered types of one qualname (the library's own spelling,
+    such as "numpy.float32"). Changing `name` or `encode` for a type changes the ids of every step
+    whose config holds one.
     """
     if not isinstance(cls, type):
         raise TypeError(f"register_encoding() takes a class, got {cls!r}")
     if not callable(encode):
         raise TypeError(f"register_encoding({cls.__qualname__}, ...): encode must be a function of the value")
-    entry = Encoding(name or qualified_name(cls), encode, subclasses)
+    entry = Encoding(name or cls.__qualname__, encode, subclasses, name or qualified_name(cls))
     _exact[cls] = entry
     if subclasses:
         _with_subclasses[cls] = entry

@@ -182,6 +182,7 @@ class _GraphBuilder:
             return known
         if not isinstance(step, ExecutorStep):
             raise GraphError(f"expected an ExecutorStep, got {type(step).__name__}: {step!r}")
+        _check_name(step)
         if key in self.failed:
             raise self.failed[key]
         if key in self.on_path:
@@ -239,6 +240,14 @@ class _GraphBuilder:
             if not stack:
                 return digest
             self.on_path.discard(id(self.waiting.pop()[0]))
+
+
+def _check_name(step: ExecutorStep) -> None:
+    """A step's name becomes its folder under the prefix: an unsafe one is a GraphError (exit 2)."""
+    try:
+        validate_name(step.name)
+    except ValueError as e:
+        raise GraphError(str(e)) from None
 
 
 def _check_override(step: ExecutorStep) -> None:

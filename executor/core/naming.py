@@ -1,12 +1,14 @@
-"""Names of the types that identities hold, independent of how their module was loaded.
+"""Where a class lives, named independently of how its module was loaded (provenance, not identity).
 
 A class defined in an experiment file is `__main__.X` when the file is run as a script and
-`hello.X` or `experiments.hello.X` when another file imports it. Identities name it by its file
+`hello.X` or `experiments.hello.X` when another file imports it. This names it by its file
 instead: the dotted path of the module file from the directory above its outermost package (the
 name `python -m` would run it under), so all three spellings give `experiments.hello.X`. Names are
 only ever lengthened to that form, never otherwise changed, so installed libraries (namespace
 packages included) keep the names they declare. A class defined where there is no file (a
-notebook cell, `python -c`) keeps the name `__main__`.
+notebook cell, `python -c`) keeps the name `__main__`. Records name a step's result type so
+(engine/results.py). Ids do not use it since issue 44 (a class is named by its qualname there):
+only legacy_ids.py does, to find outputs made under the ids of before.
 """
 
 from __future__ import annotations

@@ -64,13 +64,17 @@ class Ending(enum.StrEnum):
     SKIPPED = "skipped"  # succeeded earlier; the plan skipped it
     ELSEWHERE = "done elsewhere"  # succeeded, run by another runner while this run waited
     COPIED = "copied"  # succeeded: its output was copied from a --cache-from prefix and checked
+    CUT_OFF = "cut off"  # succeeded without running: its inputs' outputs are the ones an earlier output consumed
     FAILED = "failed"
     BLOCKED = "blocked"
     INTERRUPTED = "interrupted"  # the run stopped before the step ended
 
 
-def ending(outcome: Outcome, action: Action, ran_here: bool) -> Ending:
+def ending(outcome: Outcome, action: Action, ran_here: bool, cut_off: bool = False) -> Ending:
+    """`cut_off`: this run committed the step as an early cutoff (executor.engine.cutoff)."""
     if outcome == Outcome.SUCCEEDED:
+        if cut_off:
+            return Ending.CUT_OFF
         if ran_here:
             return Ending.RAN
         return {Action.SKIP: Ending.SKIPPED, Action.COPY: Ending.COPIED}.get(action, Ending.ELSEWHERE)

@@ -133,6 +133,8 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
 
 def _skip_reason(graph: Graph, status: Status, rerunning: Sequence[str]) -> str:
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
+    if status.alias_of and status.alias_of.get("cut_off"):  # an early cutoff (executor.engine.cutoff)
+        alias = f" ({status.alias_of['cut_off']}; output of {status.alias_of['step_id']})"
     alias += f" (copied from {status.copied_from})" if status.copied_from else ""
     if rerunning:
         names = ", ".join(graph.nodes[d].name for d in rerunning)

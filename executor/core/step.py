@@ -311,9 +311,9 @@ class ExecutorStep(Generic[ConfigT]):
     override_output_path: str | None = None
 
     def __post_init__(self) -> None:
-        validate_name(self.name)
-        # override_output_path is checked when the graph is built (graph.py), not here: steps are often
-        # declared at import time, where an exception is a traceback instead of a usage error (exit 2).
+        # The name and override_output_path are checked when the graph is built (graph.py: a GraphError),
+        # not here: steps are often declared at import time, where an exception is a traceback and exit 1
+        # instead of the usage error (exit 2) the docs promise.
         check_step_function(self.name, self.fn)
         if self.code_version is not None and not isinstance(self.code_version, str):
             raise TypeError(f"step {self.name!r}: code_version must be a string, got {self.code_version!r}")

@@ -24,6 +24,7 @@ from executor.core.graph import Graph, StepNode
 from executor.core.locations import Storage
 from executor.core.plan import Action, Decision, Plan, match_steps
 from executor.core.record import State, Status, record_key
+from executor.core.urls import check_prefix_spelling
 from executor.engine import outputs
 
 ENV_VAR = "EXECUTOR_CACHE_FROM"
@@ -66,6 +67,9 @@ def cache_from_list(given: Sequence[str] | str | None, environ: Mapping[str, str
     if isinstance(given, str):
         given = given.split(",")
     raw = list(given or []) or environ.get(ENV_VAR, "").split(",")
+    for p in raw:  # `gs:/bucket` would be a local folder that holds nothing: refused, with the spelling
+        if p.strip():
+            check_prefix_spelling(p.strip(), "--cache-from" if given else ENV_VAR)
     sources = tuple(dict.fromkeys(outputs.normalize_prefix(p.strip()) for p in raw if p.strip()))
     if outputs.normalize_prefix(prefix) in sources:
         raise ExecutorError(f"--cache-from {prefix}: that is the run's own prefix; name another prefix "

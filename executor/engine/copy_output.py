@@ -1,7 +1,7 @@
 """Copying one step's output from a cache-from prefix, checked byte by byte (runs on a worker).
 
 `copy_output(CopyConfig)` is submitted to the runner like a step function, under the step's lease
-(a Ray task, or the in-process runner's child). Each file of the source record's manifest is
+(a Ray task, or the inline runner's child process). Each file of the source record's manifest is
 copied, several at once. A file up to `whole_file_max` is read in one request, its size and
 checksum (in the manifest's algorithm) checked, and only then written in one request: per file,
 the fewest requests a store can serve, as a plain copy makes. A larger one is streamed `part` bytes

@@ -101,6 +101,7 @@ class StepFinished:
     traceback_tail: Optional[str] = field(default=None, repr=False)
     elsewhere: bool = False  # its status was written by another runner
     dependency: Optional[str] = None  # BLOCKED: the dependency that failed
+    cut_off: Optional[str] = None  # SUCCEEDED without running: why (executor.engine.cutoff), e.g. "cut off: …"
 
     @property
     def name(self) -> str:

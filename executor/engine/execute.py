@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from executor.engine import outputs
 from executor.engine.cache_copy import CacheCopies
+from executor.engine.cutoff import Cutoffs
 from executor.engine.mirror_copy import MirrorCopies
 from executor.engine.transfers import TransferLedger
 from executor.core.errors import ExecutorError
@@ -60,6 +61,7 @@ class Tracked:
     recheck: tuple[str, ...] = ()  # planned SKIP, unless these re-running dependencies change their output
     sources: tuple = ()  # planned COPY: the cache-from sources not yet tried (executor.engine.cache_copy)
     waiting_deps: bool = False  # holds its lease after a failed copy, until its dependencies are done
+    cut_off: str | None = None  # committed by this run as an early cutoff: why (executor.engine.cutoff)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class RunSummary:
     interrupted: bool = False
     signum: int | None = None  # the signal that interrupted the run (SIGINT or SIGTERM)
     runner_error: str | None = None  # the run loop itself failed: every running step was failed
+    cut_off: dict[str, str] = field(default_factory=dict)  # by step_id: committed as an early cutoff, why
 
 
 def is_not_secret(f: Any) -> bool:
@@ -131,6 +134,7 @@ class Execution:
         self.dependents = graph.dependents()
         self.copies = CacheCopies(self)
         self.mirrors = MirrorCopies(self)
+        self.cutoffs = Cutoffs(self, config_to_json)
 
     def _track(self, decision: Decision) -> Tracked:
         """How a planned step starts out in this run."""
@@ -215,6 +219,8 @@ class Execution:
                 summary.ran_here.append(t.node.step_id)
             if t.output_path:
                 summary.output_paths[t.node.step_id] = t.output_path
+            if t.cut_off and t.state == Outcome.SUCCEEDED:
+                summary.cut_off[t.node.step_id] = t.cut_off
         return summary
 
     def _active(self) -> bool:
@@ -314,6 +320,8 @@ class Execution:
             t.state = Outcome.WATCHING  # lost the race: re-read on the next pass
             return
         self.ctx.watch.forget(key)
+        if self.cutoffs.try_commit(t, lease):  # an earlier output consumed exactly these inputs: not run
+            return
         self._submit(t, lease, takeover)
 
     def _note(self, message: str) -> None:

@@ -149,6 +149,10 @@ class LiveReporter(ConsoleReporter):
         super().step_done_elsewhere(node, status)
         self._ended(node, Outcome.SUCCEEDED)
 
+    def step_cut_off(self, node, reason):
+        super().step_cut_off(node, reason)
+        self._ended(node, Outcome.SUCCEEDED)
+
     def lease_lost(self, node, reason):
         super().lease_lost(node, reason)
         self.state[node.digest] = Outcome.PENDING

@@ -205,20 +205,43 @@ def bare_path(path: str) -> str:
 
 
 def open_store(prefix: str, storage: Storage | Mapping[str, Any] | None = None, *,
-               check: bool = True) -> CoordinationStore:
+               check: bool = True, deadline_s: float = PROBE_DEADLINE_S) -> CoordinationStore:
     """The coordination store for a prefix: object stores wrapped in RetryingStore, and (unless
-    `check` is off) probed so an unreachable bucket is one clear line within seconds."""
+    `check` is off) connected and probed within `deadline_s` once gcsfs/s3fs is loaded, so an
+    unreachable bucket is one clear line within that bound (docs/storage.md), credentials lookup
+    included."""
     from executor.engine.store.retry import RetryingStore
 
     storage = storage_from(storage, prefix)
-    remote = is_object_store(prefix)
+    if not is_object_store(prefix):
+        return _connect(prefix, None)
+    options = storage.options_for(prefix)
+    if not check:
+        return RetryingStore(_connect(prefix, options))
+    _load_backend(prefix)  # importing gcsfs/s3fs is this machine's work (seconds under load): before the clock
+
+    def connect_and_probe() -> CoordinationStore:
+        store = _connect(prefix, options)  # gcsfs looks for credentials here (a metadata server: ~20 s offline)
+        _probe(store)
+        return store
+
+    return RetryingStore(_within(deadline_s, prefix, connect_and_probe))
+
+
+def _load_backend(prefix: str) -> None:
+    import importlib
+
     try:
-        store = open_raw_store(prefix, storage.options_for(prefix) if remote else None)
+        importlib.import_module(f"executor.engine.store.{'gcs' if split_url(prefix)[0] == 'gs' else 's3'}")
+    except ImportError:  # open_raw_store names the package to install
+        pass
+
+
+def _connect(prefix: str, options: Mapping[str, Any] | None) -> CoordinationStore:
+    try:
+        return open_raw_store(prefix, options)
     except TypeError as e:
         raise ExecutorError(f"storage options for {prefix}: {e}. {_FIX}") from None
-    if remote and check:
-        check_reachable(store, prefix)
-    return RetryingStore(store) if remote else store
 
 
 def open_location(prefix: str, storage: Storage | Mapping[str, Any] | None = None) -> tuple[CoordinationStore, fsspec.AbstractFileSystem]:
@@ -241,32 +264,44 @@ def open_filesystem(prefix: str, storage: Storage | Mapping[str, Any] | None = N
 
 def check_reachable(store: CoordinationStore, prefix: str, timeout_s: float = PROBE_DEADLINE_S) -> None:
     """List one absent key (a listing, unlike a read, tells a missing bucket from a missing object)
-    with a short retry budget; any failure is one ExecutorError line naming the prefix and what to
-    set. Nothing is written."""
+    with a short retry budget, within `timeout_s`; any failure is one ExecutorError line naming the
+    prefix and what to set. Nothing is written."""
+    _within(timeout_s, prefix, lambda: _probe(store))
+
+
+def _probe(store: CoordinationStore) -> None:
     from executor.engine.store.retry import RetryingStore, RetryPolicy
 
     # docs/storage.md: "a first listing is tried 3 times within 4 s, and given up after 10 s"
     quick = RetryingStore(store, RetryPolicy(max_attempts=PROBE_ATTEMPTS, first_delay_s=0.2,
                                              total_budget_s=PROBE_BUDGET_S))
-    failure: list[BaseException] = []
+    quick.list_generations(PROBE_KEY + "/", "")
 
-    def probe() -> None:
+
+def _within(timeout_s: float, prefix: str, work: Any) -> Any:
+    """`work()` on a daemon thread, waited for at most `timeout_s`: its result, or its failure (or
+    its silence) as one ExecutorError line naming the prefix and what to check."""
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
         try:
-            quick.list_generations(PROBE_KEY + "/", "")
+            outcome["value"] = work()
         except BaseException as e:  # noqa: BLE001 - reported below, on the caller's thread
-            failure.append(e)
+            outcome["error"] = e
 
-    thread = threading.Thread(target=probe, name="storage-probe", daemon=True)
+    thread = threading.Thread(target=attempt, name="storage-probe", daemon=True)
     thread.start()
     thread.join(timeout_s)
     settings = f"the storage options ({FLAG} JSON or {ENV_VAR})"
     if thread.is_alive():
-        raise ExecutorError(f"storage: no answer from {prefix} within {timeout_s:g}s; check endpoint_url "
-                            f"in {settings} and the network. Nothing was written.")
-    if not failure:
-        return
-    error = failure[0]
+        raise ExecutorError(f"storage: no answer from {prefix} within {timeout_s:g}s; check endpoint_url and the "
+                            f"credentials (key/secret, token) in {settings} and the network. Nothing was written.")
+    if "error" not in outcome:
+        return outcome.get("value")
+    error = outcome["error"]
     detail = _one_line(str(error))
+    if isinstance(error, ExecutorError):
+        raise error
     if isinstance(error, TransientStoreError):
         raise ExecutorError(f"storage: cannot reach {prefix} ({detail}); check endpoint_url in {settings} "
                             f"and the network. Nothing was written.") from None

@@ -1,7 +1,8 @@
 """Shard-level parallelism for step functions, through the runner the step itself runs on.
 
 A step calls `map_shards(fn, items)`; the runner it runs on fans the calls out (runner/here.py:
-inside a Ray task, many small Ray tasks on the same cluster; elsewhere, in order in-process).
+inside a Ray task, many small Ray tasks on the same cluster; under the auto runner off Ray, the
+step is moved to Ray first; elsewhere (`--runner inline`), in order in the step's process).
 Neither steps nor this module know Ray.
 """
 

@@ -98,6 +98,11 @@ class StepRow:
         return (self.status.alias_of or {}).get("step_id") if self.status else None
 
     @property
+    def cut_off(self) -> str | None:
+        """Why an early cutoff (executor.engine.cutoff) made this output an alias ("cut off: …"); None otherwise."""
+        return (self.status.alias_of or {}).get("cut_off") if self.status else None
+
+    @property
     def copied_from(self) -> str | None:
         """The prefix a --cache-from copy took this output from (None: made here)."""
         return self.status.copied_from if self.status else None
@@ -120,7 +125,7 @@ class StepRow:
                 "state": self.state.value, "attempt": self.attempt, "started_at": self.started_at,
                 "written_at": self.written_at, "finished_at": self.finished_at, "seconds": self.seconds,
                 "error": self.error, "run_id": self.run_id, "host": owner.host if owner else None,
-                "alias_of": self.alias_of, "copied_from": self.copied_from}
+                "alias_of": self.alias_of, "cut_off": self.cut_off, "copied_from": self.copied_from}
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ class Reporter(Protocol):
     def step_waiting(self, node: StepNode, status: Status, silent_s: float, ttl_s: float) -> None: ...
     def step_still_waiting(self, node: StepNode, status: Status, silent_s: float, ttl_s: float) -> None: ...
     def step_done_elsewhere(self, node: StepNode, status: Status | None) -> None: ...
+    def step_cut_off(self, node: StepNode, reason: str) -> None: ...
     def lease_lost(self, node: StepNode, reason: str) -> None: ...
 
 
@@ -216,6 +217,9 @@ class ConsoleReporter:
     def step_done_elsewhere(self, node, status):
         self.console.print(f"[green]✔[/] {escape(node.name)} (completed by another runner)")
 
+    def step_cut_off(self, node, reason):
+        self.console.print(f"[green]✂[/] {escape(node.name)} not run: {escape(reason)}")
+
     def lease_lost(self, node, reason):
         self.console.print(f"[bold red]![/] {escape(node.name)}: lease lost ({escape(reason)}); "
                            f"its task was cancelled and nothing was committed")
@@ -238,7 +242,7 @@ class ConsoleReporter:
             table.add_column(column, no_wrap=True)
         table.add_column("result", overflow="fold")
         actions = {d.node.step_id: d.action for d in (*plan.decisions.values(), *plan.standby.values())}
-        ends = [(s, ending(s.status, actions[s.step_id], s.ran_here)) for s in steps]
+        ends = [(s, ending(s.status, actions[s.step_id], s.ran_here, bool(s.cut_off))) for s in steps]
         shown = sorted(ends, key=lambda se: se[1] in (Ending.SKIPPED, Ending.ELSEWHERE))
         for step, end in shown[:max_rows]:
             seen = self.outcomes.get(step.digest, {})
@@ -249,6 +253,8 @@ class ConsoleReporter:
                 cells = end.value, "-", "succeeded earlier"
             elif end == Ending.ELSEWHERE:
                 cells = end.value, "-", ""
+            elif end == Ending.CUT_OFF:
+                cells = f"[green]{end.value}[/]", "-", escape(step.cut_off or "")
             else:
                 cells = f"[red]{end.value}[/]", "-", escape(step.error or "")
             table.add_row(escape(step.name), *cells)
@@ -284,7 +290,7 @@ def echo_step_logs(reporter: Any, graph: Any, ran_here: list[str], fs: Any, pref
         logs = sorted(fs.glob(f"{prefix.rstrip('/')}/{node.output_rel}/.executor/logs/attempt-*.log"),
                       key=_attempt_of)
         if not logs or forwarded(node.step_id, _attempt_of(logs[-1])):
-            continue  # in-process steps print straight to this console; Ray forwarded all of this one
+            continue  # inline steps (child processes) print straight to this console; Ray forwarded all of this one
         try:
             text = fs.cat_file(logs[-1]).decode(errors="replace").rstrip()
         except OSError:

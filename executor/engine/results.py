@@ -23,7 +23,7 @@ NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 def type_name(cls: type) -> str:
-    """`module:qualname`, the module named as identities name it (by file; see core/naming.py)."""
+    """`module:qualname`, the module named by its file (see core/naming.py)."""
     from executor.core.naming import qualified_name
 
     module = qualified_name(cls)[: -len(cls.__qualname__) - 1]

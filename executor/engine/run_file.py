@@ -25,9 +25,12 @@ from executor.engine.timeline import TimelineRecorder
 def step_entry(report: Any) -> dict[str, Any]:
     """One StepReport as the run file's `steps` list holds it."""
     status = report.status.value if report.status is not None else None
-    return {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
-            "decision": report.decision, "reason": report.reason, "status": status,
-            "error": report.error, "ran_here": report.ran_here}
+    entry = {"name": report.name, "step_id": report.step_id, "output_path": report.output_path,
+             "decision": report.decision, "reason": report.reason, "status": status,
+             "error": report.error, "ran_here": report.ran_here}
+    if report.cut_off:  # committed as an early cutoff: why (only then, so other entries stay as they were)
+        entry["cut_off"] = report.cut_off
+    return entry
 
 
 def mirror_entry(event: MirrorCopied) -> dict[str, Any]:

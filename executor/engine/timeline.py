@@ -32,6 +32,8 @@ class TimelineRecorder:
             entry = self._entry(event.node)
             self._wait_ended(entry)
             entry.update(ended_at=self._clock(), outcome=_stored_outcome(event))
+            if event.cut_off:
+                entry["cut_off"] = event.cut_off
 
     def _entry(self, node: Any) -> dict[str, Any]:
         return self._steps.setdefault(node.step_id, {"name": node.name, "starts": [], "retries": 0})

@@ -20,7 +20,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "graph": ("stepgraph graph experiments/hello.py plan.html", "stepgraph graph experiments/hello.py plan.png"),
     "ids": ("stepgraph ids experiments/hello.py", "stepgraph ids experiments/hello.py -- --greeting Hi"),
     "check": ("stepgraph check experiments/", "stepgraph check experiments/hello.py"),
-    "adopt": ("stepgraph adopt experiments/hello.py hello/count --from hello/count-dd17a46f60a6 "
+    "adopt": ("stepgraph adopt experiments/hello.py hello/count --from hello/count-96d5fcec79dc "
               "--reason 'renamed a field' --dry-run",),
     "accept-drift": ("stepgraph accept-drift experiments/hello.py hello/shout --reason 'a log line, not the output'",),
     "tag": ("stepgraph tag hello/count counts@2026.12",

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 from executor.core.exit_codes import ExitCode
-from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.prefix_view import PrefixView
 from executor.engine.progress import human_bytes
@@ -28,10 +27,11 @@ LOADING_COMMANDS = {"ids", "explain", "graph", "adopt", "accept-drift", "gc"}  #
 
 def default_prefix(prefix: str | None, experiment: str | None = None) -> str:
     """--prefix, else EXECUTOR_PREFIX, else cache/ in the project holding the experiment (or the
-    working directory), as a run of that experiment would choose."""
-    from executor.engine.project import default_prefix as project_cache
+    working directory), as a run of that experiment would choose: executor.engine.prefixes decides
+    (a mis-spelled `gs:/bucket` is refused there, with the right spelling)."""
+    from executor.engine.prefixes import resolve_prefix
 
-    return outputs.normalize_prefix(prefix or os.environ.get("EXECUTOR_PREFIX") or project_cache(experiment))
+    return resolve_prefix(prefix, os.environ, experiment)
 
 
 def loads_experiment(args: Any) -> bool:
@@ -43,13 +43,11 @@ def _is_experiment(target: str | None) -> bool:
 
 
 def require_outputs(prefix: str, storage_options: dict | None) -> PrefixView:
-    """The read model of the prefix; a prefix with no step output and no run file is most likely
-    mistyped: say so (exit 2)."""
-    view = PrefixView.open(prefix, storage_options)
-    if view.list_steps() or view.has_runs():
-        return view
-    raise ExecutorError(f"no stepgraph outputs under {prefix}; is the prefix right? (--prefix, or env "
-                        f"EXECUTOR_PREFIX; the default is cache/ in the experiment's project)")
+    """The read model of the prefix a read-only command reads; a missing prefix, or one with no step
+    output and no run file, is most likely mistyped: one answer for every command (exit 2)."""
+    from executor.engine.prefixes import check_outputs
+
+    return check_outputs(prefix, storage_options)
 
 
 def _ago(then: float | None, now: float) -> str:
@@ -221,11 +219,16 @@ def cmd_accept_drift(args: Any) -> int:
 def cmd_verify(args: Any) -> int:
     from executor.tools.verify import verify_path
 
-    path = _step_path(args, args.path) if args.path else default_prefix(args.prefix)
+    if args.path:
+        path = _step_path(args, args.path)
+    else:
+        path = default_prefix(args.prefix)
+        require_outputs(path, args.storage_options)
     results = verify_path(path, args.storage_options)
     if not results:
-        print(f"no step outputs found under {path}")
-        return ExitCode.USAGE
+        from executor.engine.prefixes import WHERE_FROM
+
+        raise ExecutorError(f"no step outputs under {path}: only run files; is the prefix right? ({WHERE_FROM})")
     problems = 0
     verified = 0
     for r in results:
@@ -346,21 +349,26 @@ def cmd_completion(args: Any) -> int:
 def _step_status(args: Any, path: str) -> int:
     detail = _step_view(path, args).step_at(path.rsplit("/", 1)[-1], rows=(), runs=())
     row, status = detail.row, detail.status
-    if row.state is Absent.NO_STATUS:
-        print(f"{path}: no status (never started here, or deleted by repair)")
-        return ExitCode.FAILED
-    if status is None:
+    if status is None and row.state is not Absent.NO_STATUS:
         raise StatusError(f"{row.status_path}: {row.problem}. If no runner is using it, delete it "
                           f"(`stepgraph repair --delete-status {path}`) and the step re-runs.")
+    code = (ExitCode.FAILED if row.state is Absent.NO_STATUS else
+            ExitCode.USAGE if detail.record_problem else ExitCode.OK)
+    if args.json:  # the row `status --json` lists, with the status and record in full
+        print(json.dumps({**row.to_json(), "status": json.loads(status.to_bytes()) if status else None,
+                          "record": detail.record, "record_problem": detail.record_problem}, indent=1, default=str))
+        return code
+    if row.state is Absent.NO_STATUS:
+        print(f"{path}: no status (never started here, or deleted by repair)")
+        return code
     _print_status(status, time.time())
     if detail.record_problem:
         print(f"  record      unreadable: {detail.record_problem}")
-        return ExitCode.USAGE
-    if detail.record is None:
+    elif detail.record is None:
         print("  record      none")
-        return ExitCode.OK
-    _print_record(detail.record)
-    return ExitCode.OK
+    else:
+        _print_record(detail.record)
+    return code
 
 
 def _step_view(path: str, args: Any) -> PrefixView:
@@ -461,22 +469,28 @@ def cmd_report(args: Any) -> int:
     from executor.tools.run_report import find_run, write_report
 
     prefix = default_prefix(args.prefix)
-    view = PrefixView.open(prefix, args.storage_options)
+    view = require_outputs(prefix, args.storage_options)
     run = find_run(view, args.run)
     print(f"run report: {write_report(prefix, run.path, args.storage_options, store=view.store)}")
     return ExitCode.OK
 
 
 def guarded(handler: Any, args: Any) -> int:
-    """Run a handler, turning the executor's own errors into exit code 2 with a message."""
+    """Run a handler, turning the executor's own errors into exit code 2 with a message; a command
+    asked for --json also prints the error as a JSON object on stdout, so stdout is always JSON."""
     try:
         return handler(args)
     except (ExecutorError, StatusError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.USAGE
+        return _error(args, str(e))
     except StoreError as e:
-        print(f"error: storage: {e}", file=sys.stderr)
-        return ExitCode.USAGE
+        return _error(args, f"storage: {e}")
+
+
+def _error(args: Any, message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "exit_code": int(ExitCode.USAGE)}, indent=1))
+    return ExitCode.USAGE
 
 
 __all__ = ["cmd_accept_drift", "cmd_adopt", "cmd_check", "cmd_completion", "cmd_explain", "cmd_gc", "cmd_graph", "cmd_ids", "cmd_ps",

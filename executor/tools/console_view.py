@@ -77,7 +77,9 @@ class ConsoleView:
 
     def _step_finished(self, e: StepFinished) -> None:
         if e.outcome == Outcome.SUCCEEDED:
-            if e.elsewhere:
+            if e.cut_off:
+                self.reporter.step_cut_off(e.node, e.cut_off)
+            elif e.elsewhere:
                 self.reporter.step_done_elsewhere(e.node, None)
             else:
                 self.reporter.step_succeeded(e.node, e.seconds or 0.0, e.result)

@@ -145,7 +145,7 @@ def _legend(plan: Plan) -> list[tuple[str, str]]:
     return [(a.value, c) for a, c in COLORS.items()] + ([(STANDBY_LABEL, STANDBY_COLOR)] if plan.standby else [])
 
 
-def render_html(plan: Plan, title: str = "the plan: a decision per step") -> str:
+def render_html(plan: Plan, title: str = "the plan: an action per step") -> str:
     legend = " ".join(f'<span style="background:{c};padding:2px 8px;border-radius:4px;margin-right:6px">'
                       f'{label}</span>' for label, c in _legend(plan))
     rows = "\n".join(f"<tr><td>{html.escape(d.node.name)}</td><td><code>{html.escape(d.node.step_id)}</code></td>"

@@ -34,6 +34,7 @@ class Version:
     identity: dict[str, Any]
     source: str  # "storage" (the prefix), "ids file", or "cache-from PREFIX"
     finished_at: float = 0.0
+    cut_off: str | None = None  # an early cutoff's record: why it was not run ("cut off: …")
 
 
 class EarlierVersions:
@@ -95,7 +96,9 @@ def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict
             if record is None or record.get("name") != name or "identity" not in record:
                 continue
             finished = float((record.get("timings") or {}).get("finished_at") or 0.0)
-            found.append(Version(name, record["step_id"], record["digest"], record["identity"], source, finished))
+            cut_off = ((record.get("extra") or {}).get("adopted_from") or {}).get("cut_off")
+            found.append(Version(name, record["step_id"], record["digest"], record["identity"], source, finished,
+                                 cut_off))
     return found
 
 
@@ -227,6 +230,8 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
             where = {"storage": "on storage", "ids file": "in the ids file"}.get(found.source,
                                                                                  f"under {found.source}")
             say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
+            if found.cut_off:
+                say(f"{node.name}: not run: {found.cut_off}; its output is an earlier one's")
             continue
         old = versions.nearest(node)
         if old is None:
@@ -237,6 +242,9 @@ def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | No
         explanation = explain_node(graph, node, old, versions)
         for line in render_explanation(graph, explanation):
             say(line)
+        check = cutoff_check(graph, node, old)
+        if check:  # what a run will check before running it (executor.engine.cutoff)
+            say(f"{node.name}: {check.rstrip('; ')}")
         say(cascade_summary(len(explanation.readdressed()), explanation.roots()))
     return ExitCode.OK
 
@@ -282,8 +290,20 @@ def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
     for node in new:
         old = versions.nearest(node)
         if old is not None:
-            notes[node.digest] = one_line(graph, explain_node(graph, node, old, versions, seen))
+            notes[node.digest] = cutoff_check(graph, node, old) + one_line(
+                graph, explain_node(graph, node, old, versions, seen))
     return notes
+
+
+def cutoff_check(graph: Graph, node: StepNode, old: Version) -> str:
+    """What the run will check before running a step whose earlier version differs only in dependency
+    digests (executor.engine.cutoff): "runs unless cut/write's output is unchanged; " (else "")."""
+    changes = diff_documents(old.identity, node.identity)
+    if not changes or not all(isinstance(c, DependencyChange) and c.new_digest in node.deps for c in changes):
+        return ""
+    names = " and ".join(f"{graph.nodes[d].name}'s" for d in dict.fromkeys(c.new_digest for c in changes))
+    plural = "outputs are" if len({c.new_digest for c in changes}) > 1 else "output is"
+    return f"runs unless {names} {plural} unchanged (then cut off); "
 
 
 def print_dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, reporter: Any,

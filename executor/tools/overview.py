@@ -42,10 +42,13 @@ def print_step_table(rows: Sequence[StepRow], say: Callable[[str], Any] = print)
     say(f"{'step':<{width}}  {'state':<11} {'finished':<19}  {'took':>8}  {'try':>3}  {'run':<24} last error")
     for r in rows:
         error = (r.error or "").replace("\n", " ")
-        alias = f"(alias of {r.alias_of}) " if r.alias_of else ""
-        alias += f"(copied from {r.copied_from}) " if r.copied_from else ""
         say(f"{r.step_id:<{width}}  {r.state.value:<11} {when(r.finished_at):<19}  {duration(r.seconds):>8}  "
-            f"{r.attempt:>3}  {(r.run_id or '-'):<24} {alias}{error[:100]}")
+            f"{r.attempt:>3}  {(r.run_id or '-'):<24} {error[:100]}")
+        if r.cut_off:  # why it did not run ("cut off: ..."): its own line, never in the error column
+            say(f"{'':<{width}}  {r.cut_off}")
+        for label, value in (("alias of", r.alias_of), ("copied from", r.copied_from)):
+            if value:  # where the output came from: its own labelled line, never in the error column
+                say(f"{'':<{width}}  {label}: {value}")
     counts = Counter(r.state.value for r in rows)
     say(f"{len(rows)} step(s): " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())))
 

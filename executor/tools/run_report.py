@@ -41,6 +41,7 @@ class StepView:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, Any] | None = None
     has_status: bool = False
+    cut_off: str | None = None  # committed by this run as an early cutoff: why
 
 
 def _read_json(view: PrefixView, key: str | None) -> Any:
@@ -88,7 +89,8 @@ def collect(view: PrefixView, run_file: dict[str, Any]) -> list[StepView]:
         row = rows.get(rel)
         view_ = StepView(entry["name"], entry["step_id"], entry["output_path"], entry.get("decision") or "?",
                          entry.get("reason") or "", outcome.get(entry["step_id"]) or entry.get("status") or "not run",
-                         record=records.get(rel), events=timeline.get(entry["step_id"], {}))
+                         record=records.get(rel), events=timeline.get(entry["step_id"], {}),
+                         cut_off=entry.get("cut_off"))
         if rel is not None:
             view_.logs = [log.key.rsplit("/", 1)[-1] for log in view.logs(rel)]
             view_.has_status = row is not None and row.state is not Absent.NO_STATUS
@@ -205,6 +207,11 @@ def mirrors_table(run_file: dict[str, Any]) -> str:
             f"<th>size</th><th>time</th><th>copy</th></tr>{''.join(rows)}</table>")
 
 
+def _cut_off_note(v: StepView) -> str:
+    """Under a cut-off step's outcome: why it was not run (executor.engine.cutoff)."""
+    return f'<br><small class="cut-off">{html.escape(v.cut_off)}</small>' if v.cut_off else ""
+
+
 def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
     prefix = run_file.get("prefix", "")
     title = f"{run_file.get('experiment', 'run')} — run {run_file.get('run_id', '?')}"
@@ -227,7 +234,8 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
         links += [_link(prefix, f"{v.output_path}/{EXECUTOR_DIR}/logs/{name}", name) for name in v.logs]
         rows.append(f'<tr class="step" data-step-id="{html.escape(v.step_id)}" data-outcome="{html.escape(v.outcome)}">'
                     f'<td>{html.escape(v.name)}<br><code>{html.escape(v.step_id)}</code></td>'
-                    f'<td style="background:{OUTCOME_COLORS.get(v.outcome, "#eee")}">{html.escape(v.outcome)}</td>'
+                    f'<td style="background:{OUTCOME_COLORS.get(v.outcome, "#eee")}">{html.escape(v.outcome)}'
+                    f'{_cut_off_note(v)}</td>'
                     f'<td>{html.escape(v.decision)}: {html.escape(v.reason)}</td><td>{_when(began)}</td>'
                     f'<td>{_when(ended)}</td><td>{attempts}</td><td>{wait}</td><td>{" · ".join(links) or "–"}</td></tr>')
     curves = [curve for v in views for curve in step_curves(v.name, v.step_id, v.metrics, v.results)]

@@ -13,7 +13,7 @@ from pathlib import Path
 from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR, status_key
 from executor.core.urls import has_scheme
-from executor.engine import location, outputs
+from executor.engine import outputs
 
 
 def strip_status_suffix(ref: str) -> str:
@@ -33,7 +33,9 @@ def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str
         return outputs.normalize_prefix(ref)
     if looks_like_path(ref):
         return outputs.normalize_prefix(ref)
-    store = location.open_location(prefix, storage_options)[0]
+    from executor.engine.prefixes import check_outputs
+
+    store = check_outputs(prefix, storage_options).store  # a missing or empty prefix: the one answer, with the fix
     rel = ref.strip("/")
     if store.read(status_key(rel)) is not None:
         return outputs.join(prefix, rel)
@@ -46,9 +48,6 @@ def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str
     if named:
         raise ExecutorError(f"{len(named)} outputs of step {ref!r} under {prefix}: {', '.join(named)}; "
                             f"name one by its step id")
-    if not rels:
-        raise ExecutorError(f"no stepgraph outputs under {prefix}; is the prefix right? (--prefix, or env "
-                            f"EXECUTOR_PREFIX)")
     names = sorted({r.rsplit("-", 1)[0] for r in rels} | set(rels))
     close = difflib.get_close_matches(rel, names, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else f"; steps there: {', '.join(names[:20])}"

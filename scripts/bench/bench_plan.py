@@ -18,6 +18,7 @@ from executor import ExecutorStep, output_path_of, this_output_path
 from executor.core.graph import build_graph
 from executor.core.plan import PlanOptions, plan_steps
 from executor.core.record import Owner, State, Status, status_key
+from executor.engine.legacy_carry import carry_over
 from executor.engine.snapshot import read_snapshot
 from executor.engine.store.local import LocalStore
 
@@ -99,6 +100,7 @@ def measure(n: int) -> dict[str, float]:
         graph = build_graph(steps)
         t1 = time.perf_counter()
         snapshot = read_snapshot(store, graph.nodes.values())
+        snapshot = carry_over(graph, snapshot, store, None, tmp, write=False)  # as api.decide: legacy ids
         t2 = time.perf_counter()
         plan = plan_steps(graph, snapshot, PlanOptions())
         t3 = time.perf_counter()

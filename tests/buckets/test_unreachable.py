@@ -98,3 +98,34 @@ def test_an_endpoint_that_never_answers_is_given_up_on(s3_bucket):
         store = open_store(s3_bucket.prefix, {**s3_bucket.options, "endpoint_url": endpoint})
         with pytest.raises(ExecutorError, match=r"no answer from s3://\S+ within 1s; check endpoint_url"):
             location.check_reachable(store, s3_bucket.prefix, timeout_s=1)
+
+
+def test_connecting_is_bounded_too(tmp_path):
+    """gcsfs looks for credentials while it connects, before any listing: with no network it asks the
+    cloud's metadata server, ~20 s of retries (issue 47). The stated bound (docs/storage.md: within
+    PROBE_DEADLINE_S of opening the prefix) covers connecting and the first listing together. Here the
+    metadata server is a listener that never answers, each request given 60 s: unbounded, the command
+    would take minutes; bounded, the deadline plus the interpreter's start."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from executor.engine.location import PROBE_DEADLINE_S
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        host = f"127.0.0.1:{silent.getsockname()[1]}"
+        env = {**{k: v for k, v in os.environ.items() if k not in _AMBIENT},
+               "GCE_METADATA_HOST": host, "GCE_METADATA_IP": host, "GCE_METADATA_TIMEOUT": "60"}
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "executor", "ps", "--prefix", "gs://unreachable-bucket/x",
+                               "--storage-options", json.dumps({"token": "cloud"})], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=PROBE_DEADLINE_S + 50)
+        took = time.monotonic() - started
+    assert error_line(done) == (f"error: storage: no answer from gs://unreachable-bucket/x within "
+                                f"{PROBE_DEADLINE_S:g}s; check endpoint_url and the credentials (key/secret, token) "
+                                f"in the storage options (--storage-options JSON or EXECUTOR_STORAGE_OPTIONS) and "
+                                f"the network. Nothing was written.")
+    assert took < PROBE_DEADLINE_S + 30, took  # the start-up's share, generously: unbounded is >= 60 s

@@ -80,7 +80,7 @@ def test_a_later_run_without_cache_from_skips_the_copy_and_makes_nothing_upstrea
     code, out = run_main("verify", "--prefix", str(b))
     assert code == 0 and "1 step(s) verified, 0 problem(s)" in out, out
     code, out = run_main("status", "--prefix", str(b))
-    assert code == 0 and "SUCCESS" in out and f"(copied from {hello_a})" in out, out
+    assert code == 0 and "SUCCESS" in out and f"  copied from: {hello_a}\n" in out, out
     code, out = run_main("status", "--prefix", str(b), "--json")
     assert code == 0 and [row["copied_from"] for row in json.loads(out)] == [str(hello_a)], out
     code, out = run_main("gc", str(HELLO), "--prefix", str(b), "--delete", "--grace-hours", "0")

@@ -16,7 +16,7 @@ from tests.executor.test_hello_ray import HELLO, REPO
 def test_on_the_ray_runner_the_copy_runs_and_verify_is_clean(hello_a, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "EXECUTOR_CACHE_FROM")}
     b = tmp_path / "b"
-    done = subprocess.run([sys.executable, str(HELLO), "--prefix", str(b), "--cache-from", str(hello_a)],
+    done = subprocess.run([sys.executable, str(HELLO), "--prefix", str(b), "--cache-from", str(hello_a), "--runner", "ray"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "starting Ray" in done.stdout and "copied" in done.stdout, done.stdout

@@ -31,7 +31,7 @@ def test_explain_says_the_step_would_be_copied_and_from_where(hello_a, tmp_path)
                          "--cache-from", str(tmp_path / "empty"), "--cache-from", str(a))
     assert code == 0, out
     assert f"hello/summary: with --cache-from, copy from {a} (run {run_id}, 43 B)" in out, out
-    assert f"id hello/summary-162c75e08a95 is unchanged (found under cache-from {a})" in out, out
+    assert f"id hello/summary-c73eafd61c0b is unchanged (found under cache-from {a})" in out, out
     code, out = run_main("explain", str(HELLO), "hello/shout", "--prefix", str(b), "--cache-from", str(a))
     assert code == 0 and f"hello/shout: with --cache-from, not needed here (copy from {a} (run {run_id}, " in out, out
     assert not b.exists()  # explain writes nothing
@@ -43,7 +43,7 @@ def test_explain_of_a_changed_step_says_it_runs_and_what_differs_from_the_cache_
                          "--cache-from", str(a), "--", "--greeting", "Yo")
     assert code == 0, out
     assert "hello/summary: with --cache-from, run: new: no previous attempt; no SUCCESS of hello/summary-" in out
-    assert f"hello/greeting: hello/greeting-8c4a419e36db (cache-from {a}) -> hello/greeting-" in out, out
+    assert f"hello/greeting: hello/greeting-202edf9a13b0 (cache-from {a}) -> hello/greeting-" in out, out
     assert "config.greeting: 'Hello' -> 'Yo'" in out, out
 
 

@@ -4,7 +4,6 @@ The servers here are loopback stand-ins (tests/cache/metadata_server.py)."""
 
 from __future__ import annotations
 
-import time
 
 from executor.engine.runner_region import runner_region
 from tests.cache.metadata_server import metadata_server
@@ -44,9 +43,9 @@ def test_an_answer_not_from_google_is_not_taken_for_gce():
 
 def test_a_server_that_does_not_answer_within_the_second_leaves_the_region_unknown():
     with metadata_server(ec2_region="eu-west-1", delay_s=5.0) as server:
-        started = time.monotonic()
+        # the server answers only after 5 s: a region of None says the 0.5 s timeout ended the wait
+        # (waiting for the answer would have found eu-west-1), with no window on a loaded machine's clock
         assert runner_region(ec2_at(server.address), timeout_s=0.5) == (None, "")
-        assert time.monotonic() - started < 1.5
 
 
 def test_the_sdks_switches_turn_both_off():

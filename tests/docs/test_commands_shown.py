@@ -102,6 +102,13 @@ def _problems(words: list[str]) -> list[str]:
 COMMANDS = _command_lines()
 
 
+def test_a_command_is_shown_the_way_it_runs():
+    """A bare `stepgraph ...` at the start of a shell line is "command not found" on a fresh clone
+    (the script lives in the project's environment): the docs show `uv run stepgraph ...` (issue 47)."""
+    bare = [f"{where}: {shlex.join(words)}" for where, words in COMMANDS if words[0] == "stepgraph"]
+    assert not bare, "write these as `uv run stepgraph ...`:\n" + "\n".join(bare)
+
+
 def test_the_docs_show_commands_to_check():
     assert len(COMMANDS) > 40  # the extraction itself works
 

@@ -21,7 +21,7 @@ DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full d
 
 
 def _type_name(t: type) -> str:
-    return f"{t.__module__}.{t.__qualname__}"
+    return t.__qualname__  # issue 44: without the module (the fast encoder's one change since)
 
 
 def is_hashed_field(f: dataclasses.Field) -> bool:

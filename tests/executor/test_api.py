@@ -74,7 +74,7 @@ def test_usage_errors_raise_instead_of_exiting(tmp_path):
     [summary] = hello.build(hello.HelloOptions())
     with pytest.raises(ExecutorError, match="not a valid regular expression"):
         executor.plan([summary], inline(tmp_path), only="(")
-    with pytest.raises(ExecutorError, match="in-process runner only"):
+    with pytest.raises(ExecutorError, match="memory:// prefixes live in this process only"):
         executor.run([summary], Options(prefix="memory://api-test", runner="ray"))
     with pytest.raises(TypeError):
         executor.run([summary], inline(tmp_path), no_such_option=1)

@@ -254,10 +254,10 @@ NT = collections.namedtuple("NT", "b a")
     (prefix_path("raw/a"), {"prefix_path": "raw/a"}),
     (mirrored("gs://bucket/raw/corpus"), "gs://bucket/raw/corpus"),  # the logical URL, as the plain string
     (this_output_path("sub"), {"this_output": "sub"}), (this_output_path(), {"this_output": None}),
-    (Color.RED, {"enum": f"{__name__}.Color", "name": "RED"}),
+    (Color.RED, {"enum": "Color", "name": "RED"}),
     (b"\x00\xff", {"bytes": "00ff"}), (bytearray(b"\x01"), {"bytes": "01"}),
     (pathlib.PurePosixPath("a/b"), {"path": "a/b"}), (pathlib.PureWindowsPath("a\\b"), {"path": "a/b"}),
-    (NT(1, 2), {"fields": {"a": 2, "b": 1}, "namedtuple": f"{__name__}.NT"}),
+    (NT(1, 2), {"fields": {"a": 2, "b": 1}, "namedtuple": "NT"}),
     (frozenset({"b", "a"}), {"set": ["a", "b"]}), ({2, 1}, {"set": [1, 2]}),
     (datetime.timedelta(seconds=1), {"type": "datetime.timedelta", "value": {"tuple": [0, 1, 0]}}),
     (float("-inf"), {"float": "-inf"}), (None, None), (False, False), (10**30, 10**30),
@@ -348,6 +348,24 @@ class Ratio(float):
 def test_a_subclass_of_a_plain_number_gets_a_plain_number_hint(value, kind):
     with pytest.raises(ConfigEncodingError, match=rf"`value`.*Convert it to a plain {kind} "):
         digest(Wide(value))
+
+
+class Size(tuple):
+    """A shape that is a tuple subclass, as torch.Size is: a 0-d tensor's shape is Size(), not ()."""
+
+
+class ZeroDimTensor:
+    """A 0-d tensor of another library (torch.tensor(0.5)'s shape is torch.Size([]), dtype kind f)."""
+
+    shape = Size()
+    dtype = type("dtype", (), {"kind": "f"})()
+
+
+def test_a_zero_dimensional_value_whose_shape_is_a_tuple_subclass_gets_a_plain_number_hint():
+    """Its shape equals () without being the empty tuple itself: still a number, not an array."""
+    with pytest.raises(ConfigEncodingError, match=r"`value`.*Convert it to a plain float ") as refused:
+        digest(Wide(ZeroDimTensor()))
+    assert "Arrays are not hashed element by element" not in str(refused.value)
 
 
 class _Refused:

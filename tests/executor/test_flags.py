@@ -75,7 +75,7 @@ def test_did_you_mean_for_executor_and_experiment_flags(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--runner", "bogus"], "--runner: 'bogus' is not one of ray, inline"),
+    (["--runner", "bogus"], "--runner: 'bogus' is not one of auto, ray, inline"),
     (["--prefix", ""], "--prefix '': an empty prefix"),
     (["--json"], "--json only apply to a dry run; add --dry-run"),
     (["--graph", "g.html"], "--graph only apply to a dry run"),
@@ -121,7 +121,7 @@ def test_help_spells_flags_as_the_docs_do(capsys):
     out = capsys.readouterr().out
     assert "  --fail-shout " in out and "--pause-s float" in out and "--fail_shout" not in out
     assert "--fail-shout bool" not in out  # a switch is shown as one, in the shape of argparse's --help
-    assert "--runner ray|inline" in out
+    assert "--runner auto|ray|inline" in out
     reference = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     for flag in ("--dry-run", "--only", "--force-run", "--force-failed", "--max-concurrent", "--prefix"):
         assert f"  {flag} " in out and flag in reference

@@ -51,8 +51,14 @@ def test_cycle_is_reported_with_step_names():
 
 @pytest.mark.parametrize("name", ["", "/abs", "a/../b", "a//b", ".hidden", "runs/x", "runs", "a b", "a/./b", "ü"])
 def test_unsafe_names_are_rejected(name):
-    with pytest.raises(ValueError, match="name"):
-        ExecutorStep(name, fn, Cfg())
+    """A GraphError (exit 2 on the command line) when the graph is built, not at declaration: steps
+    are often declared at import time, where an error would be a traceback and exit 1 (issue 47)."""
+    step = ExecutorStep(name, fn, Cfg())
+    with pytest.raises(GraphError, match=f"step name {name!r}"):
+        build_graph([step])
+    ok = ExecutorStep("ok", fn, Cfg(deps=[output_path_of(step)]))
+    with pytest.raises(GraphError, match="step name"):  # a dependency's name is checked too
+        build_graph([ok])
 
 
 def test_two_different_steps_on_one_output_path():

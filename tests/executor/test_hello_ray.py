@@ -16,7 +16,7 @@ HELLO = REPO / "experiments" / "hello.py"
 def cli(prefix: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_ADDRESS": ""}
     env.pop("RAY_ADDRESS")
-    return subprocess.run([sys.executable, str(HELLO), "--prefix", str(prefix), *args], cwd=REPO,
+    return subprocess.run([sys.executable, str(HELLO), "--prefix", str(prefix), "--runner", "ray", *args], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 

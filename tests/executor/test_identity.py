@@ -8,16 +8,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+from executor.core.graph import build_graph
 from executor.core.identity import step_id
-from tests.executor.golden_configs import GOLDEN_FILE, golden_ids
+from executor.core.legacy_ids import LegacyDigests
+from tests.executor.golden_configs import GOLDEN_FILE, LEGACY_GOLDEN_FILE, golden_ids, golden_steps
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_golden_ids_unchanged():
     # If this fails, the canonical encoding changed: every stored output would be re-addressed.
-    # Make that a deliberate decision (bump IDENTITY_SCHEMA) and regenerate the golden file.
+    # Make that a deliberate decision, with a way to carry existing outputs over (issue 44 did it
+    # with executor/core/legacy_ids.py), and regenerate the golden file.
     assert golden_ids() == json.loads(GOLDEN_FILE.read_text())
+
+
+def test_the_legacy_encoder_still_makes_the_ids_of_before_issue_44():
+    """Outputs made before ids stopped naming modules are found by their old ids (legacy_ids.py):
+    the legacy encoder must give exactly the golden ids committed before that change."""
+    graph = build_graph(golden_steps())
+    legacy = LegacyDigests(graph)
+    assert {n.name: legacy.of(d) for d, n in graph.nodes.items()} == json.loads(LEGACY_GOLDEN_FILE.read_text())
+    assert set(json.loads(LEGACY_GOLDEN_FILE.read_text()).values()).isdisjoint(graph.nodes)
 
 
 def test_step_id_shape():

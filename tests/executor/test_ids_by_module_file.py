@@ -1,88 +1,246 @@
-"""Ids do not depend on how an experiment's module was loaded (issue 20): a class defined in a
-script is named by its file (experiments.hello.WordsConfig), never `__main__`."""
+"""Ids are about what a step makes, not where its code lives (issue 44, DESIGN §10 "Moving code
+keeps ids"): copying or renaming the experiment file, importing its steps from another file, or
+moving its config classes into another module keeps every id, and outputs made under the ids of
+before (classes named with their module) are carried over without running anything.
+
+Every test runs the experiment as a user would (a subprocess, a real prefix on disk).
+tests/executor/relocatable_experiment.py holds every kind of class the encoder names by type.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
+
+import pytest
 
 from executor.core.naming import module_name_of_file, qualified_name
 
 REPO = Path(__file__).resolve().parents[2]
-
-COMPOSE = """
-import sys
-{path_setup}
-from {module} import HelloOptions, build
-from executor import executor_main
-
-if __name__ == "__main__":
-    executor_main(build, "hello, composed", config=HelloOptions())
-"""
+EXPERIMENT = REPO / "tests/executor/relocatable_experiment.py"
+LEGACY_PREFIX = REPO / "tests/executor/legacy_ids_prefix"  # written before issue 44: see legacy_ids_prefix.txt
+LEGACY_IDS = {"relocate/words": "relocate/words-353e93d72276", "relocate/shout": "relocate/shout-def28ca7e7b6",
+              "relocate/quiet": "relocate/quiet-ba029f059ce9"}
+BEGIN, END = "# --- config classes: begin ---\n", "# --- config classes: end ---\n"
+CLASSES = "Case, ShoutConfig, Span, Style, WordsConfig"
+CLASS_IMPORTS = "import enum\nfrom collections import namedtuple\nfrom dataclasses import dataclass\n\n"
 
 
-def _ids(command: list[str], prefix: Path, cwd: Path) -> dict[str, str]:
+def _command(script: Path, prefix: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(command + ["--dry-run", "--json", "--prefix", str(prefix)], env=env, cwd=cwd,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return {row["name"]: row["digest"] for row in json.loads(out.stdout)["steps"]}
+    out = subprocess.run([sys.executable, str(script), "--prefix", str(prefix), "--runner", "inline", *args],
+                         env=env, cwd=script.parent, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return out
 
 
-def test_a_second_experiment_importing_hellos_steps_gets_identical_ids(tmp_path):
-    as_script = _ids([sys.executable, str(REPO / "experiments/hello.py")], tmp_path / "p", REPO)
-    assert len(as_script) == 5
-    by_package = tmp_path / "by_package.py"
-    by_package.write_text(COMPOSE.format(path_setup="", module="experiments.hello"))
-    by_directory = tmp_path / "by_directory.py"  # the spelling of a file next to hello.py: `from hello import`
-    by_directory.write_text(COMPOSE.format(path_setup=f"sys.path.insert(0, {str(REPO / 'experiments')!r})",
-                                           module="hello"))
-    assert _ids([sys.executable, str(by_package)], tmp_path / "p", tmp_path) == as_script
-    assert _ids([sys.executable, str(by_directory)], tmp_path / "p", tmp_path) == as_script
-    assert _ids([sys.executable, "-m", "experiments.hello"], tmp_path / "p", REPO) == as_script
+def _plan(script: Path, prefix: Path, *args: str) -> dict[str, dict]:
+    rows = json.loads(_command(script, prefix, "--dry-run", "--json", *args).stdout)["steps"]
+    return {row["name"]: row for row in rows}
 
 
-def test_the_identity_names_the_module_by_its_file(tmp_path):
-    plan = json.loads((REPO / "experiments/hello.plan.json").read_text())
-    assert "__main__" not in json.dumps(plan)
+def _ids(script: Path, prefix: Path) -> dict[str, str]:
+    return {name: row["step_id"] for name, row in _plan(script, prefix).items()}
+
+
+def _run(script: Path, prefix: Path, *args: str) -> str:
+    return _command(script, prefix, *args).stdout
+
+
+def _copy(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(EXPERIMENT.read_text())
+    return path
+
+
+def _with_classes_moved(directory: Path, module: str) -> Path:
+    """The experiment with its config classes moved to the module `module` (a file under `directory`)."""
+    source = EXPERIMENT.read_text()
+    head, rest = source.split(BEGIN)
+    block, tail = rest.split(END)
+    module_file = directory.joinpath(*module.split(".")).with_suffix(".py")
+    module_file.parent.mkdir(parents=True, exist_ok=True)
+    for package in module_file.relative_to(directory).parents:
+        if package != Path("."):
+            (directory / package / "__init__.py").touch()
+    module_file.write_text(CLASS_IMPORTS + block)
+    experiment = directory / "experiment_moved.py"
+    experiment.write_text(f"{head}from {module} import {CLASSES}\n{tail}")
+    return experiment
+
+
+def test_copying_or_renaming_the_experiment_file_keeps_every_id_and_reuses_every_output(tmp_path):
+    prefix = tmp_path / "prefix"
+    first = _copy(tmp_path / "a", "exp.py")
+    assert "3 ran here" in _run(first, prefix)
+    ids = _ids(first, prefix)
+    copy = _copy(tmp_path / "b", "exp_v2.py")  # how teams iterate: a copy, elsewhere, under another name
+    assert _ids(copy, prefix) == ids
+    assert "nothing to do" in _run(copy, prefix)
+    assert _ids(EXPERIMENT, prefix) == ids  # inside a package (tests.executor.relocatable_experiment)
+    module = subprocess.run([sys.executable, "-m", "tests.executor.relocatable_experiment", "--prefix", str(prefix),
+                             "--dry-run", "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert {r["name"]: r["step_id"] for r in json.loads(module.stdout)["steps"]} == ids, module.stderr[-2000:]
+
+
+def test_importing_the_steps_from_another_file_keeps_every_id(tmp_path):
+    experiment = _copy(tmp_path / "lab", "exp.py")
+    ids = _ids(experiment, tmp_path / "p")
+    composed = tmp_path / "elsewhere" / "composed.py"
+    composed.parent.mkdir()
+    composed.write_text(f"import sys\nsys.path.insert(0, {str(experiment.parent)!r})\n"
+                        "from exp import Options, build\nfrom executor import executor_main\n\n"
+                        "if __name__ == '__main__':\n    executor_main(build, 'composed', config=Options())\n")
+    assert _ids(composed, tmp_path / "p") == ids
+
+
+def test_moving_the_config_classes_into_another_module_keeps_every_id_and_reuses_every_output(tmp_path):
+    prefix = tmp_path / "prefix"
+    assert "3 ran here" in _run(_copy(tmp_path / "inline", "exp.py"), prefix)
+    ids = _ids(_copy(tmp_path / "inline", "exp.py"), prefix)
+    for directory, module in ((tmp_path / "flat", "configs"), (tmp_path / "packaged", "lab.common.configs")):
+        moved = _with_classes_moved(directory, module)
+        assert _ids(moved, prefix) == ids, module
+        assert "nothing to do" in _run(moved, prefix)
+
+
+def digest_of_config(config: object) -> str:
+    from executor import ExecutorStep
+    from executor.core.graph import build_graph
+
+    return next(iter(build_graph([ExecutorStep("s", print, config)]).nodes))
+
+
+def test_a_class_is_still_its_name_and_fields():
+    """What a class is stays in the id: the same fields under another class name is another id."""
+    from dataclasses import make_dataclass
+
+    first, renamed = make_dataclass("WordsConfig", ["text"]), make_dataclass("WordList", ["text"])
+    more = make_dataclass("WordsConfig", ["text", "limit"])
+    assert digest_of_config(first("a")) != digest_of_config(renamed("a"))
+    assert digest_of_config(first("a")) != digest_of_config(more("a", 1))
+    other_module = make_dataclass("WordsConfig", ["text"], namespace={"__module__": "somewhere.else"})
+    assert digest_of_config(first("a")) == digest_of_config(other_module("a"))  # the documented rule
+
+
+def _legacy_prefix(tmp_path: Path, *, without: tuple[str, ...] = ()) -> Path:
+    prefix = tmp_path / "prefix"
+    shutil.copytree(LEGACY_PREFIX, prefix)
+    for name in without:
+        shutil.rmtree(prefix / LEGACY_IDS[name])
+    return prefix
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_a_prefix_made_with_the_ids_of_before_is_carried_over_without_running_anything(tmp_path):
+    prefix = _legacy_prefix(tmp_path)
+    experiment = _copy(tmp_path / "lab", "exp.py")  # the file that wrote the prefix (legacy_ids_prefix.txt)
+    before = _files(prefix)
+    plan = _plan(experiment, prefix)
+    assert {name: row["action"] for name, row in plan.items()} == dict.fromkeys(LEGACY_IDS, "skip")
+    for name, row in plan.items():
+        assert row["step_id"] != LEGACY_IDS[name] and f"adopted from {LEGACY_IDS[name]}" in row["reason"]
+    assert _files(prefix) == before, "a dry run writes nothing"
+    assert "nothing to do" in _run(experiment, prefix)
+    for name, row in plan.items():
+        status = json.loads((prefix / row["step_id"] / ".executor/status.json").read_text())
+        assert status["state"] == "SUCCESS" and status["alias_of"]["step_id"] == LEGACY_IDS[name]
+        record = json.loads((prefix / row["step_id"] / ".executor/record.json").read_text())
+        assert record["provenance"]["migration"] == "legacy-ids"
+    new_ids = tuple(row["step_id"] for row in plan.values())
+    for path in _files(prefix) - before:  # no step wrote an output: only the new ids' statuses and records
+        assert path.startswith(new_ids) and (path in new_ids or "/.executor" in path), path
+    assert not (before - _files(prefix)), "the old outputs are left as they were"
+    assert "nothing to do" in _run(experiment, prefix)
+
+
+def test_a_dependent_that_runs_reads_a_carried_over_output_through_its_alias(tmp_path):
+    prefix = _legacy_prefix(tmp_path, without=("relocate/shout",))
+    experiment = _copy(tmp_path / "lab", "exp.py")
+    plan = _plan(experiment, prefix)
+    assert {name: row["action"] for name, row in plan.items()} == {
+        "relocate/words": "skip", "relocate/shout": "run", "relocate/quiet": "skip"}
+    assert "1 ran here" in _run(experiment, prefix)
+    shout = prefix / plan["relocate/shout"]["step_id"] / "shout.txt"
+    assert shout.read_text() == (LEGACY_PREFIX / LEGACY_IDS["relocate/shout"] / "shout.txt").read_text()
+    assert not (prefix / plan["relocate/words"]["step_id"] / "words.json").exists()  # read where it was made
+
+
+def test_only_a_completed_output_is_carried_over(tmp_path):
+    prefix = _legacy_prefix(tmp_path)
+    status_file = prefix / LEGACY_IDS["relocate/quiet"] / ".executor/status.json"
+    status = json.loads(status_file.read_text())
+    status_file.write_text(json.dumps({**status, "state": "FAILED", "error": "boom"}))
+    plan = _plan(_copy(tmp_path / "lab", "exp.py"), prefix)
+    assert {name: row["action"] for name, row in plan.items()} == {
+        "relocate/words": "skip", "relocate/shout": "skip", "relocate/quiet": "run"}
+
+
+def test_the_module_of_a_file_is_still_named_for_provenance_and_results(tmp_path):
+    """naming.py still names where a class lives (records' result types); ids no longer use it."""
     assert module_name_of_file(str(REPO / "experiments/hello.py")) == "experiments.hello"
     assert module_name_of_file(str(REPO / "steps/train/config.py")) == "steps.train.config"
-    loose = tmp_path / "loose.py"  # not in a package: its stem
-    assert module_name_of_file(str(loose)) == "loose"
-
-
-def test_classes_of_installed_packages_keep_their_declared_names():
+    assert module_name_of_file(str(tmp_path / "loose.py")) == "loose"
     import collections
 
-    import json as json_module
-
     assert qualified_name(collections.OrderedDict) == "collections.OrderedDict"
-    assert qualified_name(json_module.JSONDecoder) == "json.decoder.JSONDecoder"
+    plan = json.loads((REPO / "experiments/hello.plan.json").read_text())
+    assert '"dataclass": "WordsConfig"' in json.dumps(plan) and "experiments.hello" not in json.dumps(
+        [s["identity"] for s in plan["steps"]])
 
 
-PROFILED = textwrap.dedent("""
-    import dataclasses, json, sys
+def test_steps_with_a_status_are_not_looked_up_under_their_legacy_ids(tmp_path, monkeypatch):
+    """Planning a prefix whose steps all have statuses works out no legacy id (the hot path stays)."""
+    from executor.core import legacy_ids
     from executor.core.graph import build_graph
-    from executor import ExecutorStep
+    from executor.core.plan import Observed
+    from executor.core.record import State, Status
+    from executor.engine import legacy_carry
+    from tests.executor.relocatable_experiment import Options, build
 
-    @dataclasses.dataclass(frozen=True)
-    class C:
-        x: int = 1
+    graph = build_graph(build(Options()))
+    snapshot = {d: Observed(Status(State.SUCCESS, d, n.step_id, 1, 1, None, 0.0)) for d, n in graph.nodes.items()}
 
-    node = next(iter(build_graph([ExecutorStep("s", print, C())]).nodes.values()))
-    print(node.identity["config"]["dataclass"])
-""")
+    def refuse(self: object, digest: str) -> str:
+        raise AssertionError("a legacy id was worked out for a step that has a status")
+
+    monkeypatch.setattr(legacy_ids.LegacyDigests, "of", refuse)
+    assert legacy_carry.carry_over(graph, snapshot, None, None, str(tmp_path), write=True) is snapshot
+    first = next(iter(graph.nodes))
+    del snapshot[first]  # one step without a status: it alone is looked up
+    with pytest.raises(AssertionError, match="a legacy id was worked out"):
+        legacy_carry.carry_over(graph, snapshot, None, None, str(tmp_path), write=True)
 
 
-def test_a_script_run_under_another_tools_main_is_named_by_its_file(tmp_path):
-    script = tmp_path / "exp.py"
-    script.write_text(PROFILED)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    plain = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    profiled = subprocess.run([sys.executable, "-m", "cProfile", "-o", os.devnull, str(script)], env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert plain.stdout.strip() == profiled.stdout.strip() == "exp.C", (plain.stderr, profiled.stderr)
+def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, monkeypatch):
+    """Both planned from a snapshot without the new statuses: the second finds the first's and keeps it."""
+    from executor.core.graph import build_graph
+    from executor.engine import legacy_carry
+    from executor.engine.location import open_location
+    from executor.engine.snapshot import read_snapshot
+    prefix = _legacy_prefix(tmp_path)
+    experiment = _copy(tmp_path / "lab", "exp.py")  # the module `exp`, as when the prefix was written
+    spec = importlib.util.spec_from_file_location("exp", experiment)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "exp", module)
+    spec.loader.exec_module(module)
+    graph = build_graph(module.build(module.Options()))
+    store, fs = open_location(str(prefix))
+    snapshot = read_snapshot(store, graph.nodes.values())
+    first = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=1.0)
+    second = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=2.0)
+    assert {d: (o.status.written_at, o.generation) for d, o in first.items()} == {
+        d: (o.status.written_at, o.generation) for d, o in second.items()}
+    assert {o.status.written_at for o in second.values()} == {1.0}
+    for digest, observed in second.items():
+        status = json.loads((prefix / graph.nodes[digest].output_rel / ".executor/status.json").read_text())
+        assert status["written_at"] == 1.0 and status["alias_of"]["step_id"] == LEGACY_IDS[graph.nodes[digest].name]

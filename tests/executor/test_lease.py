@@ -267,7 +267,12 @@ def test_stop_waits_five_seconds_in_all_for_renewals_stuck_in_flight(request):
         assert len(stuck) == 2 and all(t.daemon for t in stuck)
         started = time.monotonic()
         keeper.stop()
-        assert 4.8 <= time.monotonic() - started < 5.8
+        waited = time.monotonic() - started
+        # 5 s in all: at least the 5 s (joins really wait), and not 5 s each (two would take 10 s);
+        # the bound is the claim's, not a window a loaded machine can miss. It returned with both
+        # renewals still stuck (released only below): it does not wait for ever.
+        assert 4.8 <= waited < 9.5, waited
+        assert all(t.is_alive() for t in stuck)
     finally:
         store.release.set()
 
@@ -373,7 +378,10 @@ def test_release_all_waits_two_seconds_for_a_renewal_in_flight(store):
     threading.Timer(0.5, brief.lock.release).start()
     start = time.monotonic()
     assert keeper.release_all("interrupted (Ctrl-C)") == ["stuck"]
-    assert 2.4 <= time.monotonic() - start < 3.2  # 0.5 s for the brief one, then 2 s for the stuck one
+    waited = time.monotonic() - start
+    # up to 2 s a lease: at least the stuck one's 2 s, and not 2 s for the brief one too (4 s): the
+    # bound is the claim's; the brief one was waited for, not skipped, as its FAILED status shows
+    assert 2.0 <= waited < 3.9, waited
     assert parse_status(store.read("brief").data, "brief").state == State.FAILED
     stuck.lock.release()
 

@@ -212,6 +212,23 @@ def test_a_missing_step_is_run_when_its_copied_reader_may_re_run():
     assert plan.decisions[graph.digest_of(top)].recheck == () and list(plan.standby) == [graph.digest_of(a)]
 
 
+@pytest.mark.parametrize("reads", ["ab", "ba"])
+def test_a_missing_step_a_copy_may_re_run_and_read_is_run_however_the_steps_are_ordered(reads):
+    """top (copied) consumed x and y, both missing here; side, made here, reads x. x must run
+    (side reads it), so top is re-checked against x and may re-run, reading y: y runs too, whichever
+    of the two the plan settles first (one pass over the steps would leave one "not needed here")."""
+    x, y = ExecutorStep("x", fn, Cfg(value=1)), ExecutorStep("y", fn, Cfg(value=2))
+    first, second = (x, y) if reads == "ab" else (y, x)
+    top = ExecutorStep("top", fn, Cfg(dep=[output_path_of(first), output_path_of(second)]))
+    side = ExecutorStep("side", fn, Cfg(dep=output_path_of(x)))
+    graph = build_graph([top, side])
+    inputs = {graph.digest_of(x): "1" * 64, graph.digest_of(y): "2" * 64}
+    plan = plan_steps(graph, {graph.digest_of(top): copied(graph, top, inputs=inputs)}, PlanOptions())
+    assert sorted(d.node.name for d in plan.by_action(Action.RUN)) == ["side", "x", "y"], actions(plan)
+    assert not plan.standby, {d.node.name: d.reason for d in plan.standby.values()}
+    assert set(plan.decisions[graph.digest_of(top)].recheck) == {graph.digest_of(x), graph.digest_of(y)}
+
+
 def _two_deps():
     """a and b independent; c needs a, then b."""
     a, b = ExecutorStep("a", fn, Cfg(value=1)), ExecutorStep("b", fn, Cfg(value=2))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -46,3 +50,24 @@ def test_unsafe_names_are_refused(name):
 @pytest.mark.parametrize("name", ["tokenized/shakespeare", "runsx", "a/runs", "isoflop/eval-3e+10-d32", "x=1.5"])
 def test_safe_names_pass(name):
     assert validate_name(name) == name
+
+
+def test_a_bad_name_declared_at_import_time_is_a_graph_error_and_exit_2(tmp_path):
+    """README's words.py declares its steps at module level: a bad name there is the documented
+    GraphError, one line and exit 2 (docs/python-api.md), not a ValueError traceback and exit 1."""
+    experiment = tmp_path / "words.py"
+    experiment.write_text(
+        "from dataclasses import dataclass\n"
+        "from executor import ExecutorStep, executor_main, this_output_path\n\n"
+        "@dataclass(frozen=True)\nclass C:\n    output_path: str\n\n"
+        "def make(config: C) -> None:\n    pass\n\n"
+        "bad = ExecutorStep('words/bad name', make, C(this_output_path()))\n\n"
+        "if __name__ == '__main__':\n    executor_main([bad])\n")
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, str(experiment), "--dry-run", "--prefix", str(tmp_path / "prefix")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: step name 'words/bad name' has an unsafe segment 'bad name'; use '/'-separated segments of "
+        "letters, digits and _.=+- (e.g. 'tokenized/shakespeare')"], done.stderr

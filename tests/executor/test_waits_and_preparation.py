@@ -333,11 +333,17 @@ def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls
 
 def test_a_repeated_wait_notice_comes_at_the_first_silence_seen_however_short(tmp_path, capsys, monkeypatch):
     """Re-read every 0.05 s, a holder that stays silent gets its repeated notice at the first re-read
-    that finds it silent, well within a second (not only once a whole second has passed)."""
+    that finds it silent (not only once a whole second has passed). The watch's clock is injected:
+    it reads 0.1 s later at each look, so that first silence is exactly 0.1 s, however loaded the machine."""
     import functools
+    import itertools
 
     from executor.engine import execute as execute_module
+    from executor.engine import lease as lease_module
 
+    readings = itertools.count(0.0, 0.1)
+    monkeypatch.setattr(lease_module, "StalenessWatch",
+                        functools.partial(lease_module.StalenessWatch, clock=lambda: next(readings)))
     monkeypatch.setattr(execute_module, "RunContext", functools.partial(execute_module.RunContext, poll_s=0.05))
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     held_elsewhere(step, tmp_path, capsys)
@@ -346,7 +352,7 @@ def test_a_repeated_wait_notice_comes_at_the_first_silence_seen_however_short(tm
                           subscribers=[lambda e: waits.append(e) if isinstance(e, StepWaiting) else None])
     assert result.ok
     repeated = [w.silent_s for w in waits if not w.first]
-    assert repeated and 0 < repeated[0] < 1.0, repeated
+    assert repeated and repeated[0] == pytest.approx(0.1), repeated
 
 
 def test_a_holder_silent_for_exactly_the_ttl_is_taken_over(tmp_path, capsys, monkeypatch):

@@ -42,7 +42,7 @@ def test_piped_output_is_plain_and_each_steps_lines_come_before_its_tick(tmp_pat
     path.write_text(EXPERIMENT)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("RAY_COLOR_PREFIX", None)
-    result = subprocess.run([sys.executable, str(path), "--prefix", str(tmp_path / "prefix")], env=env,
+    result = subprocess.run([sys.executable, str(path), "--prefix", str(tmp_path / "prefix"), "--runner", "ray"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     out = result.stdout
     assert result.returncode == 0, out[-4000:]

@@ -1,4 +1,4 @@
-"""The default runner starts its OWN embedded cluster, even when this machine has another one.
+"""The Ray runner starts its OWN embedded cluster, even when this machine has another one.
 
 A bare `ray.init()` joins whatever cluster `ray start` (or `ray.cluster_utils.Cluster`) last
 recorded in `<ray temp dir>/ray_current_cluster`. A user's experiment must not land on such a
@@ -26,7 +26,8 @@ def test_a_cluster_recorded_on_this_machine_is_not_joined_without_an_address(tmp
         (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9\n")  # nothing listens there
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(RAY_TMPDIR=str(ray_tmp), PYTHONPATH=str(REPO))
-        done = subprocess.run([sys.executable, str(REPO / "experiments" / "hello.py"), "--prefix", str(tmp_path)],
+        done = subprocess.run([sys.executable, str(REPO / "experiments" / "hello.py"), "--prefix", str(tmp_path),
+                               "--runner", "ray"],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)

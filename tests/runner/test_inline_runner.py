@@ -1,6 +1,6 @@
-"""The in-process runner's plan-time check: a multi-host step is refused before anything runs.
+"""The inline runner's plan-time check: a multi-host step is refused before anything runs.
 
-No Ray here: the inline runner runs every step in this process, so `Resources(hosts=2)` cannot
+No Ray here: the inline runner runs each step in one child process, so `Resources(hosts=2)` cannot
 be honoured and must be an error (exit 2) naming the step, the field and the fix.
 """
 
@@ -40,7 +40,7 @@ def run_inline(steps: list[ExecutorStep], prefix: Path) -> int:
 def test_multi_host_step_is_refused_before_anything_runs(tmp_path, capsys):
     assert run_inline(experiment(wide_hosts=2), tmp_path) == 2
     err = capsys.readouterr().err
-    assert "in-process runner cannot run this plan" in err
+    assert "inline runner cannot run this plan" in err
     assert "'inline/wide' asks for Resources(hosts=2)" in err and "--runner ray" in err
     assert "'inline/single'" not in err
     assert not list(tmp_path.rglob("status.json")), "nothing may run or be leased"
@@ -135,34 +135,62 @@ def nap(config: Nap) -> dict:
 
 def test_another_runners_long_step_never_holds_back_a_short_steps_outcome(tmp_path, monkeypatch):
     """Two runs in one process, each with its runner: a child forked by one inherits every pipe open
-    at that moment. B's result pipe, made just before A forked its 6 s step, used to stay open in
-    A's child, so B's 0 s step was reported only when A's ended."""
+    at that moment. B's result pipe, made just before A forked its long step, used to stay open in
+    A's child, so B's 0 s step was reported only when A's ended. B is held in fork (its pipes made)
+    until A has come to fork too, or to the lock that keeps forks apart: events, not a guessed sleep.
+    A's step never ends by itself, so B's outcome comes while it runs or, held back, not at all."""
     import threading
 
-    real_fork = os.fork
+    from executor.engine.runner import inline
+
+    real_fork, main = os.fork, threading.current_thread()
+    a_arrived = threading.Event()  # A forks, or waits for the fork lock B holds
+    b_in_fork = threading.Event()  # B has made its pipes and is about to fork
+
+    class WatchedLock:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def acquire(self, *args, **kwargs):
+            if threading.current_thread() is main:
+                a_arrived.set()
+            return self.inner.acquire(*args, **kwargs)
+
+        def release(self):
+            self.inner.release()
+
+        def __enter__(self):
+            return self.acquire()
+
+        def __exit__(self, *exc):
+            self.release()
 
     def slow_fork():  # B is caught between making its pipes and forking, as the scheduler may catch it
         if threading.current_thread().name == "runner-b":
-            time.sleep(1.0)
+            b_in_fork.set()
+            a_arrived.wait(timeout=30)
+            return real_fork()
+        if threading.current_thread() is main:
+            a_arrived.set()
         return real_fork()
 
+    monkeypatch.setattr(inline._PIPES, "lock", WatchedLock(inline._PIPES.lock))
     monkeypatch.setattr(os, "fork", slow_fork)
     a, b = InlineRunner(start_method="fork"), InlineRunner(start_method="fork")
-    finished: dict[str, float] = {}
+    finished: dict[str, bool] = {}
     try:
         def run_b() -> None:
-            started = time.monotonic()
             handle = b.submit(StepCall("b", nap, Nap(0.0, str(tmp_path / "b")), str(tmp_path / "b")))
             assert handle.outcome().ok
-            finished["b"] = time.monotonic() - started
+            finished["b"] = True
 
         thread = threading.Thread(target=run_b, name="runner-b")
         thread.start()
-        time.sleep(0.3)  # B has made its pipes and sleeps in fork
-        slow = a.submit(StepCall("a", nap, Nap(6.0, str(tmp_path / "a")), str(tmp_path / "a")))
-        thread.join(timeout=30)
-        assert finished["b"] < 4.0, f"B's outcome came after {finished['b']:.1f} s: held back by A's step"
-        assert not slow.done()  # A's step still runs: B was not held back (shutdown kills it)
+        assert b_in_fork.wait(timeout=30)  # B has made its pipes and waits in fork for A
+        slow = a.submit(StepCall("a", nap, Nap(600.0, str(tmp_path / "a")), str(tmp_path / "a")))
+        thread.join(timeout=60)  # a bound only a held-back outcome reaches
+        assert finished.get("b"), "B's outcome was held back by A's step (still running)"
+        assert not slow.done()  # A's step still runs (shutdown kills it)
     finally:
         a.shutdown()
         b.shutdown()
@@ -186,3 +214,26 @@ def test_a_step_can_fork_steps_of_its_own(tmp_path):
         assert handle.outcome().ok and handle.outcome().result == {"inner_ok": True}
     finally:
         runner.shutdown()
+
+
+# -- attempt logs: every attempt's output is kept, as on Ray (issue 47) -------------------------
+def talk(config: Touch) -> dict:
+    import sys
+
+    print("to stdout from the step", flush=True)
+    print("to stderr from the step", file=sys.stderr, flush=True)
+    os.system("echo from a subprocess of the step")  # noqa: S605 - fd-level output must be kept too
+    return {}
+
+
+def test_each_inline_attempt_writes_its_log_and_still_prints(tmp_path, capfd):
+    step = ExecutorStep("inline/talk", talk, Touch(this_output_path()))
+    assert run_inline([step], tmp_path) == 0
+    [log] = tmp_path.glob("inline/talk-*/.executor/logs/attempt-1.log")
+    text = log.read_text()
+    assert text.startswith("=== ") and "inline/talk-" in text.splitlines()[0] and "attempt 1" in text
+    for line in ("to stdout from the step", "to stderr from the step", "from a subprocess of the step"):
+        assert line in text, text
+    out, err = capfd.readouterr()
+    assert "to stdout from the step" in out and "to stderr from the step" in err
+    assert out.count("to stdout from the step") == 1, "the step's own output must not be echoed again"

@@ -124,10 +124,34 @@ def test_a_steps_own_keyboard_interrupt_is_its_error_not_a_cancel(driver, tmp_pa
 
 
 def test_user_errors_retried_when_asked(driver, tmp_path):
+    """Both tries' output stays in the attempt's log: the retry appends, it does not start it over."""
     step = probe_step("flaky", Resources(retry_user_errors=1), mode="raise-once")
     assert execute([step], tmp_path) == 0
     record = record_of(tmp_path, "flaky")
     assert [a["cause"] for a in record["extra"]["attempts"]] == ["user", "ok"]
+    pids = (step_dir(tmp_path, "flaky") / "calls.txt").read_text().split()
+    log = (step_dir(tmp_path, "flaky") / ".executor" / "logs" / "attempt-1.log").read_text()
+    assert len(pids) == 2 and all(f"probe flaky running in pid {pid}" in log for pid in pids), (pids, log)
+    assert log.count("from-a-subprocess") == 2, log
+
+
+def test_a_failed_step_run_again_keeps_the_first_attempt_s_log_and_writes_its_own(driver, tmp_path):
+    """docs/watching.md: each attempt's output is kept in attempt-<n>.log. A step that failed
+    (attempt 1) and is run again by the next run (attempt 2): attempt 1's log is left as it was,
+    attempt 2 writes attempt-2.log with its own output only."""
+    step = probe_step("again", mode="raise-once")
+    assert execute([step], tmp_path) == 1
+    logs = step_dir(tmp_path, "again") / ".executor" / "logs"
+    first = (logs / "attempt-1.log").read_bytes()
+    [first_pid] = (step_dir(tmp_path, "again") / "calls.txt").read_text().split()
+    assert f"probe again running in pid {first_pid}".encode() in first, first
+    assert execute([step], tmp_path) == 0
+    assert status_of(tmp_path, "again").attempt == 2
+    second_pid = (step_dir(tmp_path, "again") / "calls.txt").read_text().split()[1]  # calls: one a line
+    assert (logs / "attempt-1.log").read_bytes() == first, "attempt 2 wrote into attempt 1's log"
+    second = (logs / "attempt-2.log").read_text()
+    assert f"probe again running in pid {second_pid}" in second and "attempt 2 try 1" in second, second
+    assert "attempt 1" not in second and second.count("probe again running") == 1, second  # Ray may reuse the pid
 
 
 # -- cancelling a running task (what a lost lease or a timeout does) -----------------------

@@ -96,17 +96,28 @@ def test_config_rejects_bad_threshold():
 
 
 def test_buckets_up_to_small_bucket_propose_all_pairs_larger_ones_pairs_with_their_head():
+    """The promise (tests/README.md) is 8 members, written here as a number: a test reading the
+    module's SMALL_BUCKET would follow it down to 2, where small buckets propose head pairs only."""
     from itertools import combinations
 
-    from steps.dedup.fuzzy import SMALL_BUCKET, bucket_pairs
+    from steps.dedup.fuzzy import bucket_pairs
 
-    small = np.arange(SMALL_BUCKET) * 3 + 100        # one bucket of exactly SMALL_BUCKET members
-    large = np.arange(SMALL_BUCKET + 1) * 5 + 1000   # one just over it
+    small = np.arange(8) * 3 + 100        # one bucket of exactly 8 members
+    large = np.arange(9) * 5 + 1000   # one just over it
     keys = np.r_[np.full(len(small), 7), np.full(len(large), 9), 11].astype(np.uint64)  # 11: alone, no pair
     members = np.r_[small, large, 5000][::-1].copy()
     keys = keys[::-1].copy()                          # input order does not matter
     pairs = {tuple(p) for p in bucket_pairs(keys, members).tolist()}
     assert pairs == set(combinations(small.tolist(), 2)) | {(int(large[0]), int(m)) for m in large[1:]}
+
+
+def test_a_near_copy_sharing_buckets_only_with_a_bucket_s_head_and_another_member_is_proposed():
+    """Three documents in the same bucket of every band: the third, a near copy of the second,
+    shares no bucket with it apart from the first document (the head). Their pair must still be
+    a candidate (small buckets propose all their pairs), or the near copy is never compared."""
+    signatures = np.array([[5, 6, 7], [5, 6, 7], [5, 6, 7]], np.uint32)
+    pairs = lsh_candidate_pairs(signatures, np.ones(3, bool), num_bands=3, rows_per_band=1)
+    assert pairs.tolist() == [[0, 1], [0, 2], [1, 2]]
 
 
 def _reference_shingles(text: str, n: int) -> list[int]:

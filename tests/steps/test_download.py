@@ -222,3 +222,35 @@ def test_an_s3_glob_is_copied_with_secret_storage_options_and_skipped_when_compl
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert {f["source"] for f in manifest["files"]} == {f"{prefix}/{name}" for name in files}
     assert download(config)["skipped_complete"] == 2
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_a_file_from_a_local_or_bucket_source_that_mismatches_expected_sha256_is_refused(where, request, tmp_path):
+    """expected_sha256 holds for every source, not only HTTP: a copied file whose sha256 differs is
+    refused (ChecksumMismatch naming it and the expected digest), not kept, not in the manifest;
+    the file that matches is kept."""
+    files = {"good.jsonl": b'{"id": "g", "text": "good"}\n', "corrupt.jsonl": b'{"id": "c", "text": "corrupted"}\n'}
+    options = None
+    if where == "local":
+        root = tmp_path / "src"
+        root.mkdir()
+        for name, data in files.items():
+            (root / name).write_bytes(data)
+        sources = [f"file://{root}/{name}" for name in files]
+    else:
+        from executor.engine import outputs
+        s3_emulator = request.getfixturevalue("s3_emulator")
+        prefix, options = s3_emulator.fresh_prefix("download-sha"), dict(s3_emulator.storage_options)
+        fs = outputs.filesystem(prefix, options)
+        for name, data in files.items():
+            fs.pipe_file(f"{prefix}/{name}", data)
+        sources = [f"{prefix}/{name}" for name in files]
+    expected = sha(b'{"id": "c", "text": "original"}\n')
+    out = tmp_path / "out"
+    with pytest.raises(ChecksumMismatch) as error:
+        download(DownloadConfig(sources=sources, output_path=str(out), storage_options=options,
+                                expected_sha256={"corrupt.jsonl": expected, "good.jsonl": sha(files["good.jsonl"])},
+                                **FAST))
+    assert "corrupt.jsonl" in str(error.value) and expected in str(error.value), error.value
+    assert sorted(p.name for p in (out / "docs").iterdir()) == ["good.jsonl"]  # nothing else, no temp
+    assert [f["name"] for f in json.loads((out / "manifest.json").read_text())["files"]] == ["good.jsonl"]

@@ -303,3 +303,26 @@ def test_training_texts_are_read_with_the_steps_storage_options():
         train_byte_level_bpe(texts(), 300, min_frequency=2)
     assert len(seen) == 2000 and all(s == storage for _, s in seen)
     assert any(t != threading.get_ident() for t, _ in seen), "tokenizers pulled on another thread (the case held)"
+
+
+def test_the_tokenizer_is_trained_on_the_training_documents_only(corpus_dir, small_corpus, tmp_path, monkeypatch):
+    """No leak into evaluation (README): the BPE learns from the train split's documents, every one
+    of them and nothing of the validation documents, which are scored against it later."""
+    import steps.tokenize as step_module
+
+    trained_on: list[str] = []
+    real_training = step_module.train_byte_level_bpe
+
+    def recording(texts, *args, **kwargs):
+        def kept():
+            for text in texts:
+                trained_on.append(text)
+                yield text
+        return real_training(kept(), *args, **kwargs)
+
+    monkeypatch.setattr(step_module, "train_byte_level_bpe", recording)
+    tokenize(TokenizeConfig(corpus_dir, str(tmp_path / "out"), vocab_size=600, num_output_shards=1,
+                            validation_fraction=0.1))
+    train = [d["text"] for d in small_corpus.docs if not is_validation(d["id"], 0.1, 0)]
+    validation = [d["text"] for d in small_corpus.docs if is_validation(d["id"], 0.1, 0)]
+    assert validation and sorted(trained_on) == sorted(train)

@@ -50,7 +50,9 @@ class TokenizeConfig:
 
 def tokenize(config: TokenizeConfig) -> dict:
     words = Path(config.input_path).read_text().split()
-    Path(config.output_path, "tokens.json").write_text(json.dumps([hash(w) % config.tokenizer.vocab_size for w in words]))
+    # deterministic ids that differ with the vocab size (byte-identical outputs would be cut off: issue 44)
+    ids = [sum(map(ord, w)) * 31 % config.tokenizer.vocab_size for w in words]
+    Path(config.output_path, "tokens.json").write_text(json.dumps(ids))
     return {"tokens": len(words)}
 
 
@@ -63,7 +65,8 @@ class TrainConfig:
 
 def train(config: TrainConfig) -> dict:
     tokens = json.loads(Path(config.tokens_path).read_text())
-    Path(config.output_path, "model.json").write_text(json.dumps({"lr": config.learning_rate, "n": len(tokens)}))
+    model = {"lr": config.learning_rate, "n": len(tokens), "sum": sum(tokens)}
+    Path(config.output_path, "model.json").write_text(json.dumps(model))
     return {"steps": len(tokens)}
 
 

@@ -35,6 +35,7 @@ class StepOutcome:
     traceback: str | None = None
     infrastructure: bool = False
     attempts: tuple[dict[str, Any], ...] = ()  # each try the runner made: {"try", "cause", "error", "seconds"}
+    needs_ray: bool = False  # stopped at a fan-out off Ray (auto runner): to be run again on Ray
 
 
 class StepHandle(Protocol):

@@ -1,9 +1,10 @@
 """Per-attempt logs: a step's stdout/stderr copied to `<output>/.executor/logs/attempt-<n>.log`.
 
 The copy is taken at the file-descriptor level (so output of C extensions, XLA, subprocesses
-is kept too) and still goes to the original streams, which Ray forwards to the driver's
-console with the task name (the step id) as prefix. Meant for worker processes that run one
-step at a time; the in-process runner does not use it.
+is kept too) and still goes to the original streams: Ray forwards them to the driver's
+console with the task name (the step id) as prefix; an inline step's child shares the driver's.
+Meant for processes that run one step at a time: Ray workers, and the inline runner's children
+(steps on threads, for memory:// prefixes, keep no log).
 """
 
 from __future__ import annotations

@@ -2,13 +2,16 @@
 
 Steps reach these through `executor.map_shards` and `executor.current_node`, never through Ray:
 inside a Ray task the work becomes Ray tasks on the same cluster; elsewhere (the inline runner,
-unit tests) it runs in order in this process.
+unit tests) it runs in order in this process, unless the auto runner started the step off Ray:
+then the fan-out asks for Ray instead (runner/escalate.py).
 """
 
 from __future__ import annotations
 
 import socket
 from typing import Any, Callable, Sequence
+
+from executor.engine.runner.escalate import ask_for_ray
 
 
 def fan_out(fn: Callable[[Any], Any], items: Sequence[Any], *, num_cpus: float, max_in_flight: int | None,
@@ -20,6 +23,7 @@ def fan_out(fn: Callable[[Any], Any], items: Sequence[Any], *, num_cpus: float, 
         from executor.engine.runner.ray_map import map_tasks
 
         return map_tasks(fn, list(items), num_cpus=num_cpus, max_in_flight=max_in_flight, on_done=on_done)
+    ask_for_ray(f"map_shards({getattr(fn, '__name__', fn)!s}, {len(items)} items)")  # auto runner, off Ray
     results = []
     for item in items:
         results.append(fn(item))

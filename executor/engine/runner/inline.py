@@ -1,4 +1,6 @@
-"""The inline runner (`--runner inline`), for unit tests and debugging: each step runs in a child process.
+"""The inline runner (`--runner inline`, and the auto runner's steps that need nothing of Ray): each
+step runs in a child process of the runner, its output teed into its attempt log
+(`<output>/.executor/logs/attempt-<n>.log`, as on Ray).
 
 Once JAX is imported the child is spawned (a fresh interpreter started with this one's sys.path,
 environment and working directory), never forked: JAX's thread pools make a fork unsafe (Python
@@ -44,7 +46,10 @@ from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 from executor.core.step import Resources
 from executor.engine.location import using
+from executor.engine.runner import log_forwarding
 from executor.engine.runner.base import StepCall, StepOutcome
+from executor.engine.runner.capture import captured_output, log_path
+from executor.engine.runner.escalate import ray_on_fan_out
 
 # A step's child process ends with these to tell its runner why (never stepgraph's own exit codes).
 _CHILD_SILENCED = 75  # the child stopped itself: no ping from its runner for silence_limit_s
@@ -119,9 +124,11 @@ def _dumps(value: object) -> bytes:
 
 
 def _child_entry() -> None:
-    """The child's main: `python -c "...inline import _child_entry; _child_entry()" CALL RESULT PING SILENCE`."""
+    """The child's main: `python -c "...inline import _child_entry; _child_entry()" CALL RESULT PING SILENCE
+    ESCALATE`."""
     call_fd, result_fd, ping_fd = (int(a) for a in sys.argv[1:4])
     silence_limit_s = None if sys.argv[4] == "-" else float(sys.argv[4])
+    escalate = sys.argv[5] == "1"
     with os.fdopen(call_fd, "rb") as source:
         sys.path[:] = pickle.load(source)  # before the call: unpickling it imports the step's modules
         try:
@@ -131,11 +138,40 @@ def _child_entry() -> None:
                 out.write(pickle.dumps(StepOutcome(ok=False, error=f"the step's process could not load the step: "
                                                                    f"{type(e).__name__}: {e}")))
             os._exit(1)
-    _child_main(call, result_fd, ping_fd, silence_limit_s, _dumps)
+    _child_main(call, result_fd, ping_fd, silence_limit_s, _dumps, escalate)
+
+
+def _streams_on_fds() -> None:
+    """In the child: sys.stdout/sys.stderr write to fds 1 and 2, where the log's tee reads (a
+    parent's replacement streams, e.g. a test's capture or a notebook's, would bypass it)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = getattr(sys, name)
+        try:
+            on_fd = stream.fileno() == fd
+        except (AttributeError, OSError, ValueError):
+            on_fd = False
+        if not on_fd:
+            setattr(sys, name, open(fd, "w", buffering=1, closefd=False, errors="backslashreplace"))
+
+
+def _run_logged(call: StepCall, escalate: bool) -> StepOutcome:
+    """The step, its output teed into its attempt log (as on Ray: executor/engine/runner/capture.py).
+    `escalate` (the auto runner): a fan-out stops the step, whose outcome then asks for Ray."""
+    _streams_on_fds()
+    with captured_output(log_path(call.output_path, call.attempt), f"{call.step_id} attempt {call.attempt}",
+                         call.storage):
+        if not escalate:
+            return run_call(call)
+        with ray_on_fan_out() as asked:
+            outcome = run_call(call)
+    if asked[0]:  # even when the step caught NeedsRay itself
+        return StepOutcome(ok=False, error="the step fans work out (map_shards): it runs again on Ray",
+                           needs_ray=True)
+    return outcome
 
 
 def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: float | None,
-                dumps: Callable[[object], bytes] = pickle.dumps) -> None:
+                dumps: Callable[[object], bytes] = pickle.dumps, escalate: bool = False) -> None:
     """`dumps`: how the outcome goes back (a forked child shares the runner's __main__, so plain
     pickle's references resolve; a spawned one returns the script's own classes by value)."""
     status = 0
@@ -153,7 +189,7 @@ def _child_main(call: StepCall, result_fd: int, ping_fd: int, silence_limit_s: f
 
         signal.signal(signal.SIGCONT, on_continue)
         threading.Thread(target=_watch_runner, args=(ping_fd, silence_limit_s, last), daemon=True).start()
-        outcome = run_call(call)
+        outcome = _run_logged(call, escalate)
         try:
             data = dumps(outcome)
         except Exception:  # noqa: BLE001 - an unpicklable return value is stored as its repr
@@ -230,6 +266,7 @@ class ChildHandle:
             exitcode = self._reap()
             self.pid = 0
         self._runner._forget(self)
+        log_forwarding.printed_directly(log_forwarding.output_key(self.call.step_id, self.call.attempt))
         self.future.set_result(self._outcome(b"".join(chunks), exitcode))
 
     def _outcome(self, data: bytes, exitcode: int | None) -> StepOutcome:
@@ -312,8 +349,11 @@ class FailedHandle:
 
 class InlineRunner:
     def __init__(self, max_workers: int = 4, *, isolate: bool = True, silence_limit_s: float | None = None,
-                 ping_s: float = 0.25, start_method: Literal["fork", "spawn"] | None = None):
+                 ping_s: float = 0.25, start_method: Literal["fork", "spawn"] | None = None, escalate: bool = False):
+        """`escalate` (the auto runner's inline half): a step that fans work out (map_shards) is
+        stopped there, its outcome `needs_ray`, instead of running its shards in order."""
         self.isolate, self.silence_limit_s, self.start_method = isolate, silence_limit_s, start_method
+        self.escalate = escalate
         self.ping_s = min(ping_s, silence_limit_s / 4) if silence_limit_s else ping_s
         self._children: list[ChildHandle] = []
         self._lock = threading.Lock()
@@ -321,11 +361,11 @@ class InlineRunner:
         self._pinger: threading.Thread | None = None
 
     def check_steps(self, steps: Iterable[tuple[str, Resources]], *, prefix_is_local: bool) -> list[str]:
-        """Every reason these steps cannot run in this process (empty when all can)."""
+        """Every reason these steps cannot run on this runner (empty when all can)."""
         steps = list(steps)
-        problems = [f"step {name!r} asks for Resources(hosts={r.hosts}), but the in-process runner "
-                    f"(--runner inline) runs every step in this one process. Run it with the Ray runner "
-                    f"(--runner ray), or set hosts=1 to debug it in-process."
+        problems = [f"step {name!r} asks for Resources(hosts={r.hosts}), but the inline runner "
+                    f"(--runner inline) runs each step in one child process of this one. Run it with "
+                    f"--runner auto or --runner ray, or set hosts=1 to debug it inline."
                     for name, r in steps if int(r.hosts) > 1]
         if not self.isolate:
             problems += [p for name, r in steps if (p := thread_env_problem(name, r.env))]
@@ -350,7 +390,7 @@ class InlineRunner:
             if pid == 0:
                 _PIPES.close_all_in_child(result_r, ping_w)  # no runner's pipes outlive it in this child
                 signal.set_wakeup_fd(-1)  # the runner's signal watcher is not the child's
-                _child_main(call, result_w, ping_r, self.silence_limit_s)
+                _child_main(call, result_w, ping_r, self.silence_limit_s, escalate=self.escalate)
             os.close(result_w)
             os.close(ping_r)
             _PIPES.add(result_r, ping_w)
@@ -374,7 +414,7 @@ class InlineRunner:
             (call_r, call_w), (result_r, result_w), (ping_r, ping_w) = os.pipe(), os.pipe(), os.pipe()
             os.set_blocking(ping_w, False)
             command = [sys.executable, "-c", "from executor.engine.runner.inline import _child_entry; _child_entry()",
-                       str(call_r), str(result_w), str(ping_r), silence]
+                       str(call_r), str(result_w), str(ping_r), silence, "1" if self.escalate else "0"]
             try:
                 process = subprocess.Popen(command, pass_fds=(call_r, result_w, ping_r),
                                            env={**os.environ, **call.env} if call.env else None)

@@ -97,6 +97,14 @@ def forwarded(step_id: str, attempt: int) -> bool:
         return _both_seen(output_key(step_id, attempt))
 
 
+def printed_directly(key: str) -> None:
+    """An attempt whose output went straight to this console (an inline step's child shares its
+    fds): all of it is there, as if both markers had been forwarded."""
+    with _changed:
+        _seen.update({(key, False), (key, True)})
+        _changed.notify_all()
+
+
 def forget(key: str) -> None:
     with _changed:
         _seen.discard((key, False))

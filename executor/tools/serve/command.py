@@ -35,7 +35,7 @@ def url_of(host: str, port: int, token: str) -> str:
 def serve(args: Any, say: Callable[[str], None] = print) -> int:
     from executor.core.exit_codes import ExitCode
     from executor.core.extras import require_extra
-    from executor.tools.commands import default_prefix
+    from executor.tools.commands import default_prefix, require_outputs
 
     require_extra("serve", "stepgraph serve", "jinja2")
     from executor.tools.serve.auth import make_token, read_token_file
@@ -46,6 +46,7 @@ def serve(args: Any, say: Callable[[str], None] = print) -> int:
         raise ExecutorError(f"--interval must be a positive number of seconds, not {args.interval}")
     token = read_token_file(args.token_file) if args.token_file else make_token()
     prefix = default_prefix(args.prefix)
+    require_outputs(prefix, args.storage_options)  # a missing or empty prefix: exit 2, as its --help says
     watcher = Watcher(PrefixSource(prefix, args.storage_options), interval_s=args.interval,
                       on_error=lambda message: print(f"warning: reading {prefix}: {message}", file=sys.stderr))
     if not is_loopback(args.host):

@@ -89,9 +89,16 @@ async def follow_overview(request: web.Request, subscription: Subscription, sinc
         rels = set(change.steps)
         if len(rels) > CATCH_UP_LIMIT:  # a big run started or ended: the page's rows are cheaper to load again
             raise _Reload()
+        planned = []
         if change.runs:  # a run file that appeared names the experiment of the steps it wrote
             run_ids = {watcher.runs[key].run_id for key in change.runs if key in watcher.runs}
             rels |= {r.rel for r in watcher.step_rows() if r.run_id in run_ids}
+            planned = [r for r in watcher.planned_rows() if r.run_id in run_ids]  # never started
+        for row in planned:
+            if chosen.admits(row):
+                experiment = watcher.experiment(row)
+                yield _event("step", {"id": row.step_id, "group": experiment, "html": pages.step_row_html(request, row),
+                                      "group_html": pages.group_html(request, experiment)})
         for rel in sorted(rels):
             row = watcher.steps.get(rel)
             if row is None:
@@ -105,7 +112,7 @@ async def follow_overview(request: web.Request, subscription: Subscription, sinc
         for step_id in sorted(change.removed):
             yield _event("remove", {"id": step_id})
         yield _event("counts", {"states": pages.counts(watcher),
-                                "matched": sum(1 for row in watcher.step_rows() if chosen.admits(row))})
+                                "matched": sum(1 for row in pages.overview_rows(watcher) if chosen.admits(row))})
 
 
 async def follow_runs(request: web.Request, subscription: Subscription, since: int) -> AsyncIterator[bytes]:

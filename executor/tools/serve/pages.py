@@ -23,10 +23,10 @@ from executor.tools.draw import COLORS, render_svg
 from executor.tools.overview import duration as table_duration
 from executor.tools.run_report import graph_plan, step_curves
 from executor.tools.serve.keys import ENV, WATCHER
-from executor.tools.serve.watch import Watcher
+from executor.tools.serve.watch import PlannedRow, Watcher
 
 PAGE_SIZE = 200
-STATES = (State.RUNNING.value, State.SUCCESS.value, State.FAILED.value, Absent.CORRUPT.value)
+STATES = (State.RUNNING.value, State.SUCCESS.value, State.FAILED.value, Absent.CORRUPT.value, Absent.NO_STATUS.value)
 STATE_COLORS = {State.RUNNING.value: "#f5c542", State.SUCCESS.value: "#7cc47f", State.FAILED.value: "#e57373",
                 Absent.CORRUPT.value: "#b71c1c", Absent.NO_STATUS.value: "#dddddd"}
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
@@ -79,7 +79,7 @@ class Filter:
         state = query.get("state", "")
         return cls(state if state in STATES else "", query.get("q", "").strip()[:200])
 
-    def admits(self, row: StepRow) -> bool:
+    def admits(self, row: StepRow | PlannedRow) -> bool:
         if self.state and row.state.value != self.state:
             return False
         return not self.q or self.q.lower() in row.step_id.lower()
@@ -93,9 +93,14 @@ def _render(request: web.Request, template: str, **context: Any) -> web.Response
     return web.Response(text=page, content_type="text/html", charset="utf-8")
 
 
+def overview_rows(watcher: Watcher) -> list[StepRow | PlannedRow]:
+    """Every step with a status, and every step a listed run planned that never started."""
+    return [*watcher.step_rows(), *watcher.planned_rows()]
+
+
 def counts(watcher: Watcher) -> dict[str, int]:
     found = {state: 0 for state in STATES}
-    for row in watcher.step_rows():
+    for row in overview_rows(watcher):
         found[row.state.value] = found.get(row.state.value, 0) + 1
     return found
 
@@ -104,7 +109,7 @@ async def overview(request: web.Request) -> web.Response:
     watcher = request.app[WATCHER]
     await watcher.ensure_fresh()
     chosen = Filter.from_query(request.query)
-    rows = [r for r in watcher.step_rows() if chosen.admits(r)]
+    rows = [r for r in overview_rows(watcher) if chosen.admits(r)]
     keyed = sorted(((watcher.experiment(r), r.step_id, r) for r in rows), key=lambda k: (k[0], k[1]))
     pages = max(1, -(-len(keyed) // PAGE_SIZE))
     page = min(max(1, int_param(request.query.get("page"), 1)), pages)
@@ -122,7 +127,7 @@ def int_param(text: str | None, default: int) -> int:
         return default
 
 
-def step_row_html(request: web.Request, row: StepRow) -> str:
+def step_row_html(request: web.Request, row: StepRow | PlannedRow) -> str:
     macros = request.app[ENV].get_template("_macros.html").module
     return str(macros.step_row(row, request.app[WATCHER]))
 

@@ -2,7 +2,10 @@
 
 A refresh lists the status files and the run files with their generations (the read model's
 listings), reads only the keys whose generation changed since the last refresh, and tells every
-subscriber (an open page) which steps and runs changed. What is held is one row per step and per
+subscriber (an open page) which steps and runs changed. A page's read waits (up to FRESH_WAIT_S)
+for a picture no older than the interval, so the first load after a run shows that run's end.
+Steps a run planned that never started (blocked, or the run stopped first) have no status; they
+are rows too (`planned_rows`), with the outcome their newest run gave them. What is held is one row per step and per
 run (without its document) and a run id -> experiment map: memory follows the prefix, not the time
 served.
 """
@@ -15,10 +18,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from executor.core.record import Absent
 from executor.engine.prefix_view import RunRow, StepRow
 from executor.tools.serve.source import PrefixSource
 
 QUEUE_LIMIT = 64  # batches a slow page may fall behind before it is told to reload
+FRESH_WAIT_S = 5.0  # how long a page's read waits for a fresh picture before it shows the one it has
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """A step of a run's plan that has no status under the prefix: it never started."""
+
+    step_id: str
+    name: str
+    run_id: str | None
+    outcome: str  # what its newest run says of it: blocked, pending (the run stopped first), ...
+    state: Absent = Absent.NO_STATUS
+    planned: bool = True
+    copied_from: None = None
 
 
 @dataclass(frozen=True)
@@ -75,20 +93,31 @@ class Watcher:
             self._publish(change)
         return change
 
-    async def ensure_fresh(self) -> None:
-        """A page's read: never waits for storage once there is a picture. When the picture is
-        older than the interval a refresh starts in the background, and the page (rendered from
-        the picture it has) learns what that refresh changed through its live stream, which
-        catches up from the refresh the page was rendered at. A failure leaves the picture in
-        place and its error in `last_error`, which pages show."""
-        if time.monotonic() - self.refreshed_at < self.interval_s or self._lock.locked():
+    async def ensure_fresh(self, wait_s: float = FRESH_WAIT_S) -> None:
+        """A page's read: a picture no older than the interval. An older one (nobody watched for a
+        while: a run may have ended since) is refreshed, and the page waits for that refresh up to
+        `wait_s`; storage slower than that gets the picture there is, and the page learns what the
+        refresh changed through its live stream, which catches up from the refresh the page was
+        rendered at. (Rendering the old picture at once, as this did before, showed the state
+        before the run to the first load after it.) A failure leaves the picture in place and its
+        error in `last_error`, which pages show."""
+        if time.monotonic() - self.refreshed_at < self.interval_s:
             return
+        asked_at = time.monotonic()
         if self.refreshes == 0:  # nothing to show yet: wait for it
             await self._refresh_quietly()
             return
-        task = asyncio.create_task(self._refresh_quietly())
+        task = asyncio.create_task(self._refresh_after(asked_at))
         self._background.add(task)  # held until done (the loop keeps only weak references)
         task.add_done_callback(self._background.discard)
+        await asyncio.wait({task}, timeout=wait_s)
+
+    async def _refresh_after(self, asked_at: float) -> None:
+        """A refresh that lists after `asked_at` (one already under way may have listed before)."""
+        async with self._lock:
+            fresh = self.refreshed_at >= asked_at
+        if not fresh:
+            await self._refresh_quietly()
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -135,6 +164,19 @@ class Watcher:
 
     def step_rows(self) -> list[StepRow]:
         return list(self.steps.values())
+
+    def planned_rows(self, runs: list[RunRow] | None = None) -> list[PlannedRow]:
+        """The steps the listed runs (or `runs`) planned that have no status here, each with the
+        outcome of the newest run that planned it."""
+        rows: dict[str, PlannedRow] = {}
+        for run in runs if runs is not None else self.run_rows():  # newest first
+            for step_id in (*run.graph, *run.outcomes):
+                if step_id in self.by_step_id or step_id in rows:
+                    continue
+                outcome = run.outcomes.get(step_id)
+                rows[step_id] = PlannedRow(step_id, step_id.rsplit("-", 1)[0], run.run_id,
+                                           outcome.value if outcome else "not reached")
+        return list(rows.values())
 
     def run_rows(self) -> list[RunRow]:
         return sorted(self.runs.values(), key=lambda r: r.started_at or 0, reverse=True)

@@ -16,7 +16,7 @@ from mutation_outcomes import (TARGETS, Baseline, Mutant, Outcome, Target, Targe
                                load_equivalents, reclassify, render_report, score_from_json, score_session,
                                score_to_json, session_progress, unsettled)
 
-EQUIVALENTS = REPO / "tests" / "mutation" / "equivalent.json"
+EQUIVALENTS = REPO / "scripts" / "mutation" / "equivalent.json"
 
 
 def test_cosmic_ray_results_are_classified_with_timeouts_and_crashes_apart():
@@ -56,25 +56,44 @@ def test_a_session_is_scored_without_counting_timeouts_or_errors_as_kills(tmp_pa
                                           4: ("normal", "survived", "ok")})
     target = Target("toy", (str(module),), ("tests/none.py",), 100.0)
     equivalent = {"module": str(module), "function": "f", "operator": "x", "mutated_line": "mutated line 4",
-                  "reason": "r"}
+                  "line": 0, "occurrence": 0, "reason": "r"}
     from cosmic_ray.work_db import WorkDB, use_db
     with use_db(str(session), WorkDB.Mode.open) as db:
         fourth = sorted(db.completed_work_items, key=lambda ir: ir[1].diff)[4][0].mutations[0]
-    equivalent["operator"] = fourth.operator_name
+    equivalent.update(operator=fourth.operator_name, line=fourth.start_pos[0], occurrence=fourth.occurrence)
     score = score_session(target, Baseline(True, 10.0), session, [equivalent])
     counts = score.counts()
     assert (counts[Outcome.KILLED], counts[Outcome.TIMED_OUT], counts[Outcome.SURVIVED], counts[Outcome.ERROR],
             counts[Outcome.EQUIVALENT]) == (1, 1, 1, 1, 1)
     assert score.pending > 0  # the module's other mutants were never run: as when a --deadline comes
     report = render_report([score], sampled=None)
-    row = f"| toy | 10 s of 100 | 5 of {5 + score.pending} (deadline) | 1 | 1 | 1 | 1 | 1 | 50.0% |"
-    assert row in report   # killed / (killed + survived)
+    row = f"| toy | 10 s of 100 | 5 of {5 + score.pending} (deadline) | 1 | 1 | 1 | 0 | 1 | 1 | 25.0% |"
+    assert row in report   # killed / (killed + survived + timed out + errors)
     assert "## survived" in report and "## timed out" in report and "## error" in report
-    kept = score_from_json(json.loads(json.dumps(score_to_json(score))), [target])  # as tests/mutation/results/ keep it
+    kept = score_from_json(json.loads(json.dumps(score_to_json(score))), [target])  # as scripts/mutation/results/ keep it
     assert render_report([kept], sampled=None) == report  # killed mutants' diffs are not kept: never shown
     assert reclassify(kept, [equivalent]) == kept  # judged again against the same list: the same
     unlisted = reclassify(kept, []).counts()  # its equivalent taken off the list: a survivor again
     assert (unlisted[Outcome.SURVIVED], unlisted[Outcome.EQUIVALENT]) == (2, 0)
+    elsewhere = reclassify(kept, [{**equivalent, "line": equivalent["line"] + 1}]).counts()  # another line: another mutant
+    assert (elsewhere[Outcome.SURVIVED], elsewhere[Outcome.EQUIVALENT]) == (2, 0)
+    slower = reclassify(kept, [{**equivalent, "kind": "time or cost"}]).counts()  # listed apart, not equivalent
+    assert (slower[Outcome.TIME_OR_COST], slower[Outcome.EQUIVALENT], slower[Outcome.SURVIVED]) == (1, 0, 1)
+
+
+def test_no_row_with_a_timeout_or_an_error_scores_100_percent_and_the_head_says_what_settles():
+    """Every other mutant killed, one timed out: the score is not 100 % (a timeout is no kill), and
+    the report's head counts the settled targets and names each unsettled one with why."""
+    target, other = Target("toy", ("m.py",), ("t.py",), 100.0), Target("done", ("n.py",), ("u.py",), 100.0)
+    killed = [Mutant("m.py", i, "f", "op", f"x{i}", "", Outcome.KILLED) for i in range(999)]
+    hung = Mutant("m.py", 1000, "f", "op", "y", "diff", Outcome.TIMED_OUT, seconds=30.0, output="Timeout")
+    scores = [TargetScore(target, Baseline(True, 10.0), [*killed, hung]),
+              TargetScore(other, Baseline(True, 1.0), [Mutant("n.py", 1, "g", "op", "z", "", Outcome.KILLED)])]
+    report = render_report(scores, sampled=None, wanted=["toy", "done", "absent"])
+    assert "| 999 | 0 | 0 | 0 | 1 | 0 | 99.9% |" in report and "| 1 | 0 | 0 | 0 | 0 | 0 | 100.0% |" in report
+    assert "**Settled 1 of 3** (`scripts/mutation.sh --render --strict` exits 1" in report
+    assert "- toy: 1 timed out" in report and "- absent: no result" in report
+    assert "Tests: 30.0 s." in report and "```text\nTimeout\n```" in report  # its time and first output lines
 
 
 def test_progress_counts_the_mutants_run_of_those_to_run_by_outcome(tmp_path):
@@ -210,24 +229,73 @@ def test_a_target_whose_baseline_is_untrustworthy_gets_no_score(baseline, why):
 
 def test_an_equivalent_without_a_reason_is_refused(tmp_path):
     path = tmp_path / "eq.json"
-    path.write_text(json.dumps([{"module": "m.py", "function": "f", "operator": "o", "mutated_line": "x",
-                                 "reason": " "}]))
+    entry = {"module": "m.py", "function": "f", "operator": "o", "mutated_line": "x", "line": 3, "occurrence": 0,
+             "reason": " "}
+    path.write_text(json.dumps([entry]))
     with pytest.raises(ValueError, match="a reason"):
+        load_equivalents(path)
+    path.write_text(json.dumps([{k: v for k, v in entry.items() if k != "line"} | {"reason": "r"}]))
+    with pytest.raises(ValueError, match="lacks \\['line'\\]"):  # matched on its line and occurrence
+        load_equivalents(path)
+    path.write_text(json.dumps([{**entry, "reason": "r", "kind": "faster"}]))
+    with pytest.raises(ValueError, match="kind 'faster' is not one of"):
         load_equivalents(path)
 
 
-def test_every_listed_equivalent_is_a_mutant_the_current_code_still_has():
-    """An equivalent that no longer matches a mutant (the code moved on) must be re-examined, not kept."""
+def test_every_listed_equivalent_names_one_surviving_mutant_of_the_current_code():
+    """Each entry names exactly one mutant of today's code by line and occurrence (one that moved,
+    or whose line now holds another mutant, must be re-examined, not kept); no two entries name the
+    same mutant; and none names a mutant the kept results show killed (then it is no equivalent)."""
     entries = load_equivalents(EQUIVALENTS)
     assert entries, "the committed list is read"
+    problems = stale_equivalents(entries, REPO, kept_outcomes())
+    assert not problems, "\n".join(problems)
+
+
+def kept_outcomes() -> dict[tuple, str]:
+    """(module, line, operator, mutated line) -> outcome, from the kept results."""
+    found = {}
+    for path in (REPO / "scripts" / "mutation" / "results").glob("*.json"):
+        for m in json.loads(path.read_text())["mutants"]:
+            found[(m["module"], m["line"], m["operator"], m["mutated_line"])] = m["outcome"]
+    return found
+
+
+def stale_equivalents(entries: list[dict], root: Path, outcomes: dict[tuple, str]) -> list[str]:
     by_module: dict[str, list[dict]] = {}
     for e in entries:
         by_module.setdefault(e["module"], []).append(e)
+    problems, named = [], {}
     for module, listed in by_module.items():
-        mutants = {(m.function, m.operator, m.mutated_line)
-                   for m in list_mutants(REPO / module, {(e["function"], e["operator"]) for e in listed})}
-        stale = [e for e in listed if (e["function"], e["operator"], e["mutated_line"]) not in mutants]
-        assert not stale, f"stale equivalents in {module}: {stale}"
+        mutants = list_mutants(root / module, {(e["function"], e["operator"]) for e in listed})
+        for e in listed:
+            key = (e["module"], e["function"], e["operator"], e["mutated_line"], e["line"], e["occurrence"])
+            if key in named:
+                problems.append(f"duplicate: {key}")
+            named[key] = e
+            hits = [m for m in mutants if (m.function, m.operator, m.mutated_line, m.line, m.occurrence) == key[1:]]
+            if len(hits) != 1:
+                problems.append(f"names no mutant of today's {module} (moved, or the line now holds another): {key}")
+            kept = outcomes.get((e["module"], e["line"], e["operator"], e["mutated_line"]))
+            if kept == Outcome.KILLED.value:
+                problems.append(f"the kept results show it killed: {key}")
+    return problems
+
+
+def test_the_stale_entry_check_fails_on_a_moved_duplicated_or_killed_entry(tmp_path):
+    """The check above on a toy module: an entry whose line moved (its text now matches only the
+    mutant on another line), a duplicate, and an entry the results show killed are each named."""
+    module = tmp_path / "m.py"
+    module.write_text("def f(a):\n    return a + 1\n\n\ndef g(a):\n    return a + 1\n")
+    [first] = [m for m in list_mutants(module) if m.function == "f" and m.operator == "core/NumberReplacer"][:1]
+    entry = {"module": str(module), "function": "f", "operator": first.operator, "mutated_line": first.mutated_line,
+             "line": first.line, "occurrence": first.occurrence, "reason": "r"}
+    assert stale_equivalents([entry], Path("/"), {}) == []
+    assert any("duplicate" in p for p in stale_equivalents([entry, entry], Path("/"), {}))
+    killed = {(entry["module"], entry["line"], entry["operator"], entry["mutated_line"]): "killed"}
+    assert any("killed" in p for p in stale_equivalents([entry], Path("/"), killed))
+    module.write_text("import os\n\n\n" + module.read_text())  # the code moved: the entry names no mutant now
+    assert any("names no mutant" in p for p in stale_equivalents([entry], Path("/"), {}))
 
 
 def test_every_target_names_modules_and_tests_that_exist():

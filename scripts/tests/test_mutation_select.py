@@ -89,6 +89,12 @@ def test_a_mutant_the_covering_tests_miss_is_still_killed_by_a_test_coverage_can
     assert code == 1 and "1 covering tests first" in out and "all target tests" not in out
     code, out = judge(pristine.replace("2 * x", "3 * x"))       # it passes; the subprocess test kills
     assert code == 1 and "covering tests exit 0" in out and "all target tests exit 1" in out
+    from mutation_outcomes import first_lines, tests_seconds
+    took = tests_seconds(out)  # its last line: the tests' time, which the report shows per mutant
+    assert out.strip().splitlines()[-1].startswith("mutation_select: tests took ") and 0 < took < 300, out
+    kept = first_lines(out, 2).splitlines()
+    assert kept[:2] == out.strip().splitlines()[:2]  # its first lines, then what failed
+    assert all(line.startswith(("FAILED ", "ERROR ")) for line in kept[3:]) and any("FAILED " in k for k in kept)
 
 
 def test_a_test_that_hangs_on_a_mutant_is_ended_at_the_hang_limit_and_scored_timed_out(tmp_path, capfd,

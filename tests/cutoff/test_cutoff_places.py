@@ -1,0 +1,112 @@
+"""Early cutoff (executor/engine/cutoff.py) away from a local disk and the inline runner: on memory://,
+on a GCS bucket (fake-gcs-server, options only as --storage-options), and with the Ray runner (the
+decision is made in the executor process, so one Ray run is enough)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from executor.cli import run
+from executor.engine import location
+from tests.buckets.conftest import clean_environment
+from tests.cutoff.chain_experiment import chain
+from tests.cutoff.test_cutoff import ran, subprocess_run
+from tests.emulators import gcs_emulator  # noqa: F401  (session fixture)
+
+
+@pytest.fixture
+def sidefx(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "sidefx"
+    path.mkdir()
+    monkeypatch.setenv("CUT_SIDEFX", str(path))
+    return path
+
+
+def new_statuses(prefix: str, options: dict | None = None) -> dict[str, dict]:
+    """Each step's latest status (by name), read through the coordination store (memory:// keeps them there)."""
+    store = location.open_location(prefix, options)[0]
+    found: dict[str, dict] = {}
+    for key in store.list_generations("cut/", "/.executor/status.json"):
+        status = json.loads(store.read(key).data)
+        name = status["step_id"].rsplit("-", 1)[0]
+        if name not in found or status["written_at"] > found[name]["written_at"]:
+            found[name] = status
+    return found
+
+
+def test_cutoff_on_memory(sidefx, capsys):
+    prefix = f"memory://cutoff-{os.getpid()}-{id(sidefx)}"
+    argv = ["--prefix", prefix, "--runner", "inline"]
+    assert run(chain(), "cut", argv=argv, environ={}) == 0
+    before = new_statuses(prefix)
+    ran(sidefx)
+    assert run(chain(write_version="2"), "cut", argv=argv, environ={}) == 0
+    assert ran(sidefx) == {"write": 1}
+    after = new_statuses(prefix)
+    assert after["cut/upper"]["alias_of"]["step_id"] == before["cut/upper"]["step_id"]
+    assert after["cut/frame"]["alias_of"]["step_id"] == before["cut/frame"]["step_id"]
+    assert run(chain(write_version="2"), "cut", argv=argv, environ={}) == 0 and ran(sidefx) == {}
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_cutoff_on_a_gcs_bucket_with_two_racing_runners(gcs_emulator, tmp_path):  # noqa: F811
+    sidefx = tmp_path / "sidefx"
+    sidefx.mkdir()
+    prefix, options = gcs_emulator.fresh_prefix("cutoff"), dict(gcs_emulator.storage_options)
+    args = ("--runner", "inline", "--storage-options", json.dumps(options))
+    first = subprocess_run(prefix, sidefx, *args, env=clean_environment())
+    assert first.wait(timeout=180) == 0, first.stdout.read()
+    before = new_statuses(prefix, options)
+    ran(sidefx)
+    racers = [subprocess_run(prefix, sidefx, *args, env=clean_environment(), CUT_TEXT="HELLO world",
+                             CUT_WRITE_SLEEP_S="3") for _ in range(2)]
+    outs = [r.communicate(timeout=240)[0] for r in racers]
+    assert [r.returncode for r in racers] == [0, 0], outs
+    assert ran(sidefx) == {"write": 1, "upper": 1}, outs  # upper's output is byte-identical: frame is cut off
+    after = new_statuses(prefix, options)
+    assert after["cut/frame"]["alias_of"]["step_id"] == before["cut/frame"]["step_id"]
+    assert after["cut/frame"]["seq"] == 1  # one lease, one fenced commit
+    assert sum("✂ cut/frame not run" in o for o in outs) == 1, outs
+    fs = location.open_filesystem(prefix, options)
+    target = after["cut/frame"]["alias_of"]["output_rel"]
+    assert fs.cat_file(f"{prefix}/{target}/text.txt") == b"[HELLO WORLD]"
+
+
+def test_cutoff_with_the_ray_runner(tmp_path, sidefx):
+    prefix = str(tmp_path / "prefix")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    first = subprocess_run(prefix, sidefx, "--runner", "inline", env=env)
+    assert first.wait(timeout=120) == 0, first.stdout.read()
+    ran(sidefx)
+    bumped = subprocess_run(prefix, sidefx, "--runner", "ray", env=env, CUT_WRITE_VERSION="2")
+    out = bumped.communicate(timeout=300)[0]
+    assert bumped.returncode == 0, out
+    assert "starting Ray" in out, out
+    assert ran(sidefx) == {"write": 1}, out
+    assert "✂ cut/upper not run" in out and "✂ cut/frame not run" in out, out
+
+
+def test_the_served_step_page_says_why_a_step_was_cut_off(tmp_path, sidefx):
+    """`stepgraph serve` (the live view in a browser): a cut-off step's page names the evidence."""
+    from urllib.parse import quote
+
+    from tests.serve import server
+
+    prefix = str(tmp_path / "prefix")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for extra in ({}, {"CUT_WRITE_VERSION": "2"}):
+        done = subprocess_run(prefix, sidefx, "--runner", "inline", env=env, **extra)
+        assert done.wait(timeout=120) == 0, done.stdout.read()
+    cut = next(s for s in new_statuses(prefix).values() if s["step_id"].startswith("cut/frame"))
+    running = server.start(prefix)
+    try:
+        code, _, body = running.get(f"/step/{quote(cut['step_id'])}")
+    finally:
+        running.stop()
+    assert code == 200
+    page = body.decode()
+    assert '<td id="cut-off">cut off: cut/upper&#39;s output unchanged (manifest sha256' in page, page[-3000:]

@@ -4,6 +4,7 @@ Public surface (tested in tests/executor/test_public_api.py):
 
     ExecutorStep, output_path_of, this_output_path   declare steps and their dependencies
     prefix_path                                       a fixed input under the prefix, not a step's output
+    output_of_tag                                     the output a tag (name@version) points at (docs/tags.md)
     mirrored                                          a fixed input that several buckets may hold (--mirror-sources)
     register_encoding                                 how values of a library type become part of an id
     execution_only, secret, Resources                 fields outside identity; what a step needs
@@ -48,7 +49,7 @@ _HOME = {
     "current_node": "executor.engine.runner.here",
     "Progress": "executor.engine.progress",
     **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "hashed_unless_default", "mirrored",
-                     "output_path_of", "prefix_path", "secret", "this_output_path"), "executor.core.step"),
+                     "output_of_tag", "output_path_of", "prefix_path", "secret", "this_output_path"), "executor.core.step"),
     **dict.fromkeys(("StoreError", "TransientStoreError"), "executor.engine.store"),
 }
 
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from executor.core.errors import ConfigEncodingError, ExecutorError, GraphError, StatusError
     from executor.core.locations import Location, Storage
     from executor.core.step import (ExecutorStep, Resources, execution_only, hashed_unless_default, mirrored,
-                                    output_path_of, prefix_path, secret, this_output_path)
+                                    output_of_tag, output_path_of, prefix_path, secret, this_output_path)
     from executor.engine.location import current_storage, open_file, url_to_fs
     from executor.engine.parallel import map_shards
     from executor.engine.progress import Progress
@@ -107,6 +108,7 @@ __all__ = [
     "materialize",
     "mirrored",
     "open_file",
+    "output_of_tag",
     "output_path_of",
     "plan",
     "prefix_path",

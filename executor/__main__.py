@@ -16,6 +16,11 @@ honoured by every command that loads an experiment. `stepgraph COMMAND --help` f
     check    PATHS...                              CI: ids vs the committed ids files (exit 3 on change)
     adopt    EXPERIMENT STEP --from OLD_STEP_ID --reason TEXT [--dry-run] [--with-dependents] [--force]
     accept-drift EXPERIMENT STEP --reason TEXT     record that a code edit does not change STEP's output
+    tag      STEP NAME@VERSION [--force --reason TEXT]   name a completed output (compare-and-swap)
+    tags     [--json]                              the tags under the prefix
+    lineage  STEP [--up|--down] [--json]           what an output was made from, or what was made from it
+    taint    STEP|DIGEST --reason TEXT             recall an output: it and what derives from it re-run
+    untaint  STEP|DIGEST --reason TEXT             reuse a tainted output again (both are recorded)
     verify   [STEP]                                outputs vs their manifests (exit 1 on problems)
     gc       EXPERIMENT... [--pin STEP_ID] [--delete --grace-hours H]   outputs no experiment reaches
     repair   --delete-status STEP                  remove a corrupt or abandoned status: the step re-runs
@@ -43,7 +48,7 @@ from executor.core import exit_codes
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode
 from executor.engine import location
-from executor.tools import command_help, commands, doctor
+from executor.tools import command_help, commands, doctor, names_commands
 from executor.tools.serve import cmd_serve
 
 PROG = "stepgraph"
@@ -133,6 +138,7 @@ def build_parser() -> _Parser:
 
     _add_running_commands(command)
     _add_explaining_commands(command)
+    _add_naming_commands(command)
     _add_maintaining_commands(command)
     return parser
 
@@ -203,6 +209,34 @@ def _cache_from_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--cache-from", action="append", default=[], metavar="PREFIX",
                    help=f"a prefix a run would copy outputs of the same steps from (repeatable or comma-separated; "
                         f"env EXECUTOR_CACHE_FROM): {what}")
+
+
+def _add_naming_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Names, lineage and recall: tag, tags, lineage, taint, untaint (docs/tags.md, lineage.md, taint.md)."""
+    p = command("tag", "point NAME@VERSION at a completed output (created by compare-and-swap; a taken version "
+                       "moves only with --force and a reason, its history kept)", names_commands.cmd_tag)
+    p.add_argument("step", help="a completed step: name, step id or path")
+    p.add_argument("tag", help="NAME@VERSION, e.g. tokenized/fineweb@2026.12")
+    p.add_argument("--force", action="store_true", help="move a version already taken (needs --reason)")
+    p.add_argument("--reason", help="why the tag moves (recorded)")
+
+    p = command("tags", "the tags under the prefix and the outputs they point at", names_commands.cmd_tags)
+    p.add_argument("--json", action="store_true", help="the tags as a JSON list")
+
+    p = command("lineage", "what an output was made from (--up, the default) or what was made from it (--down), "
+                           "from the records alone", names_commands.cmd_lineage)
+    p.add_argument("step", help="a step: name, step id or path")
+    direction = p.add_mutually_exclusive_group()
+    direction.add_argument("--up", action="store_true", help="to the raw inputs (default)")
+    direction.add_argument("--down", action="store_true", help="to everything under the prefix made from it")
+    p.add_argument("--json", action="store_true", help="the outputs walked, with how each was reached, as JSON")
+
+    for name, what in (("taint", "recall an output: plans re-run it and everything derived from it, here and in "
+                                 "prefixes reading this one with --cache-from"),
+                       ("untaint", "reuse a tainted output again (the taint and the untaint both stay recorded)")):
+        p = command(name, what, getattr(names_commands, f"cmd_{name}"))
+        p.add_argument("step", help="a step (name, step id or path) or a full digest")
+        p.add_argument("--reason", required=True, help="why (recorded, shown in every plan that re-runs it)")
 
 
 def _add_maintaining_commands(command: Callable[..., argparse.ArgumentParser]) -> None:

@@ -213,10 +213,19 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
          **overrides: Any) -> PlanResult:
     """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing;
     emits PlanMade to `subscribers`."""
-    graph = build_graph(_step_list(steps))
-    decided = decide(graph, _options(options, overrides), environ=environ)
+    options, environ = _options(options, overrides), environment(environ)
+    graph = graph_of(_step_list(steps), options, environ)
+    decided = decide(graph, options, environ=environ)
     Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options))
     return decided.result(graph)
+
+
+def graph_of(steps: list[ExecutorStep], options: Options, environ: Mapping[str, str]) -> Graph:
+    """The graph of `steps`, output_of_tag(...) placeholders resolved from the prefix's tags (the
+    prefix is opened only if a config reads a tag)."""
+    from executor.tools.tags import tag_lookup
+
+    return build_graph(steps, tags=tag_lookup(lambda: _open(options, environ)[2]))
 
 
 def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -275,10 +284,12 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
         snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
-        plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time())
+        tainted = _tainted(graph, snapshot, store, options, environ, prefix, storage_options)
+        plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time(),
+                                   tainted=tainted)
         decided = plan_steps(graph, snapshot, plan_options)
         decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
-    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store)
+    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store, tainted)
     return Decided(prefix, storage_options, store, fs, decided)
 
 
@@ -301,8 +312,20 @@ def _strict_drift(graph: Graph, snapshot: Any, planned: Plan, plan_options: Plan
     return plan_steps(graph, snapshot, dataclasses.replace(plan_options, code_changed=reasons))
 
 
+def _tainted(graph: Graph, snapshot: Any, store: Any, options: Options, environ: Mapping[str, str],
+             prefix: str, storage: Storage) -> dict[str, str]:
+    """digest -> why it is not reused: tainted here or in a --cache-from prefix, or derived from such an
+    output (executor.tools.taint). One listing of taints/ per prefix; nothing more where it is empty."""
+    from executor.engine.location import open_store
+    from executor.tools.taint import all_taints, tainted_steps, through_tags
+
+    sources = _cache_from(options, environ, prefix)
+    stores = [store, *(open_store(source, storage) for source in sources)]
+    return tainted_steps(graph, snapshot, through_tags(store, graph, all_taints(stores)))
+
+
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],
-                    prefix: str, storage: Storage, store: Any) -> Plan:
+                    prefix: str, storage: Storage, store: Any, tainted: Mapping[str, str] | None = None) -> Plan:
     """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
     mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
     run without them), copies get the rest."""
@@ -316,7 +339,7 @@ def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapp
         from executor.engine.cache_from import plan_copies
 
         return plan_copies(graph, planned, cache_from, storage, only=options.only, force_run=options.force_run,
-                           budget_gb=options.transfer_budget_gb, reserved_bytes=reserved)
+                           budget_gb=options.transfer_budget_gb, reserved_bytes=reserved, refused=tainted)
 
     decided = with_copies(0)
     needed, reserved = _needed_transfers(decided, options, environ, prefix, storage, store)
@@ -377,7 +400,8 @@ def run(steps: Iterable[ExecutorStep], options: Options | None = None, *, descri
     `subscribers` are given each event of the run as it happens (executor.engine.events); without
     any, nothing is printed.
     """
-    return run_graph(build_graph(_step_list(steps)), _options(options, overrides), description=description,
+    options, environ = _options(options, overrides), environment(environ)
+    return run_graph(graph_of(_step_list(steps), options, environ), options, description=description,
                      environ=environ, subscribers=subscribers, main_file=main_file)
 
 
@@ -587,7 +611,7 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     from executor.engine.results import decode_result
 
     options = _options(options, overrides)
-    graph = build_graph([step])
+    graph = graph_of([step], options, environment(environ))
     node = graph.nodes[graph.digest_of(step)]
     prefix, storage, store, _ = _open(options, environment(environ))
     status = read_snapshot(store, [node])[node.digest].status

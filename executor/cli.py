@@ -239,7 +239,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
-        graph = build_graph(step_list)
+        graph = api.graph_of(step_list, api_options(options, storage_flag), environ)
         from executor.engine.provenance import secret_flag_names
 
         return _run_graph(graph, options, description, main_file, environ, view, storage_flag,

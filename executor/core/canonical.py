@@ -32,11 +32,12 @@ from typing import Any, Callable
 
 from executor.core import encodings
 from executor.core.errors import ConfigEncodingError
-from executor.core.step import (ExecutorStep, MirroredPath, OutputPathOf, PrefixPath, ThisOutputPath,
+from executor.core.step import (ExecutorStep, MirroredPath, OutputPathOf, PrefixPath, TaggedOutput, ThisOutputPath,
                                  is_execution_only, omitted_defaults)
 from executor.core.tree import format_path, kept_field_names
 
 DigestOf = Callable[[OutputPathOf], str]  # dependency placeholder -> its full digest
+TagOf = Callable[[TaggedOutput], "str | None"]  # tag placeholder -> the tagged digest (None: no such tag)
 
 _string = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
 
@@ -56,7 +57,7 @@ class _Unencodable(Exception):
 
 # What a value of a given type is, decided once per type.
 (_DATACLASS, _NAMEDTUPLE, _LIST, _TUPLE, _DICT, _SET, _ENUM, _BYTES, _PATH, _DEPENDENCY, _THIS_OUTPUT,
- _PREFIX_PATH, _MIRRORED, _REGISTERED, _OTHER, _SCALAR) = range(16)
+ _PREFIX_PATH, _MIRRORED, _REGISTERED, _OTHER, _SCALAR, _TAG) = range(17)
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # exactly these types, not their subclasses
 _kinds: dict[type, int] = {}
 encodings.on_change(_kinds.clear)
@@ -80,14 +81,14 @@ def _classify(t: type) -> int:
     if t in encodings._exact:
         return _REGISTERED
     if dataclasses.is_dataclass(t) and not issubclass(t, (OutputPathOf, ThisOutputPath, PrefixPath, MirroredPath,
-                                                                ExecutorStep)):
+                                                                TaggedOutput, ExecutorStep)):
         return _DATACLASS
     if issubclass(t, tuple) and hasattr(t, "_fields"):
         return _NAMEDTUPLE
     for base, kind in ((list, _LIST), (tuple, _TUPLE), (dict, _DICT), ((set, frozenset), _SET),
                        (enum.Enum, _ENUM), ((bytes, bytearray), _BYTES), (pathlib.PurePath, _PATH),
                        (OutputPathOf, _DEPENDENCY), (ThisOutputPath, _THIS_OUTPUT), (PrefixPath, _PREFIX_PATH),
-                       (MirroredPath, _MIRRORED)):
+                       (MirroredPath, _MIRRORED), (TaggedOutput, _TAG)):
         if issubclass(t, base):
             return kind
     return _REGISTERED if encodings.lookup(t) is not None else _OTHER
@@ -110,8 +111,10 @@ class CanonicalEncoder:
     type_name = staticmethod(type_name)
     dataclass_encoders: dict[type, Callable[[Any, Callable[[Any], str]], str]] = {}
 
-    def __init__(self, digest_of: DigestOf, on_mirrored: Callable[[MirroredPath], None] | None = None):
+    def __init__(self, digest_of: DigestOf, on_mirrored: Callable[[MirroredPath], None] | None = None,
+                 tag_of: TagOf | None = None):
         self.digest_of = digest_of
+        self.tag_of = tag_of  # output_of_tag(...) -> the tagged digest, read from the prefix at planning
         self.on_mirrored = on_mirrored  # told of each mirrored input encoded (the graph notes them per step)
         self._memo: dict[int, tuple[Any, str]] = {}  # id(container) -> (container, text); keeps it alive
         self._dependencies = 0  # placeholders encoded so far: sub-configs holding one are not memoised
@@ -181,7 +184,23 @@ class CanonicalEncoder:
             return _string(v.url)
         if kind == _REGISTERED:
             return self._registered(v, t)
+        if kind == _TAG:
+            return self._tag(v)
         return self._other(v, t)
+
+    def _tag(self, v: TaggedOutput) -> str:
+        """{"tag": name@version, "digest": D, "sub": S}: the tagged output's digest is hashed, so a
+        moved tag is a changed id; the tag's name is kept so `explain` can say which tag moved."""
+        digest = self.tag_of(v) if self.tag_of is not None else None
+        if digest is None:
+            hint = (f"no tag {v.tag!r} under the prefix: create it with `stepgraph tag STEP {v.tag}`, or list the "
+                    f"tags with `stepgraph tags`" if self.tag_of is not None else
+                    f"output_of_tag({v.tag!r}) is resolved from the prefix's tags when a plan is made "
+                    f"(`ids` and `check` read no prefix)")
+            raise _Unencodable(v, hint)
+        self._dependencies += 1  # a sub-config holding one is not memoised
+        sub = "null" if v.sub is None else _string(v.sub)
+        return f'{{"digest":"{digest}","sub":{sub},"tag":{_string(v.tag)}}}'
 
     def _container(self, v: Any, t: type, kind: int) -> str:
         text = self.text

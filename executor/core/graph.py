@@ -9,14 +9,14 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from executor.core.errors import GraphError
 from executor.core.frozen import new_frozen
 from executor.core.gc_pause import gc_paused
 from executor.core.canonical import CanonicalEncoder
 from executor.core.identity import identity_and_digest, step_id
-from executor.core.step import ExecutorStep, OutputPathOf, validate_name
+from executor.core.step import ExecutorStep, OutputPathOf, TaggedOutput, validate_name
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,10 @@ class StepNode:
     # identity document names this step's dependencies by
     digests: dict[int, str] = field(repr=False, compare=False)
     mirrored: tuple[str, ...] = ()  # logical URLs of the mirrored(...) inputs its config holds, found while hashing
+    tagged: tuple[str, ...] = ()  # the tags (name@version) its config reads through output_of_tag(...)
+    # tag -> what it pointed at when the graph was built (executor.tools.tags.TagEntry: digest, output_rel),
+    # for the whole graph (shared)
+    tags: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -44,7 +48,8 @@ class StepNode:
         would be 1-2 KB per step that planning never reads (10,000 steps: 13 MB of fresh pages).
         A config changed since its step was hashed is a GraphError, never a document that does not
         match the id."""
-        data, digest = identity_and_digest(self.step, self._dependency_digest)
+        encoder = CanonicalEncoder(self._dependency_digest, tag_of=self._tag_digest)
+        data, digest = identity_and_digest(self.step, encoder)
         if digest != self.digest:
             raise GraphError(f"step {self.name!r}: its config changed after its id ({self.step_id}) was computed; "
                              f"configs must not be modified once steps are declared (build a new config "
@@ -53,6 +58,10 @@ class StepNode:
 
     def _dependency_digest(self, placeholder: OutputPathOf) -> str:
         return self.digests[id(placeholder.step)]
+
+    def _tag_digest(self, placeholder: TaggedOutput) -> str | None:
+        entry = self.tags.get(placeholder.tag)
+        return entry.digest if entry is not None else None
 
     @functools.cached_property
     def identity(self) -> dict[str, Any]:
@@ -108,14 +117,19 @@ class _DigestFirst(Exception):
 MAX_NESTED_STEPS = 32
 
 
-def build_graph(steps: Iterable[ExecutorStep]) -> Graph:
-    """Walk configs from the given steps, hash every step once, order dependencies first."""
+TagLookup = Callable[[str], Any]  # 'name@version' -> what it points at (.digest, .output_rel), None if no such tag
+
+
+def build_graph(steps: Iterable[ExecutorStep], tags: TagLookup | None = None) -> Graph:
+    """Walk configs from the given steps, hash every step once, order dependencies first. `tags`
+    resolves output_of_tag(...) placeholders (read from the prefix: executor.tools.tags.tag_lookup);
+    without it a step reading a tag cannot be hashed (a ConfigEncodingError naming step, field and tag)."""
     with gc_paused():
-        return _build_graph(steps)
+        return _build_graph(steps, tags)
 
 
-def _build_graph(steps: Iterable[ExecutorStep]) -> Graph:
-    builder = _GraphBuilder()
+def _build_graph(steps: Iterable[ExecutorStep], tags: TagLookup | None = None) -> Graph:
+    builder = _GraphBuilder(tags)
     targets = tuple(dict.fromkeys(builder.visit_from_top(s) for s in steps))
     _check_output_paths(builder.nodes.values())
     return Graph(builder.nodes, targets, builder.digests)
@@ -125,7 +139,9 @@ class _GraphBuilder:
     """One walk over the configs that both discovers the steps and hashes each once (the encoder
     calls back for every dependency placeholder it meets)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tags: TagLookup | None = None) -> None:
+        self.tag_lookup = tags
+        self.tags: dict[str, Any] = {}  # tag -> what it points at, for the tags met so far
         self.digests: dict[int, str] = {}  # id(step object) -> digest
         self.nodes: dict[str, StepNode] = {}
         self.in_progress: list[ExecutorStep] = []  # the current path, for naming a cycle
@@ -137,13 +153,24 @@ class _GraphBuilder:
         self.waiting: list[list[ExecutorStep]] = []  # walks set aside until a deep dependency is digested from the top
         # (blocking deps, weak deps, mirrored inputs) of each step in in_progress
         self.collecting: list[tuple[dict[str, None], dict[str, None], dict[str, None]]] = []
-        self.encoder = CanonicalEncoder(self.dependency_digest, self.note_mirrored)  # shared sub-configs: once
+        self.encoder = CanonicalEncoder(self.dependency_digest, self.note_mirrored,  # shared sub-configs: once
+                                        self.tag_digest if tags is not None else None)
+        self.tagged: list[dict[str, None]] = []  # the tags each step in in_progress reads
 
     def dependency_digest(self, placeholder: OutputPathOf) -> str:
         digest = self.digests.get(id(placeholder.step)) or self.visit(placeholder.step)
         deps, weak, _ = self.collecting[-1]
         (deps if placeholder.blocking else weak)[digest] = None
         return digest
+
+    def tag_digest(self, placeholder: TaggedOutput) -> str | None:
+        if placeholder.tag not in self.tags:
+            self.tags[placeholder.tag] = self.tag_lookup(placeholder.tag)  # type: ignore[misc]
+        entry = self.tags[placeholder.tag]
+        if entry is None:
+            return None
+        self.tagged[-1][placeholder.tag] = None
+        return entry.digest
 
     def note_mirrored(self, placeholder: Any) -> None:
         self.collecting[-1][2][placeholder.url] = None
@@ -170,6 +197,8 @@ class _GraphBuilder:
         weak: dict[str, None] = {}
         mirrored: dict[str, None] = {}
         self.collecting.append((deps, weak, mirrored))
+        tagged: dict[str, None] = {}
+        self.tagged.append(tagged)
         try:
             digest = identity_and_digest(step, self.encoder)[1]
         except _DigestFirst:  # not a failure: the step is digested again once the deeper one is
@@ -179,21 +208,22 @@ class _GraphBuilder:
             raise
         finally:
             self.collecting.pop()
+            self.tagged.pop()
             self.in_progress.pop()
             self.on_path.discard(key)
         self.digests[key] = digest
         if digest not in self.nodes:
-            self._add_node(step, digest, deps, weak, mirrored)
+            self._add_node(step, digest, deps, weak, mirrored, tagged)
         return digest
 
     def _add_node(self, step: ExecutorStep, digest: str, deps: dict[str, None], weak: dict[str, None],
-                  mirrored: dict[str, None]) -> None:
+                  mirrored: dict[str, None], tagged: dict[str, None]) -> None:
         _check_override(step)
         sid = step_id(step.name, digest)
         self.nodes[digest] = new_frozen(StepNode, {
             "step": step, "digest": digest, "step_id": sid, "output_rel": step.override_output_path or sid,
             "deps": tuple(deps), "weak_deps": tuple(d for d in weak if d not in deps) if weak else (),
-            "digests": self.digests, "mirrored": tuple(mirrored)})
+            "digests": self.digests, "mirrored": tuple(mirrored), "tagged": tuple(tagged), "tags": self.tags})
 
     def visit_from_top(self, step: ExecutorStep) -> str:
         """visit(), setting steps aside while a dependency too deep to recurse into is digested."""

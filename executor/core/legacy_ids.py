@@ -43,10 +43,16 @@ class LegacyDigests:
     def __init__(self, graph: Graph):
         self.graph = graph
         self._digests: dict[str, str] = {}  # new digest -> old digest
-        self._encoder = LegacyEncoder(self._dependency)
+        self._encoder = LegacyEncoder(self._dependency, tag_of=self._tag)
 
     def _dependency(self, placeholder: OutputPathOf) -> str:
         return self._digests[self.graph.digest_by_object[id(placeholder.step)]]
+
+    def _tag(self, placeholder: Any) -> str | None:
+        """An output_of_tag(...) as the graph resolved it (tags came after issue 44: no old id reads one)."""
+        tags = next(iter(self.graph.nodes.values())).tags if self.graph.nodes else {}
+        entry = tags.get(placeholder.tag)
+        return entry.digest if entry is not None else None
 
     def of(self, digest: str) -> str:
         """The old digest of the step whose (new) digest is `digest`."""

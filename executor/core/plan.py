@@ -44,6 +44,9 @@ class PlanOptions:
     now: float | None = None  # wall clock, for heartbeat ages shown to people
     # --drift strict: digest -> why a succeeded step re-runs ("code changed: helpers.transform")
     code_changed: Mapping[str, str] = field(default_factory=dict)
+    # digest -> why a succeeded step is not reused: its output, or one it derives from, is tainted
+    # (executor.tools.taint); it re-runs, a new attempt at the same id
+    tainted: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)  # slots, as Observed
@@ -181,6 +184,8 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
         elif status.state == State.SUCCESS:
             if digest in forced:
                 decision = Decision(node, Action.RUN, "--force-run matches: re-running a succeeded step", observed)
+            elif digest in options.tainted:
+                decision = Decision(node, Action.RUN, options.tainted[digest], observed)
             elif digest in options.code_changed:
                 decision = Decision(node, Action.RUN, options.code_changed[digest], observed)
             else:

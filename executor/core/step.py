@@ -180,6 +180,38 @@ class MirroredPath:
         return split_url(self.url)[1].strip("/").split("/", 1)[1]
 
 
+_TAG_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def split_tag(tag: Any) -> tuple[str, str]:
+    """'tokenized/fineweb@2026.12' -> ('tokenized/fineweb', '2026.12'); a ValueError saying the form otherwise."""
+    name, at, version = tag.rpartition("@") if isinstance(tag, str) else ("", "", "")
+    if not at or not _TAG_VERSION.match(version):
+        raise ValueError(f"tag {tag!r} must be NAME@VERSION, e.g. 'tokenized/fineweb@2026.12' (the version: "
+                         f"letters, digits and _.+-)")
+    validate_name(name, f"tag {tag!r}: its name")
+    return name, version
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedOutput:
+    """A placeholder for (a subpath of) the output a tag (`name@version`) points at under the prefix.
+
+    Resolved at planning to the tagged step's full digest, which is hashed (with the tag's name) in
+    place of the placeholder: moving the tag changes the dependent's id. At run time it is the tagged
+    output's path. Not a dependency of the graph: the tagged output already exists.
+    """
+
+    tag: str
+    sub: str | None = None
+
+
+def output_of_tag(tag: str, sub: str | None = None) -> TaggedOutput:
+    """(A subpath of) the output the tag `name@version` points at (`stepgraph tag`; docs/tags.md)."""
+    split_tag(tag)
+    return TaggedOutput(tag, None if sub is None else _check_sub(sub))
+
+
 def mirrored(url: str) -> MirroredPath:
     """A fixed input (`gs://bucket/raw/corpus`) that `--mirror-sources` may hold copies of: the step
     reads a checked local copy under the prefix; its id depends on `url` only."""

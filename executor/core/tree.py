@@ -12,13 +12,13 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-from executor.core.step import ExecutorStep, MirroredPath, OutputPathOf, PrefixPath, ThisOutputPath
+from executor.core.step import ExecutorStep, MirroredPath, OutputPathOf, PrefixPath, TaggedOutput, ThisOutputPath
 
 Path = tuple  # of str (field or dict key) and int (list index)
 Leaf = Callable[[Any, Path], Any]
 Node = Callable[[Any, list[tuple[Any, Any]], Path], Any]
 
-PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath, PrefixPath, MirroredPath)
+PLACEHOLDER_TYPES = (OutputPathOf, ThisOutputPath, PrefixPath, MirroredPath, TaggedOutput)
 _PLAIN = frozenset({str, int, bool, type(None)})  # passed through by every fold
 _SCALARS = frozenset({float, bytes})  # other common leaves, checked before the dataclass test
 

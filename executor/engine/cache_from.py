@@ -111,13 +111,15 @@ def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: 
 
 def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: Storage, *,
                 only: str | None = None, force_run: str | None = None, budget_gb: float = 10.0,
-                reserved_bytes: int = 0) -> Plan:
+                reserved_bytes: int = 0, refused: Mapping[str, str] | None = None) -> Plan:
     """`plan` with `copy` for the steps a cache-from prefix holds and the targets need, within the budget
     (of which `reserved_bytes` are already taken: the mirrored inputs and cross-region reads the steps
-    that run need)."""
+    that run need). `refused`: digest -> why no prefix's copy of it may be used (executor.tools.taint)."""
     if not cache_from:
         return plan
     forced = set(match_steps(graph, force_run, "--force-run")) if force_run else set()
+    refused = refused or {}
+    forced |= set(refused)  # not copied, as a --force-run step is not
     candidates = [d.node for d in plan.decisions.values() if _copyable(d, forced)]
     sources = find_sources(candidates, cache_from, storage) if candidates else {}
     targets = set(graph.targets if only is None else match_steps(graph, only, "--only"))
@@ -133,7 +135,8 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
     for digest in reversed(list(plan.decisions)):  # dependents before what they read
         d = plan.decisions[digest]
         if not _copyable(d, forced):
-            decided[digest] = d
+            decided[digest] = replace(d, reason=f"{d.reason}; not copied: {refused[digest]}") if (
+                digest in refused and d.action == Action.RUN and refused[digest] not in d.reason) else d
             continue
         readers = [decided.get(u) or standby[u] for u in users.get(digest, ())]
         needed = digest in targets or any(r.action in (Action.RUN, Action.WAIT) and r.node.digest not in standby

@@ -34,7 +34,8 @@ from executor.engine import signals
 from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import Runner, StepCall, StepHandle, StepOutcome
 from executor.engine.snapshot import observe
-from executor.core.step import MirroredPath, OutputPathOf, PrefixPath, Resources, ThisOutputPath, is_secret
+from executor.core.step import (MirroredPath, OutputPathOf, PrefixPath, Resources, TaggedOutput, ThisOutputPath,
+                                 is_secret)
 from executor.engine.store.base import CoordinationStore
 from executor.core.tree import fold, resolve
 
@@ -181,6 +182,8 @@ class Execution:
                 return outputs.join(self.ctx.prefix, value.path)
             if isinstance(value, MirroredPath):  # its checked copy (executor.engine.mirror_copy)
                 return outputs.join(self.ctx.prefix, value.mirror_rel)
+            if isinstance(value, TaggedOutput):  # where the tag pointed when planned (executor.tools.tags)
+                return outputs.join(self.ctx.prefix, node.tags[value.tag].output_rel, value.sub)
             return value
 
         return resolve(node.step.config, substitute)

@@ -23,6 +23,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "adopt": ("stepgraph adopt experiments/hello.py hello/count --from hello/count-96d5fcec79dc "
               "--reason 'renamed a field' --dry-run",),
     "accept-drift": ("stepgraph accept-drift experiments/hello.py hello/shout --reason 'a log line, not the output'",),
+    "tag": ("stepgraph tag hello/count counts@2026.12",
+            "stepgraph tag hello/count counts@2026.12 --force --reason 'the fixed corpus'"),
+    "tags": ("stepgraph tags", "stepgraph tags --json"),
+    "lineage": ("stepgraph lineage hello/summary", "stepgraph lineage hello/words --down --json"),
+    "taint": ("stepgraph taint hello/words --reason 'the input leaked a benchmark'",),
+    "untaint": ("stepgraph untaint hello/words --reason 'false alarm'",),
     "verify": ("stepgraph verify", "stepgraph verify hello/count -v"),
     "gc": ("stepgraph gc experiments/hello.py experiments/tiny_moe.py",
            "stepgraph gc experiments/hello.py --delete --grace-hours 48 -- --greeting Hi"),

@@ -98,9 +98,17 @@ def cmd_run(args: Any) -> int:
 
 
 def _load(args: Any, path: str | None = None):
+    """The experiment's graph; a command with --prefix resolves output_of_tag(...) from that prefix's tags."""
     from executor.tools.loading import load_experiment
 
-    return load_experiment(path or args.experiment, args.experiment_args)
+    path = path or args.experiment
+    tags = None
+    if hasattr(args, "prefix"):  # ids and check read no prefix
+        from executor.engine import location
+        from executor.tools.tags import tag_lookup
+
+        tags = tag_lookup(lambda: location.open_store(default_prefix(args.prefix, path), args.storage_options))
+    return load_experiment(path, args.experiment_args, tags)
 
 
 def _run_options(args: Any, prefix: str) -> Any:
@@ -237,6 +245,9 @@ def cmd_verify(args: Any) -> int:
         elif args.verbose or len(results) == 1:
             print(f"- {label}: {r.note}")
     print(f"{verified} step(s) verified, {problems} problem(s)")
+    from executor.tools.names_commands import print_taints
+
+    print_taints(default_prefix(args.prefix), args.storage_options, {r.step_id for r in results if r.step_id})
     return ExitCode.FAILED if problems else ExitCode.OK
 
 

@@ -42,6 +42,16 @@ class DependencyChange:
         return f"dependency {who} ({self.path}): {short(self.old_digest)}… -> {short(self.new_digest)}…"
 
 
+@dataclass(frozen=True)
+class TagMoved(FieldChange):
+    """An output_of_tag(...) whose tag now points at another digest (`stepgraph tag --force`)."""
+
+    tag: str = ""
+
+    def render(self) -> str:
+        return f"tag {self.tag} moved from {self.old}… to {self.new}… ({self.path})"
+
+
 Change = FieldChange | DependencyChange
 
 
@@ -66,6 +76,8 @@ def _join(path: str, part: str | int, kind: str) -> str:
 
 def _kind(value: Any) -> str:
     if isinstance(value, dict):
+        if "tag" in value and "digest" in value:  # output_of_tag(...)
+            return "tagged"
         for tag in ("dataclass", "dependency", "tuple", "dict", "set", *_SCALAR_TAGS):
             if tag in value:
                 return tag
@@ -83,7 +95,12 @@ def _diff(old: Any, new: Any, path: str, out: list[Change]) -> None:
         out.append(FieldChange(path or "<document>", render_value(old), render_value(new)))
         return
     kind = kind_old
-    if kind == "dependency":
+    if kind == "tagged" and old["tag"] == new["tag"] and old["digest"] != new["digest"]:
+        out.append(TagMoved(path, short(old["digest"]), short(new["digest"]), tag=new["tag"]))
+        _diff(old.get("sub"), new.get("sub"), _join(path, "sub", "field"), out)
+    elif kind == "tagged":
+        out.append(FieldChange(path, render_value(old), render_value(new)))
+    elif kind == "dependency":
         if old["dependency"] != new["dependency"]:
             out.append(DependencyChange(path, old["dependency"], new["dependency"], new.get("sub")))
         if old.get("sub") != new.get("sub"):
@@ -144,6 +161,9 @@ def _render(value: Any) -> str:
     if kind == "dependency":
         sub = f", {value['sub']!r}" if value.get("sub") else ""
         return f"output_path_of({short(value['dependency'])}…{sub})"
+    if kind == "tagged":
+        sub = f", {value['sub']!r}" if value.get("sub") else ""
+        return f"output_of_tag({value['tag']!r}{sub})"
     if kind == "tuple":
         items = [_render(x) for x in value["tuple"]]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"

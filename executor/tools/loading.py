@@ -75,10 +75,12 @@ def _compiled(file: Path) -> types.CodeType:
     return compile(ast.fix_missing_locations(tree), str(file), "exec", dont_inherit=True)
 
 
-def load_experiment(path: str | Path, argv: Sequence[str] = ()) -> LoadedExperiment:
+def load_experiment(path: str | Path, argv: Sequence[str] = (), tags: Any = None) -> LoadedExperiment:
     """Run `path` up to its executor_main call and return the graph it declares.
 
-    `argv` are the experiment's own flags (executor flags are accepted and ignored).
+    `argv` are the experiment's own flags (executor flags are accepted and ignored); `tags` resolves
+    output_of_tag(...) placeholders (executor.tools.tags.tag_lookup; without it a step reading a tag
+    cannot be hashed).
     """
     import executor.cli as cli
 
@@ -91,7 +93,7 @@ def load_experiment(path: str | Path, argv: Sequence[str] = ()) -> LoadedExperim
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError(f"{file}: no steps given to executor_main")
-        raise _Captured(build_graph(step_list), description)
+        raise _Captured(build_graph(step_list, tags), description)
 
     code = _compiled(file)
     name = f"{LOADED_SCRIPT_PREFIX}{next(_numbers)}.{file.stem}"

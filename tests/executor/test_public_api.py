@@ -7,7 +7,7 @@ from executor.core.errors import ExecutorError
 PUBLIC = {
     "ConfigEncodingError", "ExecutorError", "ExecutorStep", "GraphError", "Resources", "StatusError",
     "StoreError", "TransientStoreError", "execution_only", "executor_main", "map_shards",
-    "output_path_of", "secret", "this_output_path",
+    "output_of_tag", "output_path_of", "secret", "this_output_path",
     # the Python API (executor/api.py) that executor_main is built on
     "Options", "PlanResult", "RunResult", "StepFailed", "StepReport", "materialize", "plan", "run",
     "load_result",  # a succeeded step's returned value, dataclasses rebuilt

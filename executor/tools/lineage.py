@@ -1,0 +1,166 @@
+"""Lineage: what an output was made from (up, to the raw inputs) and what has used it since (down),
+from the stored statuses and records alone — no experiment file needed.
+
+Up follows each record's dependencies, an adoption (`alias_of`) to the output it names, a
+`--cache-from` copy to its source prefix (when that prefix can be opened; else the copy's own
+record stands), and a tag a config read (`{"tag", "digest"}` in the identity document) to the output
+the tag pointed at. Down reads every record of the prefix (one listing, one `read_many`: the cost
+is one read per step) and walks the consumers of each digest, adopted ids included. Every call
+counts its listings and reads in `Lineage.cost`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from executor.core.errors import ExecutorError, StatusError
+from executor.core.record import parse_record, parse_status, record_key, status_key
+from executor.engine.prefix_view import PrefixView
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    """One output met on the walk; `via` says how it was reached from `parent` (dependency, adopted
+    from, copied from, tag NAME@VERSION, consumed by)."""
+
+    prefix: str
+    rel: str
+    digest: str | None
+    state: str
+    depth: int
+    via: str | None = None
+    parent: str | None = None  # the path of the output it was reached from
+
+    @property
+    def path(self) -> str:
+        return f"{self.prefix}/{self.rel}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "prefix": self.prefix, "step_id": self.rel, "digest": self.digest,
+                "state": self.state, "depth": self.depth, "via": self.via, "parent": self.parent}
+
+
+@dataclass
+class Lineage:
+    nodes: list[LineageNode] = field(default_factory=list)
+    cost: dict[str, int] = field(default_factory=lambda: {"listings": 0, "reads": 0})
+
+
+class _Prefixes:
+    """The views of the prefixes a walk reaches, opened once each (a copy's source may be unreadable)."""
+
+    def __init__(self, first: PrefixView, storage: Any, cost: dict[str, int]):
+        self.views: dict[str, PrefixView | None] = {first.prefix: first}
+        self.storage, self.cost = storage, cost
+
+    def view(self, prefix: str) -> PrefixView | None:
+        if prefix not in self.views:
+            try:
+                self.views[prefix] = PrefixView.open(prefix, self.storage)
+            except Exception:  # noqa: BLE001 - an unreachable source ends the walk there, it is not an error
+                self.views[prefix] = None
+        return self.views[prefix]
+
+    def read_json(self, view: PrefixView, key: str, parse: Callable) -> Any:
+        self.cost["reads"] += 1
+        try:
+            read = view.store.read(key)
+            return parse(read.data, view.path_of(key)) if read is not None else None
+        except (StatusError, OSError, ValueError):
+            return None
+
+
+def lineage_up(view: PrefixView, rel: str, storage: Any = None) -> Lineage:
+    """The output at `rel` and everything it was made from, depth first, each output once."""
+    result = Lineage()
+    prefixes = _Prefixes(view, storage, result.cost)
+    seen: set[str] = set()
+    stack: list[tuple[PrefixView, str, int, str | None, str | None]] = [(view, rel, 0, None, None)]
+    while stack:
+        here, at, depth, via, parent = stack.pop()
+        if f"{here.prefix}/{at}" in seen:
+            continue
+        seen.add(f"{here.prefix}/{at}")
+        status = prefixes.read_json(here, status_key(at), parse_status)
+        node = LineageNode(here.prefix, at, status.digest if status else None,
+                           status.state.value if status else "absent", depth, via, parent)
+        result.nodes.append(node)
+        if status is None:
+            continue
+        nexts = list(_made_from(prefixes, here, at, status))
+        stack.extend((v, r, depth + 1, how, node.path) for v, r, how in reversed(nexts))
+    return result
+
+
+def _made_from(prefixes: _Prefixes, here: PrefixView, at: str, status: Any) -> Iterator[tuple[PrefixView, str, str]]:
+    if status.alias_of:  # adopted: the output is the one it names
+        yield here, status.alias_of["output_rel"], "adopted from"
+        return
+    if status.copied_from:
+        source = prefixes.view(status.copied_from)
+        if source is not None and source.store.read(status_key(at)) is not None:
+            prefixes.cost["reads"] += 1
+            yield source, at, "copied from"
+            return
+    record = prefixes.read_json(here, record_key(at), parse_record) or {}
+    for dep in record.get("dependencies") or []:
+        yield here, dep.get("step_id"), "dependency"
+    for tag, digest in _tags_read(record.get("identity")):
+        from executor.tools.tags import tag_history
+
+        prefixes.cost["reads"] += 1
+        entries = [e for e in tag_history(here.store, tag) if e.digest == digest]
+        if entries:
+            yield here, entries[-1].step_id, f"tag {tag}"
+
+
+def _tags_read(value: Any) -> Iterator[tuple[str, str]]:
+    """(tag, digest) of each output_of_tag(...) in an identity document."""
+    if isinstance(value, dict):
+        if isinstance(value.get("tag"), str) and isinstance(value.get("digest"), str):
+            yield value["tag"], value["digest"]
+            return
+        for v in value.values():
+            yield from _tags_read(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _tags_read(v)
+
+
+def lineage_down(view: PrefixView, rel: str) -> Lineage:
+    """The output at `rel` and every output under the prefix made from it, directly or not (adopted
+    ids of it included): one listing of the statuses, one read_many of them and of the records."""
+    result = Lineage()
+    rows = view.steps()
+    result.cost["listings"] += 1
+    result.cost["reads"] += len(rows)
+    by_rel = {row.rel: row for row in rows}
+    if rel not in by_rel:
+        raise ExecutorError(f"no output {rel!r} under {view.prefix}")
+    records = view.records([r.rel for r in rows if r.status is not None and not r.status.alias_of])
+    result.cost["reads"] += len(records)
+    consumers: dict[str, list[tuple[str, str]]] = {}  # digest -> (rel, how) of what consumed it
+    for row in rows:
+        status = row.status
+        if status is None:
+            continue
+        if status.alias_of:
+            consumers.setdefault(status.alias_of["digest"], []).append((row.rel, "adopted as"))
+        for dep in (records.get(row.rel) or {}).get("dependencies") or []:
+            consumers.setdefault(dep.get("digest"), []).append((row.rel, "consumed by"))
+        for tag, digest in _tags_read((records.get(row.rel) or {}).get("identity")):
+            consumers.setdefault(digest, []).append((row.rel, f"reads tag {tag}"))
+    seen: set[str] = set()
+    stack: list[tuple[str, int, str | None, str | None]] = [(rel, 0, None, None)]
+    while stack:
+        at, depth, via, parent = stack.pop()
+        if at in seen:
+            continue
+        seen.add(at)
+        row = by_rel[at]
+        digest = row.status.digest if row.status else None
+        node = LineageNode(view.prefix, at, digest, str(getattr(row.state, "value", row.state)), depth, via, parent)
+        result.nodes.append(node)
+        stack.extend((r, depth + 1, how, node.path) for r, how in reversed(consumers.get(digest, [])))
+    return result

@@ -1,0 +1,124 @@
+"""The handlers of `stepgraph tag`, `tags`, `lineage`, `taint` and `untaint` (presentation only: the
+work is in executor/tools/tags.py, lineage.py and taint.py). Each returns an exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any
+
+from executor.core.errors import ExecutorError
+from executor.core.exit_codes import ExitCode
+from executor.engine.prefix_view import PrefixView
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _view(args: Any) -> PrefixView:
+    """--prefix, else EXECUTOR_PREFIX, else cache/ in the working directory's project (as `commands.default_prefix`)."""
+    from executor.engine import outputs
+    from executor.engine.project import default_prefix
+
+    prefix = outputs.normalize_prefix(args.prefix or os.environ.get("EXECUTOR_PREFIX") or default_prefix(None))
+    return PrefixView.open(prefix, args.storage_options)
+
+
+def _rel(args: Any, view: PrefixView, ref: str) -> str:
+    """The output rel under the prefix of the step `ref` names (name, step id or path)."""
+    from executor.tools.step_ref import step_path
+
+    path = step_path(view.prefix, ref, args.storage_options)
+    if not path.startswith(view.prefix + "/"):
+        raise ExecutorError(f"{ref!r} ({path}) is not under the prefix {view.prefix}; pass --prefix")
+    return path[len(view.prefix) + 1:]
+
+
+def _who() -> dict[str, Any]:
+    from executor.engine.provenance import user_and_host
+
+    who = user_and_host()
+    return {"user": who["user"], "host": who["host"]}
+
+
+def cmd_tag(args: Any) -> int:
+    from executor.tools.tags import tag
+
+    view = _view(args)
+    entry = tag(view.store, _rel(args, view, args.step), args.tag, by=_who(), at=time.time(),
+                force=args.force, reason=args.reason)
+    moved = f" (moved from {entry.moved_from[:12]}…: {entry.reason})" if entry.moved_from else ""
+    print(f"{entry.tag} -> {entry.step_id} (digest {entry.digest[:16]}…){moved}")
+    return ExitCode.OK
+
+
+def cmd_tags(args: Any) -> int:
+    from executor.tools.tags import list_tags
+
+    tags = list_tags(_view(args).store)
+    if args.json:
+        print(json.dumps([t.to_json() for t in tags], indent=1))
+        return ExitCode.OK
+    if not tags:
+        print("no tags under the prefix (stepgraph tag STEP NAME@VERSION makes one)")
+    for t in tags:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t.at)) if t.at else "?"
+        print(f"{t.tag:<32} {t.step_id:<40} {t.digest[:16]}…  by {t.by.get('user', '?')} {when}")
+    return ExitCode.OK
+
+
+def cmd_lineage(args: Any) -> int:
+    from executor.tools.lineage import lineage_down, lineage_up
+
+    view = _view(args)
+    rel = _rel(args, view, args.step)
+    found = lineage_down(view, rel) if args.down else lineage_up(view, rel, args.storage_options)
+    if args.json:
+        print(json.dumps({"direction": "down" if args.down else "up", "nodes": [n.to_json() for n in found.nodes],
+                          "cost": found.cost}, indent=1))
+        return ExitCode.OK
+    for n in found.nodes:
+        where = "" if n.prefix == view.prefix else f"  [{n.prefix}]"
+        how = f"{n.via} " if n.via else ""
+        print(f"{'  ' * n.depth}{how}{n.rel} ({n.state}){where}")
+    print(f"{len(found.nodes)} output(s); {found.cost['listings']} listing(s), {found.cost['reads']} read(s)")
+    return ExitCode.OK
+
+
+def cmd_taint(args: Any) -> int:
+    return _taint(args, "taint")
+
+
+def cmd_untaint(args: Any) -> int:
+    return _taint(args, "untaint")
+
+
+def _taint(args: Any, action: str) -> int:
+    from executor.tools.taint import TaintEvent, record_event, taint_output
+
+    view = _view(args)
+    if _DIGEST.match(args.step):
+        event = TaintEvent(action, args.reason, _who(), time.time())
+        found = record_event(view.store, args.step, event)
+    else:
+        found = taint_output(view.store, _rel(args, view, args.step), action, args.reason, by=_who(), at=time.time())
+    who = found.last.step_id or found.digest
+    if action == "taint":
+        print(f"tainted {who}: plans under this prefix (and those reading it with --cache-from) re-run it and "
+              f"everything made from it; `stepgraph lineage {who} --down` lists what was")
+    else:
+        print(f"untainted {who}: its output is reused again")
+    return ExitCode.OK
+
+
+def print_taints(prefix: str, storage_options: Any, step_ids: set[str]) -> int:
+    """`verify`'s lines on the tainted outputs among `step_ids` (one listing of taints/); their count."""
+    from executor.tools.taint import read_taints
+
+    tainted = [t for t in read_taints(PrefixView.open(prefix, storage_options).store).values()
+               if t.tainted and t.last.step_id in step_ids]
+    for t in tainted:
+        print(f"⚠ {t.last.step_id}: tainted ({t.last.reason}, by {t.last.by.get('user', '?')}); plans re-run it "
+              f"and what is made from it (`stepgraph untaint` reverses it)")
+    return len(tainted)

@@ -89,7 +89,7 @@ def assert_same_bytes(incremental: str, full: str) -> None:
 @pytest.mark.parametrize("kind", ["tokenize", "exact_dedup"])
 def test_a_grown_corpus_processes_only_its_new_and_changed_shards(kind, corpora, tmp_path):
     make = (lambda c: tokenize_step(c, corpora["tokenizer"])) if kind == "tokenize" else dedup_step
-    _, first = run_step(make(corpora["first"]), tmp_path / "p")
+    first_out, first = run_step(make(corpora["first"]), tmp_path / "p")
     assert (first["shards_processed"], first["shards_reused"]) == (SHARDS, 0)
     incremental, grown = run_step(make(corpora["grown"]), tmp_path / "p")
     full, fresh = run_step(make(corpora["grown"]), tmp_path / "q")
@@ -97,6 +97,10 @@ def test_a_grown_corpus_processes_only_its_new_and_changed_shards(kind, corpora,
     assert (fresh["shards_processed"], fresh["shards_reused"]) == (SHARDS, 0)
     assert_same_bytes(incremental, full)
     assert len(list((Path(full) / INDEX_DIR).iterdir())) >= SHARDS
+    if kind == "exact_dedup":  # written again: the new and changed shards, and those whose removals changed
+        before, after = files_of(first_out), files_of(full)
+        changed = {n for n in after if n.startswith("attributes/") and before.get(n) != after[n]}
+        assert grown["shards_rewritten"] == len(changed | {"attributes/part-00003.jsonl.zst"}) > 2
 
 
 def test_a_damaged_reused_result_is_recomputed(corpora, tmp_path):

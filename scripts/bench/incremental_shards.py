@@ -119,7 +119,7 @@ def main() -> None:
                     "--shards", str(args.shards), "--seed", str(args.seed)], check=True)
     warm_imports("steps.tokenize", "steps.dedup.exact")
     first, grown, tokenizer = corpora(args.size_mb, args.seed, args.shards)
-    print(f"corpus: {args.shards} shards of {args.size_mb:g} MB (unicode text) + 1 new shard")
+    print(f"corpus: {args.size_mb:g} MB of unicode text in {args.shards} shards, grown by 1 new shard")
     with tempfile.TemporaryDirectory(dir=SCRATCH) as scratch:
         for kind in args.steps.split(","):
             bench(kind, first, grown, tokenizer, Path(scratch))

@@ -111,3 +111,21 @@ def test_a_damaged_reused_result_is_recomputed(corpora, tmp_path):
     full, _ = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "q")
     assert (grown["shards_processed"], grown["shards_reused"]) == (3, SHARDS - 3)
     assert_same_bytes(incremental, full)
+
+
+def test_shard_tasks_on_ray_reuse_the_same_way(ray_local, corpora, tmp_path):
+    """map_shards on Ray: each shard task looks up and copies its own result; outputs named as the
+    executor names them (`<name>-<12 hex>`), the step called directly in a Ray-connected driver."""
+    from executor.engine.runner.ray_env import ray_is_active
+
+    assert ray_is_active()
+
+    def config(corpus: str, out: Path) -> ExactDedupConfig:
+        return ExactDedupConfig(corpus, str(out))
+
+    exact_dedup(config(corpora["first"], tmp_path / "p" / "deduped-000000000001"))
+    grown = exact_dedup(config(corpora["grown"], tmp_path / "p" / "deduped-000000000002"))
+    fresh = exact_dedup(config(corpora["grown"], tmp_path / "q" / "deduped-000000000002"))
+    assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
+    assert (fresh["shards_processed"], fresh["shards_reused"]) == (SHARDS, 0)
+    assert_same_bytes(str(tmp_path / "p" / "deduped-000000000002"), str(tmp_path / "q" / "deduped-000000000002"))

@@ -9,6 +9,11 @@
    its arrays, then `shards/<name>.json`; a shard whose marker exists is not redone on resume.
 4. Ledger: the committed shards, in order, form each split's token stream. The stream is the
    same whatever the number of output shards or workers.
+With `num_output_shards=0` each input file is one output shard named after the file, and a shard's
+result is addressed by the tokenizer, the split settings, this code and the file's bytes
+(steps/shard_reuse.py): a later run under a new id copies every unchanged file's result from an
+earlier output of the step (checked against its recorded sha256) and encodes only new or changed
+files; the output is byte-identical to a full run.
 Input and output may be local paths or fsspec URLs (gs://, s3://).
 """
 
@@ -21,6 +26,7 @@ require_extra("data", "steps.tokenize", DATA)
 import functools
 import hashlib
 import itertools
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +35,11 @@ from executor import Progress, execution_only, map_shards, url_to_fs
 import numpy as np
 import xxhash
 
-from steps import token_cache
+from steps import bpe, documents, shard_reuse, token_cache
 from steps.bpe import DEFAULT_EOS, BatchEncoder, eos_id_of, load_tokenizer_json, train_byte_level_bpe
-from steps.documents import (BadInputError, OnBadLine, ReadStats, count_records, list_document_files,
-                             read_documents, read_json, remove_stale_temporaries, write_file_atomically,
-                             write_json_atomically)
+from steps.documents import (BadInputError, DocumentShard, OnBadLine, ReadStats, count_records,
+                             list_document_files, read_documents, read_json, remove_stale_temporaries,
+                             shard_names, write_file_atomically, write_json_atomically)
 
 SPLITS = ("train", "validation")
 
@@ -49,6 +55,8 @@ class TokenizeConfig:
     validation_fraction: float = 0.01
     split_seed: int = 0
     num_output_shards: int = 8
+    """Output shards, cut from the global record order; 0: one per input file, named after it, and
+    unchanged files' results are reused from earlier runs of the step (incremental)."""
     eos_token: str = DEFAULT_EOS
     max_tokenizer_training_bytes: int = 200_000_000
     min_pair_frequency: int = 2
@@ -64,8 +72,9 @@ class TokenizeConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.validation_fraction < 1:
             raise ValueError(f"TokenizeConfig.validation_fraction={self.validation_fraction!r}: use a value in [0, 1)")
-        if self.num_output_shards < 1:
-            raise ValueError(f"TokenizeConfig.num_output_shards={self.num_output_shards!r}: must be >= 1")
+        if self.num_output_shards < 0:
+            raise ValueError(f"TokenizeConfig.num_output_shards={self.num_output_shards!r}: must be >= 1, "
+                             f"or 0 for one output shard per input file")
 
 
 def is_validation(doc_id: str, fraction: float, seed: int) -> bool:
@@ -80,6 +89,10 @@ class _ShardJob:
     output_path: str
     tokenizer_json: str
     config: TokenizeConfig
+    address: str | None = None
+    """With num_output_shards=0: the shard's result address (steps/shard_reuse.py)."""
+    sources: tuple[str, ...] = ()
+    """Earlier outputs of this step to reuse the shard's result from."""
 
 
 def tokenize(config: TokenizeConfig) -> dict[str, Any]:
@@ -87,13 +100,19 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
     files = list_document_files(config.input_path)
     remove_stale_temporaries(out)
     tokenizer_json = _tokenizer(config, files, out)
-    counts = map_shards(count_records, files, desc="tokenize: count records")
-    if sum(counts) == 0:
-        raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; nothing to tokenize")
-    jobs = [_ShardJob(name, pieces, out, tokenizer_json, config)
-            for name, pieces in _plan_shards(files, counts, config.num_output_shards)]
+    if config.num_output_shards == 0:
+        jobs = _jobs_per_file(config, files, out, tokenizer_json)
+    else:
+        counts = map_shards(count_records, files, desc="tokenize: count records")
+        if sum(counts) == 0:
+            raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; "
+                                f"nothing to tokenize")
+        jobs = [_ShardJob(name, pieces, out, tokenizer_json, config)
+                for name, pieces in _plan_shards(files, counts, config.num_output_shards)]
     results = map_shards(_tokenize_shard, jobs, desc="tokenize: shards", num_cpus=config.num_cpus_per_shard)
     ledger = _ledger(results, tokenizer_json, config)
+    if sum(s["docs"] for s in ledger["splits"].values()) == 0:
+        raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; nothing to tokenize")
     write_json_atomically(token_cache.join(out, "ledger.json"), ledger)
     if ledger["splits"]["train"]["docs"] == 0:
         raise BadInputError(f"input {config.input_path!r}: no documents reached the train split")
@@ -108,7 +127,28 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
         "skipped_lines": sum(r["skipped_lines"] for r in results),
         "shards": len(results),
         "shards_resumed": sum(bool(r["resumed"]) for r in results),
+        "shards_reused": sum(bool(r.get("reused")) for r in results),
+        "shards_processed": sum(not r["resumed"] and not r.get("reused") for r in results),
     }
+
+
+def _jobs_per_file(config: TokenizeConfig, files: list[str], out: str, tokenizer_json: str) -> list[_ShardJob]:
+    """One job per input file, each with its result's address and the earlier outputs to look in."""
+    names = shard_names([DocumentShard(f) for f in files])
+    digests = map_shards(shard_reuse.file_sha256, files, desc="tokenize: input digests")
+    code = shard_reuse.code_digest([sys.modules[__name__], token_cache, bpe, documents],
+                                   ["tokenizers", "numpy", "xxhash"])
+    settings = {"tokenizer_sha256": hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest(),
+                "validation_fraction": config.validation_fraction, "split_seed": config.split_seed,
+                "eos_token": config.eos_token, "on_bad_line": config.on_bad_line}
+    sources = tuple(shard_reuse.earlier_outputs(out))
+    jobs = []
+    for name, path, digest in zip(names, files, digests):
+        # a skipped line's example names the file's path, which differs between upstream outputs
+        shard = {"name": name, "sha256": digest, **({"path": path} if config.on_bad_line == "skip" else {})}
+        address = shard_reuse.shard_address("tokenize", code, settings, shard)
+        jobs.append(_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources))
+    return jobs
 
 
 def _tokenizer(config: TokenizeConfig, files: list[str], out: str) -> str:
@@ -191,12 +231,29 @@ def _process_encoder(tokenizer_json: str) -> BatchEncoder:
 
 
 def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
-    from tokenizers import Tokenizer
-
     marker = token_cache.join(job.output_path, "shards", f"{job.name}.json")
+    files = [f"{split}/{job.name}.{kind}.npy" for split in SPLITS for kind in ("tokens", "offsets", "bytes")]
+    files.append(f"shards/{job.name}.json")  # the marker last: copied last on reuse
     committed = read_json(marker)
     if committed is not None:
+        if job.address is not None:  # a run killed between the marker and its index entry
+            shard_reuse.record_if_missing(job.output_path, job.address, files, committed)
         return {**committed, "resumed": True}
+    if job.address is not None:
+        reused = shard_reuse.reuse(job.output_path, job.address, list(job.sources))
+        if reused is not None:
+            return {**reused, "resumed": False, "reused": True}
+    result = _encode_shard(job)
+    write_json_atomically(marker, result)
+    if job.address is not None:
+        shard_reuse.record(job.output_path, job.address, files, result)
+    return {**result, "resumed": False}
+
+
+def _encode_shard(job: _ShardJob) -> dict[str, Any]:
+    """Encode one shard's documents and write its arrays; returns its marker's content."""
+    from tokenizers import Tokenizer
+
     config = job.config
     tokenizer = Tokenizer.from_str(job.tokenizer_json)
     if config.fast_ascii_encoding:
@@ -219,7 +276,8 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
     batch: list[dict] = []
     chars = 0
     for path, first, end in job.pieces:
-        for doc in read_documents(path, config.on_bad_line, stats, records=(first, end)):
+        records = (first, None if end < 0 else end)  # end -1: to the end of the file
+        for doc in read_documents(path, config.on_bad_line, stats, records=records):
             split = "validation" if is_validation(doc["id"], config.validation_fraction, config.split_seed) else "train"
             batch.append({"text": doc["text"], "split": split})
             chars += len(doc["text"])
@@ -230,10 +288,8 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
         flush(batch)
     entries = {split: buffers[split].write(token_cache.join(job.output_path, split), job.name, dtype)
                for split in SPLITS}
-    result = {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
-              "skipped_examples": stats.skip_examples}
-    write_json_atomically(marker, result)
-    return {**result, "resumed": False}
+    return {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
+            "skipped_examples": stats.skip_examples}
 
 
 def _ledger(results: list[dict], tokenizer_json: str, config: TokenizeConfig) -> dict:

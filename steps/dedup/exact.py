@@ -10,6 +10,12 @@
 4. write (one task per shard): sparse attributes and the kept documents (see output.py); when the
    hash stage found every line of a JSONL shard a valid document, untouched documents are copied
    byte for byte rather than parsed again.
+Incremental: each shard's hash records (`hashes/<shard>.arrow`) and written outputs are addressed
+by the step's settings, this code, the shard's bytes and, for the written outputs, the shard's
+attributes (steps/shard_reuse.py). A run under a new id reuses them from earlier outputs of the step:
+a grown corpus hashes only its new or changed shards; the reduce always sees every shard's records,
+so the kept set and the canonical copies are a full run's, and a shard whose removals changed is
+written again (`shards_rewritten`). The paragraph stage, when on, reads every shard.
 The driver holds one small dict per shard and per partition, never per document, and a worker
 holds one shard's or one partition's records: `partition_bytes` (execution-only) sizes the
 partitions. The kept set does not depend on the shard, partition or worker counts. Each task
@@ -19,6 +25,9 @@ commits a marker, so a killed run resumes where it stopped; `.work/` is deleted 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +35,16 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from executor import execution_only
+from executor import execution_only, map_shards
+from steps import documents, shard_reuse
+from steps.dedup import attributes as attributes_module
+from steps.dedup import output, shuffle
 from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
                                written_counts)
-from steps.dedup.shuffle import (choose_partitions, nodes_per_stage, numpy_column, read_partition, remove_tree,
-                                 run_stage, string_column, write_partitioned)
+from steps.dedup.shuffle import (arrow_column, choose_partitions, nodes_per_stage, numpy_column, read_partition,
+                                 read_table, remove_tree, run_stage, string_column, write_partitioned, write_table)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
-                             plan_document_shards, read_shard, remove_stale_temporaries, shard_names)
+                             plan_document_shards, read_json, read_shard, remove_stale_temporaries, shard_names)
 
 
 @dataclass(frozen=True)
@@ -69,11 +81,26 @@ REMOVAL_SCHEMA = pa.schema([("index", pa.int64()), ("line", pa.int32()), ("id", 
 
 
 @dataclass
+class _Reuse:
+    """What the per-shard stages need to address and reuse their results (steps/shard_reuse.py)."""
+
+    code: str
+    shards: list[dict[str, Any]]
+    """Per shard: its output name, file sha256 and piece (and path when skipping bad lines)."""
+    sources: tuple[str, ...]
+
+    def address(self, stage: str, settings: dict[str, Any], k: int, **extra: Any) -> str:
+        return shard_reuse.shard_address(f"exact-dedup/{stage}", self.code, settings, {**self.shards[k], **extra})
+
+
+@dataclass
 class _Plan:
     work: str
     shards: list[DocumentShard]
     num_partitions: int
     config: ExactDedupConfig
+    names: list[str] = dataclasses.field(default_factory=list)
+    reuse: _Reuse | None = None
 
 
 def _digests_to_columns(digests: bytearray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,17 +108,48 @@ def _digests_to_columns(digests: bytearray) -> tuple[np.ndarray, np.ndarray]:
     return words[:, 0].copy(), words[:, 1].copy()
 
 
-def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray, indexes: list[int], lines: list[int],
-                   ids: list[str]) -> int:
-    h1, h2 = _digests_to_columns(digests)
+def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray | tuple[np.ndarray, np.ndarray],
+                   indexes: list[int] | np.ndarray, lines: list[int], ids: list[str]) -> int:
+    h1, h2 = _digests_to_columns(digests) if isinstance(digests, bytearray) else digests
     columns = {"h1": h1, "h2": h2, "shard": np.full(len(h1), k, np.int32), "index": np.asarray(indexes, np.int64),
                "line": np.asarray(lines, np.int32), "id": ids}
     return write_partitioned(f"{plan.work}/{stage}", columns, (h1 % np.uint64(plan.num_partitions)).astype(np.int64),
                              plan.num_partitions, f"{k:06d}")
 
 
+def _hash_settings(config: ExactDedupConfig) -> dict[str, Any]:
+    return {"on_bad_line": config.on_bad_line, "text_column": config.text_column, "id_column": config.id_column}
+
+
 def _hash_documents(job: tuple[_Plan, int]) -> dict:
     plan, k = job
+    out = plan.config.output_path.rstrip("/")
+    rel = f"hashes/{plan.names[k]}.arrow"
+    address = plan.reuse.address("hash", _hash_settings(plan.config), k) if plan.reuse else None
+    if address is not None:
+        reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
+        if reused is not None:
+            table = read_table(f"{out}/{rel}")
+            ids = string_column(table, "id")
+            shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
+                                      numpy_column(table, "index"), [0] * len(ids), ids)
+            return {**reused, "bytes_shuffled": shuffled, "reused": True}
+    result = _hash_shard(plan, k)
+    if address is not None:
+        h1, h2 = _digests_to_columns(result.pop("digests"))
+        write_table(f"{out}/{rel}", pa.table({"h1": arrow_column(h1), "h2": arrow_column(h2),
+                                              "index": arrow_column(np.asarray(result.pop("indexes"), np.int64)),
+                                              "id": _strings(result.pop("ids"))}))
+        shard_reuse.record(out, address, [rel], {key: v for key, v in result.items() if key != "bytes_shuffled"})
+    return {key: v for key, v in result.items() if key not in ("digests", "indexes", "ids")}
+
+
+def _strings(values: list[str]) -> pa.Array:
+    return arrow_column(values) if values else pa.array([], pa.string())
+
+
+def _hash_shard(plan: _Plan, k: int) -> dict:
+    """Hash shard k's documents and write their records to the shuffle; also returns the records."""
     stats = ReadStats()
     digests, indexes, ids, text_bytes = bytearray(), [], [], 0
     digest = xxhash.xxh3_128_digest
@@ -102,7 +160,8 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
         indexes.append(index)
         ids.append(doc["id"])
     shuffled = _write_records(plan, "hash", k, digests, indexes, [0] * len(ids), ids) if plan.config.documents else 0
-    return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes}
+    return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes,
+            "digests": digests, "indexes": indexes, "ids": ids}
 
 
 def _reduce(job: tuple[_Plan, str, int]) -> dict:
@@ -188,10 +247,40 @@ def _write_shard(job: tuple[_Plan, int, str, int | None]) -> dict:
                     attributes[index] = {"index": index, "id": doc_ids[index], "duplicate_spans": removed,
                                          "reason": "exact_paragraph"}
     ordered = [attributes[i] for i in sorted(attributes)]
-    result = write_dedup_shard(ShardWrite(plan.shards[k], config.output_path, name, ordered, config.on_bad_line,
-                                          config.output_format, text_bytes_in))
+    result = _write_or_reuse(plan, k, ShardWrite(plan.shards[k], config.output_path, name, ordered,
+                                                 config.on_bad_line, config.output_format, text_bytes_in))
     return {**result, "duplicate_documents": sum("duplicate_of" in a for a in ordered),
             "duplicate_paragraphs": removed_paragraphs}
+
+
+def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
+    """write_dedup_shard, or its outputs copied from an earlier run that wrote this shard with the
+    same attributes (the same bytes)."""
+    if plan.reuse is None:
+        return write_dedup_shard(write)
+    config, out = plan.config, plan.config.output_path.rstrip("/")
+    attributes = hashlib.sha256(json.dumps(write.attributes, sort_keys=True).encode("utf-8")).hexdigest()
+    address = plan.reuse.address("write", {**_hash_settings(config), "output_format": config.output_format}, k,
+                                 attributes_sha256=attributes, text_bytes_in=write.text_bytes_in)
+    files = [f"attributes/{write.name}.jsonl.zst", f"docs/{write.name}.{config.output_format}",
+             f"shards/{write.name}.json"]  # the commit marker last
+    if read_json(write.marker) is None:
+        reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
+        if reused is not None:
+            return {**reused, "resumed": False, "reused": True}
+    result = write_dedup_shard(write)
+    shard_reuse.record_if_missing(out, address, files, {key: v for key, v in result.items() if key != "resumed"})
+    return result
+
+
+def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str]) -> _Reuse:
+    files = sorted({s.path for s in shards})
+    digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="exact-dedup: input digests")))
+    code = shard_reuse.code_digest([sys.modules[__name__], output, shuffle, documents, attributes_module],
+                                   ["xxhash", "pyarrow", "numpy", "zstandard"])
+    described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
+                  **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
+    return _Reuse(code, described, tuple(shard_reuse.earlier_outputs(config.output_path)))
 
 
 def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
@@ -200,7 +289,8 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
     names = shard_names(shards)
     work = f"{config.output_path.rstrip('/')}/.work/exact"
-    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
+    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config, names,
+                 _plan_reuse(config, shards, names) if config.documents else None)
     keys = [f"{k:06d}" for k in range(len(shards))]
     parts = list(range(plan.num_partitions))
     part_keys = [f"{p:05d}" for p in parts]
@@ -232,4 +322,7 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
             "duplicate_paragraphs": sum(w["duplicate_paragraphs"] for w in written),
             "partitions": plan.num_partitions, "bytes_shuffled": int(shuffled),
             "tasks_resumed": sum(bool(x["resumed"]) for stage in stages.values() for x in stage),
+            "shards_reused": sum(bool(h.get("reused")) for h in hashed),
+            "shards_processed": sum(not h["resumed"] and not h.get("reused") for h in hashed),
+            "shards_rewritten": sum(not w["resumed"] and not w.get("reused") for w in written),
             "nodes_per_stage": nodes_per_stage(stages)}

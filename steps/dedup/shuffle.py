@@ -118,6 +118,14 @@ def write_partitioned(directory: str, columns: dict[str, Any], partition: np.nda
     return written
 
 
+def read_table(path: str) -> pa.Table:
+    """One Arrow IPC file written by `write_table`, read whole (one request on an object store)."""
+    fs, target = url_to_fs(path)
+    with fs.open(target, "rb") as f:
+        data = f.read()
+    return ipc.open_file(pa.py_buffer(data)).read_all()
+
+
 def read_partition(directory: str, p: int, schema: pa.Schema) -> pa.Table:
     """Every file written for partition p (in name order), as one table; empty when none."""
     fs, path = url_to_fs(f"{directory}/{p:05d}")

@@ -1,0 +1,126 @@
+"""Shard results reused across runs of a map-style data step: a grown corpus costs its new shards.
+
+A shard's result is addressed by what produced it: `shard_address(kind, code, settings, shard)`, the
+sha256 of the step kind, its code (`code_digest`: the source of the modules that compute the shard
+plus the versions of the libraries whose bytes it writes), the step's settings that shape the
+result (never its input list or its output path) and the shard itself (its output name, its input
+file's content sha256 and the piece of the file it reads). After writing a shard's files, a step
+records `shard-index/<address>.json` in its output: the files (paths relative to the output) with
+their sha256 and the shard's small result. A later run of the same step under a new id
+(`earlier_outputs`: the siblings `<name>-<12 hex>` of its output directory, the executor's naming)
+looks each address up there and `reuse`s the files: each is copied only when its bytes match the
+recorded sha256, so a damaged result is recomputed, never used. Full and incremental runs write
+the same files, index included, so their outputs are byte-identical.
+All storage goes through `executor.url_to_fs` (the step's storage options).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import re
+from types import ModuleType
+from typing import Any
+
+from executor import url_to_fs
+from steps.documents import read_json, write_file_atomically, write_json_atomically
+
+INDEX_DIR = "shard-index"
+_ID_SUFFIX = re.compile(r"^(?P<name>.+)-[0-9a-f]{12}$")  # executor.core.identity: <name>-<12 hex>
+_CHUNK = 1 << 20
+
+
+def code_digest(modules: list[ModuleType], libraries: list[str]) -> str:
+    """The sha256 of the modules' source and the libraries' installed versions: any edit to the
+    code that computes a shard, or a new library version, gives every shard a new address."""
+    h = hashlib.sha256()
+    for module in modules:
+        h.update(module.__name__.encode() + b"\0" + inspect.getsource(module).encode("utf-8") + b"\0")
+    for library in libraries:
+        h.update(f"{library}=={importlib.metadata.version(library)}\0".encode())
+    return h.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes (local path or URL)."""
+    fs, target = url_to_fs(path)
+    h = hashlib.sha256()
+    with fs.open(target, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shard_address(kind: str, code: str, settings: dict[str, Any], shard: dict[str, Any]) -> str:
+    """The address of one shard's result (hex sha256 of the canonical JSON of its inputs)."""
+    text = json.dumps({"kind": kind, "code": code, "settings": settings, "shard": shard},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def earlier_outputs(output_path: str) -> list[str]:
+    """Other outputs of this step under the same prefix (`<parent>/<name>-<12 hex>`, this one
+    excluded), sorted; none when the output is not named that way."""
+    out = output_path.rstrip("/")
+    parent, _, base = out.rpartition("/")
+    match = _ID_SUFFIX.match(base)
+    if not parent or match is None:
+        return []
+    fs, target = url_to_fs(parent)
+    try:
+        entries = fs.ls(target, detail=False)
+    except FileNotFoundError:
+        return []
+    names = {e.rstrip("/").rsplit("/", 1)[-1] for e in entries}
+    return sorted(f"{parent}/{n}" for n in names
+                  if n != base and (m := _ID_SUFFIX.match(n)) and m["name"] == match["name"])
+
+
+def record(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:
+    """Write the index entry of a shard whose `files` (relative to the output) are written; they
+    are copied in this order on reuse, so a commit marker among them goes last."""
+    out = output_path.rstrip("/")
+    entry = {"schema": 1, "address": address, "result": result,
+             "files": [[rel, file_sha256(f"{out}/{rel}")] for rel in files]}
+    write_json_atomically(f"{out}/{INDEX_DIR}/{address}.json", entry)
+
+
+def record_if_missing(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:
+    """`record`, unless the entry exists (a resumed shard whose run was killed before its entry)."""
+    if read_json(f"{output_path.rstrip('/')}/{INDEX_DIR}/{address}.json") is None:
+        record(output_path, address, files, result)
+
+
+def reuse(output_path: str, address: str, sources: list[str]) -> dict[str, Any] | None:
+    """Copy the result at `address` from the first of `sources` that holds it whole into
+    `output_path` (its files, then its index entry) and return its recorded result; None when no
+    source holds it or every copy's bytes differ from the recorded sha256 (the caller computes)."""
+    out = output_path.rstrip("/")
+    for source in sources:
+        entry = read_json(f"{source}/{INDEX_DIR}/{address}.json")
+        if not entry or entry.get("schema") != 1 or entry.get("address") != address:
+            continue
+        if all(_copy_checked(f"{source}/{rel}", f"{out}/{rel}", sha) for rel, sha in entry["files"]):
+            write_json_atomically(f"{out}/{INDEX_DIR}/{address}.json", entry)
+            return entry["result"]
+    return None
+
+
+def read_checked(path: str, sha256: str) -> bytes | None:
+    """A file's bytes when they match `sha256`, else None (missing or damaged)."""
+    fs, target = url_to_fs(path)
+    try:
+        data = fs.cat_file(target)
+    except FileNotFoundError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == sha256 else None
+
+
+def _copy_checked(source: str, target: str, sha256: str) -> bool:
+    data = read_checked(source, sha256)
+    if data is None:
+        return False
+    write_file_atomically(target, lambda f: f.write(data))
+    return True

@@ -1,0 +1,49 @@
+"""Incremental tokenize and exact dedup on a bucket (the S3 emulator): the grown corpus's run finds the
+earlier output under the bucket prefix, reuses its unchanged shards, and writes the same objects as
+a fresh full run under another prefix. The fixture corpora are those of tests/steps/test_incremental_shards.py."""
+
+from __future__ import annotations
+
+import pytest
+
+import executor
+from tests.buckets.conftest import clean_environment, make_bucket
+from tests.steps.test_incremental_shards import SHARDS, corpora, dedup_step, tokenize_step  # noqa: F401
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def upload(bucket, local: str, name: str) -> str:
+    url = f"{bucket.prefix}/inputs/{name}"
+    bucket.fs().put(local, url, recursive=True)
+    return url
+
+
+def output_objects(bucket, output: str) -> dict[str, bytes]:
+    root = output[len(bucket.prefix) + 1:]
+    return {k[len(root) + 1:]: v for k, v in bucket.objects().items()
+            if k.startswith(root + "/") and "/.executor/" not in k}
+
+
+def run_on(bucket, step) -> tuple[str, dict]:
+    result = executor.run([step], prefix=bucket.prefix, runner="inline", storage_options=bucket.options,
+                          environ=clean_environment())
+    result.raise_on_failure()
+    return result.output_path(step), executor.load_result(step, prefix=bucket.prefix,
+                                                         storage_options=bucket.options,
+                                                         environ=clean_environment())
+
+
+@pytest.mark.parametrize("kind", ["tokenize", "exact_dedup"])
+def test_a_grown_corpus_on_a_bucket_reuses_unchanged_shards(kind, corpora, s3_emulator):  # noqa: F811
+    here, fresh = make_bucket(s3_emulator, "incr"), make_bucket(s3_emulator, "full")
+    inputs = {b.prefix: {n: upload(b, corpora[n], n) for n in ("first", "grown")} for b in (here, fresh)}
+    tokenizer = corpora["tokenizer"]
+    make = (lambda c: tokenize_step(c, tokenizer)) if kind == "tokenize" else dedup_step
+    run_on(here, make(inputs[here.prefix]["first"]))
+    incremental, grown = run_on(here, make(inputs[here.prefix]["grown"]))
+    full, _ = run_on(fresh, make(inputs[fresh.prefix]["grown"]))
+    assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
+    got, want = output_objects(here, incremental), output_objects(fresh, full)
+    assert sorted(got) == sorted(want) and len(want) > SHARDS
+    assert [name for name in want if got[name] != want[name]] == []

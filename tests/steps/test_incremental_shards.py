@@ -1,0 +1,131 @@
+"""Incremental data steps (steps/shard_reuse.py): a 16-shard corpus run, then one shard added, one
+changed and one removed; the new run under a new id processes only the added and changed shards,
+and its output is byte-identical to a fresh full run in another prefix. A reused result whose bytes
+differ from their recorded sha256 is recomputed, never copied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from executor import ExecutorStep, this_output_path
+from executor.api import run
+from steps.bpe import train_byte_level_bpe
+from steps.dedup.exact import ExactDedupConfig, exact_dedup
+from steps.documents import write_documents
+from steps.shard_reuse import INDEX_DIR
+from steps.tokenize import TokenizeConfig, tokenize
+
+SHARDS = 16
+_WORDS = ["café", "naïve", "Ünïcödé", "straße", "über", "€20", "©", "→", "日本語のテキスト", "这是中文",
+          "한국어", "data", "shard", "token", "the", "corpus", "grows", "by", "one", "dump"]
+
+
+def _doc(shard: int, k: int, salt: str = "") -> dict:
+    words = [_WORDS[(shard * 7 + k * 3 + i * i) % len(_WORDS)] for i in range(12 + k % 9)]
+    return {"id": f"s{shard}-d{k}{salt}", "text": " ".join(words) + salt}
+
+
+def _shard_docs(shard: int, salt: str = "") -> list[dict]:
+    docs = [_doc(shard, k, salt) for k in range(20)]
+    docs.append({"id": f"s{shard}-copy", "text": "the same boilerplate in every shard © 2026 — 日本"})
+    docs.append({"id": f"s{shard}-copy-of-{(shard + 1) % SHARDS}", "text": _doc((shard + 1) % SHARDS, 3)["text"]})
+    return docs
+
+
+def write_corpus(directory: Path, shards: dict[str, list[dict]]) -> str:
+    for name, docs in shards.items():
+        write_documents(str(directory / f"{name}.jsonl.zst"), docs)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> dict[str, str]:
+    """`first`: 16 shards; `grown`: shard 03 changed, 07 removed, a new shard 16 added."""
+    root = tmp_path_factory.mktemp("corpora")
+    first = {f"part-{i:05d}": _shard_docs(i) for i in range(SHARDS)}
+    grown = {n: d for n, d in first.items() if n != "part-00007"}
+    grown["part-00003"] = _shard_docs(3, salt=" (fixed)")
+    grown["part-00016"] = _shard_docs(16)
+    tokenizer = train_byte_level_bpe([d["text"] for docs in first.values() for d in docs], 400, "<|endoftext|>",
+                                     min_frequency=2)
+    (root / "tokenizer.json").write_text(tokenizer.to_str())
+    return {"first": write_corpus(root / "first", first), "grown": write_corpus(root / "grown", grown),
+            "tokenizer": str(root / "tokenizer.json")}
+
+
+def tokenize_step(corpus: str, tokenizer: str) -> ExecutorStep:
+    return ExecutorStep("tokenized", tokenize, TokenizeConfig(corpus, this_output_path(), tokenizer_path=tokenizer,
+                                                              num_output_shards=0, validation_fraction=0.2))
+
+
+def dedup_step(corpus: str) -> ExecutorStep:
+    return ExecutorStep("deduped", exact_dedup, ExactDedupConfig(corpus, this_output_path()))
+
+
+def run_step(step: ExecutorStep, prefix: Path) -> tuple[str, dict]:
+    """(output path, the step's result as recorded) of an inline run."""
+    result = run([step], prefix=str(prefix), runner="inline")
+    result.raise_on_failure()
+    out = result.step(step).output_path
+    return out, json.loads((Path(out) / ".executor" / "record.json").read_text())["result"]
+
+
+def files_of(output: str) -> dict[str, bytes]:
+    """Every file of an output but the executor's own records."""
+    root = Path(output)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".executor" not in p.relative_to(root).parts}
+
+
+def assert_same_bytes(incremental: str, full: str) -> None:
+    got, want = files_of(incremental), files_of(full)
+    assert sorted(got) == sorted(want)
+    assert [name for name in want if got[name] != want[name]] == []
+
+
+@pytest.mark.parametrize("kind", ["tokenize", "exact_dedup"])
+def test_a_grown_corpus_processes_only_its_new_and_changed_shards(kind, corpora, tmp_path):
+    make = (lambda c: tokenize_step(c, corpora["tokenizer"])) if kind == "tokenize" else dedup_step
+    first_out, first = run_step(make(corpora["first"]), tmp_path / "p")
+    assert (first["shards_processed"], first["shards_reused"]) == (SHARDS, 0)
+    incremental, grown = run_step(make(corpora["grown"]), tmp_path / "p")
+    full, fresh = run_step(make(corpora["grown"]), tmp_path / "q")
+    assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
+    assert (fresh["shards_processed"], fresh["shards_reused"]) == (SHARDS, 0)
+    assert_same_bytes(incremental, full)
+    assert len(list((Path(full) / INDEX_DIR).iterdir())) >= SHARDS
+    if kind == "exact_dedup":  # written again: the new and changed shards, and those whose removals changed
+        before, after = files_of(first_out), files_of(full)
+        changed = {n for n in after if n.startswith("attributes/") and before.get(n) != after[n]}
+        assert grown["shards_rewritten"] == len(changed | {"attributes/part-00003.jsonl.zst"}) > 2
+
+
+def test_a_damaged_reused_result_is_recomputed(corpora, tmp_path):
+    first_out, _ = run_step(tokenize_step(corpora["first"], corpora["tokenizer"]), tmp_path / "p")
+    damaged = Path(first_out) / "train" / "part-00005.tokens.npy"
+    damaged.write_bytes(damaged.read_bytes()[:-2] + b"\0\1")
+    incremental, grown = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "p")
+    full, _ = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "q")
+    assert (grown["shards_processed"], grown["shards_reused"]) == (3, SHARDS - 3)
+    assert_same_bytes(incremental, full)
+
+
+def test_shard_tasks_on_ray_reuse_the_same_way(ray_local, corpora, tmp_path):
+    """map_shards on Ray: each shard task looks up and copies its own result; outputs named as the
+    executor names them (`<name>-<12 hex>`), the step called directly in a Ray-connected driver."""
+    from executor.engine.runner.ray_env import ray_is_active
+
+    assert ray_is_active()
+
+    def config(corpus: str, out: Path) -> ExactDedupConfig:
+        return ExactDedupConfig(corpus, str(out))
+
+    exact_dedup(config(corpora["first"], tmp_path / "p" / "deduped-000000000001"))
+    grown = exact_dedup(config(corpora["grown"], tmp_path / "p" / "deduped-000000000002"))
+    fresh = exact_dedup(config(corpora["grown"], tmp_path / "q" / "deduped-000000000002"))
+    assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
+    assert (fresh["shards_processed"], fresh["shards_reused"]) == (SHARDS, 0)
+    assert_same_bytes(str(tmp_path / "p" / "deduped-000000000002"), str(tmp_path / "q" / "deduped-000000000002"))

@@ -46,3 +46,44 @@ def test_a_chunk_that_keeps_failing_names_the_operation_and_a_key(tmp_path):
     store = RetryingStore(Down(), RetryPolicy(max_attempts=2), sleep=lambda s: None)
     with pytest.raises(TransientStoreError, match=r"read_many 'a \(\+1 more\)'.*after 2 attempts"):
         list(store.read_many(["a", "b"]))
+
+
+def test_a_local_store_reads_many_keys_on_threads_in_waves_in_order(tmp_path, monkeypatch):
+    """Past READ_THREADS_FROM keys a local store reads chunks on threads: the answers are read()'s,
+    in order, absent keys None, across several waves (made small here so that 3 are crossed)."""
+    import threading
+
+    from executor.engine.store import local
+
+    monkeypatch.setattr(local, "READ_WAVE", 4 * local.READ_CHUNK)
+    store = local.LocalStore(str(tmp_path))
+    keys = [f"s{i:05d}/.executor/status.json" for i in range(local.READ_THREADS_FROM + 2 * local.READ_WAVE)]
+    for i, key in enumerate(keys):
+        if i % 7:
+            store.create_if_absent(key, f"status {i}".encode())
+    expected = [store.read(key) for key in keys]
+    threads = set()
+    read = local.LocalStore._read
+
+    def noting(self, key, root):
+        threads.add(threading.get_ident())
+        return read(self, key, root)
+
+    monkeypatch.setattr(local.LocalStore, "_read", noting)
+    answers = list(store.read_many(keys))
+    assert answers == expected
+    assert [a is None for a in answers] == [i % 7 == 0 for i in range(len(keys))]
+    assert threading.get_ident() not in threads and len(threads) > 1  # read on the pool's threads
+
+
+def test_a_failing_local_read_among_many_raises_a_store_error_naming_the_key(tmp_path):
+    from executor.engine.store import StoreError, local
+
+    store = local.LocalStore(str(tmp_path))
+    keys = [f"s{i:05d}/.executor/status.json" for i in range(local.READ_THREADS_FROM + 10)]
+    for key in keys:
+        store.create_if_absent(key, b"{}")
+    (tmp_path / keys[500]).unlink()
+    (tmp_path / keys[500]).mkdir()  # a directory where the status should be: os.read fails
+    with pytest.raises(StoreError, match=f"cannot read .*{keys[500]}"):
+        list(store.read_many(keys))

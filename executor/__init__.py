@@ -72,7 +72,10 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
 def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module 'executor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
+    from executor.core.gc_pause import gc_paused
+
+    with gc_paused():  # an import after 100,000 steps were declared would rescan them all (0.4 s of CPU)
+        value = getattr(importlib.import_module(_HOME[name]), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

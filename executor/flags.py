@@ -11,7 +11,6 @@ dicts, sets) take a YAML/JSON value (`--widths '[32, 64]'`) or, for scalars, a c
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import pathlib
 import types
@@ -118,6 +117,8 @@ def split(normalized: list[str], names: set[str]) -> tuple[list[str], list[str]]
 
 
 def did_you_mean(name: str, known: typing.Iterable[str]) -> str:
+    import difflib  # here: only a misspelt flag needs it
+
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f"; did you mean {spelled(close[0])}?" if close else ""
 

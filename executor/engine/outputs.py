@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +53,8 @@ def check_writable(prefix: str) -> None:
     """A local prefix must be creatable and writable; say so before anything runs."""
     if not is_local(prefix):
         return
+    import tempfile  # here, as secrets below: planning imports this module and never writes
+
     path = Path(prefix)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -73,6 +73,8 @@ def write_json(fs: "fsspec.AbstractFileSystem", path: str, data: bytes) -> None:
 
     fs = location.opened(fs)
     if isinstance(fs, LocalFileSystem):
+        import secrets
+
         tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"  # two writers in one process: their own
         fs.pipe_file(tmp, data)
         os.replace(tmp, path)

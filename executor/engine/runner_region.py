@@ -18,7 +18,6 @@ import os
 import queue
 import threading
 import time
-import urllib.request
 from typing import Any, Callable, Mapping
 
 REGION_VAR = "EXECUTOR_REGION"
@@ -27,6 +26,8 @@ TIMEOUT_S = 1.0
 
 
 def _gce_region(environ: Mapping[str, str], timeout_s: float) -> str | None:
+    import urllib.request  # here: urllib.request brings http.client, email and ssl, which every plan would import
+
     host = environ.get("GCE_METADATA_IP") or METADATA_IP
     request = urllib.request.Request(f"http://{host}/computeMetadata/v1/instance/zone",
                                      headers={"Metadata-Flavor": "Google"})
@@ -38,6 +39,8 @@ def _gce_region(environ: Mapping[str, str], timeout_s: float) -> str | None:
 
 
 def _ec2_region(environ: Mapping[str, str], timeout_s: float) -> str | None:
+    import urllib.request
+
     base = (environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or f"http://{METADATA_IP}").rstrip("/")
     ask_token = urllib.request.Request(f"{base}/latest/api/token", method="PUT",
                                        headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})

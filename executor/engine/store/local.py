@@ -27,6 +27,13 @@ _TMP_MARKER = ".tmp-"
 # replace what another member wrote
 _FILE_MODE = 0o666
 _READ_SIZE = 1 << 16
+# read_many: from this many keys on, READ_THREADS threads read chunks of READ_CHUNK keys, READ_WAVE
+# keys in flight at most (10,000 statuses, local ext4, loaded 2-core machine: 0.32 -> 0.16 s wall,
+# the same CPU time; scripts/bench/bench_plan_marin.py)
+READ_THREADS_FROM = 512
+READ_THREADS = 8
+READ_CHUNK = 128
+READ_WAVE = 8192
 
 
 def _generation(data: bytes) -> str:
@@ -63,7 +70,10 @@ class LocalStore:
 
     def read_many(self, keys: Sequence[str]) -> Iterator[Versioned | None]:
         """read() of each key, in order, relative to the root opened once (planning reads one status
-        per step: the kernel then resolves only the key's own path)."""
+        per step: the kernel then resolves only the key's own path). Many keys are read by a few
+        threads at once, a wave of READ_WAVE keys at a time (memory stays flat): the system calls
+        release the GIL, so a 10,000-status plan waits for the disk's and the kernel's work
+        overlapped rather than one open/read/close after another."""
         try:
             root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:  # nothing written under this prefix yet
@@ -71,11 +81,26 @@ class LocalStore:
             return
         except OSError as e:
             raise StoreError(f"cannot read {self.root}: {e.strerror}") from e
+        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
         try:
-            for key in keys:
-                yield self._read(key, root)
+            if len(keys) < READ_THREADS_FROM:
+                for key in keys:
+                    yield self._read(key, root)
+                return
+            yield from self._read_in_waves(keys, root)
         finally:
             os.close(root)
+
+    def _read_in_waves(self, keys: Sequence[str], root: int) -> Iterator[Versioned | None]:
+        import concurrent.futures  # here: a small read never needs it
+
+        def read_chunk(start: int) -> list[Versioned | None]:
+            return [self._read(key, root) for key in keys[start:start + READ_CHUNK]]
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            for wave in range(0, len(keys), READ_WAVE):
+                for chunk in pool.map(read_chunk, range(wave, min(wave + READ_WAVE, len(keys)), READ_CHUNK)):
+                    yield from chunk
 
     def _read(self, key: str, root: int | None) -> Versioned | None:
         # os.open/os.read, not pathlib or open(): planning reads thousands of these, and a file
@@ -133,21 +158,39 @@ class LocalStore:
             path.unlink(missing_ok=True)
 
     def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
-        """Keys are matched as strings, like object stores: prefix "b-" finds "b-2/status.json"."""
-        start = self._path(prefix.rsplit("/", 1)[0] if "/" in prefix else "")
-        found: dict[str, str] = {}
-        for directory, subdirectories, names in os.walk(start):
-            subdirectories[:] = [d for d in subdirectories
-                                 if _may_hold(os.path.relpath(os.path.join(directory, d), self.root), prefix)]
-            for name in names:
-                key = os.path.relpath(os.path.join(directory, name), self.root)
-                if (not key.startswith(prefix) or not key.endswith(suffix)
-                        or name.endswith(_LOCK_SUFFIX) or _TMP_MARKER in name):
-                    continue
-                versioned = self._read(key, None)
-                if versioned is not None:
-                    found[key] = versioned.generation
-        return found
+        """Keys are matched as strings, like object stores: prefix "b-" finds "b-2/status.json".
+        The matching objects are found by one walk, then read by read_many (on threads)."""
+        start = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        keys = _walk_keys(str(self._path(start)), start + "/" if start else "", prefix, suffix)
+        return {key: versioned.generation for key, versioned in zip(keys, self.read_many(keys))
+                if versioned is not None}
+
+
+def _walk_keys(top: str, base: str, prefix: str, suffix: str) -> list[str]:
+    """The keys under `top` (whose key is `base`) that start with `prefix` and end with `suffix`,
+    side files left out; in os.walk's order (top-down, as listed) and, as os.walk, not following
+    links to directories and passing over directories it cannot list. os.scandir's entries, not
+    os.walk: no os.path.join, relpath or lstat per directory (a prefix of 100,000 steps is
+    200,000 directories), keys made by joining names."""
+    keys: list[str] = []
+    stack = [(top, base)]
+    while stack:
+        directory, base = stack.pop()
+        subdirectories = []
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    key = base + entry.name
+                    if entry.is_dir():
+                        if not entry.is_symlink() and (not prefix or _may_hold(key, prefix)):
+                            subdirectories.append((entry.path, key + "/"))
+                    elif (key.startswith(prefix) and key.endswith(suffix)
+                          and not key.endswith(_LOCK_SUFFIX) and _TMP_MARKER not in entry.name):
+                        keys.append(key)
+        except OSError:
+            continue
+        stack.extend(reversed(subdirectories))
+    return keys
 
 
 def _may_hold(directory_key: str, prefix: str) -> bool:

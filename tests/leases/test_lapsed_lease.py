@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 import executor
 from executor import ExecutorStep, this_output_path
 from executor.core.record import State, parse_status
@@ -65,7 +63,6 @@ class LapseAfterTheEnd:
         return self.inner.read(key)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 51: fails on today's code (the function starts twice); the fix removes this mark")
 def test_a_finished_step_whose_lease_lapsed_but_was_never_taken_is_committed_once(request, monkeypatch):
     token = request.node.name
     clock = LeaseClock()

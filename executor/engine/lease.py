@@ -74,7 +74,10 @@ class LeaseKeeper:
     def acquire(self, key: str, status: Status, current: Versioned | None) -> Lease | None:
         """Create the status (current is None) or CAS over the generation just read.
 
-        Returns None when another runner got there first: a normal outcome, not an error.
+        Returns None when another runner got there first: a normal outcome, not an error. Also
+        None when the write returned past half the TTL (it backed off) and one more write could
+        not renew it: a step never starts on a lapsed lease; the status is ours, and the run takes
+        it back on its next pass.
         """
         data = status.to_bytes()
         sent = self.clock()  # the lease's age counts from before the write (see renew)
@@ -85,8 +88,13 @@ class LeaseKeeper:
         if generation is None:
             return None
         lease = Lease(key, status, generation, sent)
+        self._expire_if_silent(lease)
         with self._held_lock:
             self._held[key] = lease
+        if lease.lapsed and not self.reclaim(lease):
+            with self._held_lock:
+                self._held.pop(key, None)
+            return None
         return lease
 
     # -- holding ---------------------------------------------------------------------------
@@ -130,7 +138,8 @@ class LeaseKeeper:
         changes the generation), so no other runner ran the step while ours did and the ended
         task's output is the only one; and the write makes the lease fresh, so no observer can
         judge it stale before the commit. False (and still lost) when it was taken, or the store
-        does not answer. A task still running is not reclaimed: it is stopped (the half-TTL rule)."""
+        does not answer. A task still running is not reclaimed: it is stopped (the half-TTL rule).
+        `acquire` reclaims a lease its own write left lapsed, before any task starts on it."""
         with lease.lock:
             if not lease.lapsed or lease.key not in self._held:
                 return False

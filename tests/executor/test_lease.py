@@ -474,7 +474,6 @@ class SlowCreateStore(MemoryStore):
         return result
 
 
-@pytest.mark.xfail(strict=True, reason="issue 51: fails today (a lapsed lease is handed out); the fix removes this mark")
 def test_a_lease_whose_acquiring_write_took_past_half_the_ttl_is_renewed_before_it_is_handed_out(request):
     """A step must never start on a lease already lapsed (its task would be stopped at the first
     policing and the step started again, issue 51): the acquiring write's age counts from before

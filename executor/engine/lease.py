@@ -150,7 +150,7 @@ class LeaseKeeper:
             except StoreError:
                 return False
             if generation is None:
-                self._taken(lease, "taken over by another runner (status changed under us)")
+                self._taken(lease, f"taken over by another runner (found when reclaiming: {lease.lost_reason})")
                 return False
             lease.status, lease.generation, lease.renewed_at = new, generation, sent
             lease.lost_reason, lease.lapsed = None, False

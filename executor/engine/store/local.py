@@ -6,8 +6,9 @@ readers never need the lock and never see a torn object. A process forked while 
 belongs to the open file, so a child keeping it would hold the key locked for as long as it
 lives, and the parent's next write of that key (a lease's renewal) would wait that long.
 Writes are not fsynced: they survive a crashed process (the page cache does), and after an OS
-crash a status may be lost (the step simply re-runs) or empty (a clear corrupt-status error with a repair command) — never wrong. The generation is a hash of the bytes;
-status objects carry a sequence number, so every write changes it.
+crash a status may be lost (the step simply re-runs) or empty (a clear corrupt-status error with a
+repair command) — never wrong. The generation is a hash of the bytes; status objects carry a
+sequence number, so every write changes it.
 """
 
 from __future__ import annotations

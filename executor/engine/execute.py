@@ -443,8 +443,9 @@ class Execution:
             return
         # The record is written before the fenced commit, so confirm the lease first: a paused or
         # partitioned holder (silent past half the TTL, or its generation taken over) must not
-        # overwrite the record of the runner that took over.
-        if not self.ctx.keeper.confirm(t.lease):
+        # overwrite the record of the runner that took over. A lease that only lapsed by our own
+        # silence (nobody took it) is reclaimed: the function ended, it must not run again (issue 51).
+        if not self.ctx.keeper.confirm(t.lease) and not self.ctx.keeper.reclaim(t.lease):
             self.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost before commit"))
             t.state, t.lease, t.handle = Outcome.PENDING, None, None
             return

@@ -2,7 +2,9 @@
 
 The generation a holder last wrote is its fencing token: every write is a CAS against it, so a
 holder whose lease was taken over can never publish. A holder that has not renewed for half the
-TTL treats its lease as lost by itself (a paused or partitioned holder stops on its own).
+TTL treats its lease as lost by itself (a paused or partitioned holder stops on its own); a
+lease lost so, to its own silence only, may be reclaimed for a task that has already ended (one
+CAS against the last generation: it lands only if nobody took the lease meanwhile).
 Staleness is judged on the observer's own monotonic clock: a lease is stale when its generation
 has not changed for a full TTL of *our* time. Clocks are injectable so tests never sleep.
 """
@@ -48,6 +50,7 @@ class Lease:
     generation: str
     renewed_at: float  # monotonic time of the last successful write
     lost_reason: str | None = None
+    lapsed: bool = False  # lost to our own silence only: no takeover seen (see LeaseKeeper.reclaim)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -71,7 +74,10 @@ class LeaseKeeper:
     def acquire(self, key: str, status: Status, current: Versioned | None) -> Lease | None:
         """Create the status (current is None) or CAS over the generation just read.
 
-        Returns None when another runner got there first: a normal outcome, not an error.
+        Returns None when another runner got there first: a normal outcome, not an error. Also
+        None when the write returned past half the TTL (it backed off) and one more write could
+        not renew it: a step never starts on a lapsed lease; the status is ours, and the run takes
+        it back on its next pass.
         """
         data = status.to_bytes()
         sent = self.clock()  # the lease's age counts from before the write (see renew)
@@ -82,8 +88,13 @@ class LeaseKeeper:
         if generation is None:
             return None
         lease = Lease(key, status, generation, sent)
+        self._expire_if_silent(lease)
         with self._held_lock:
             self._held[key] = lease
+        if lease.lapsed and not self.reclaim(lease):
+            with self._held_lock:
+                self._held.pop(key, None)
+            return None
         return lease
 
     # -- holding ---------------------------------------------------------------------------
@@ -95,6 +106,11 @@ class LeaseKeeper:
         silent = self.clock() - lease.renewed_at
         if not lease.lost and silent > self.settings.ttl_s / 2:
             lease.lost_reason = f"not renewed for {silent:.0f}s (over half the {self.settings.ttl_s:.0f}s TTL)"
+            lease.lapsed = True
+
+    @staticmethod
+    def _taken(lease: Lease, reason: str) -> None:
+        lease.lost_reason, lease.lapsed = reason, False  # a takeover seen: never reclaimed
 
     def renew(self, lease: Lease) -> None:
         with lease.lock:
@@ -111,10 +127,35 @@ class LeaseKeeper:
                 self._expire_if_silent(lease)  # keep trying until half the TTL has passed
                 return
             if generation is None:
-                lease.lost_reason = "taken over by another runner (status changed under us)"
+                self._taken(lease, "taken over by another runner (status changed under us)")
                 return
             lease.status, lease.generation, lease.renewed_at = new, generation, sent
             self._expire_if_silent(lease)
+
+    def reclaim(self, lease: Lease) -> bool:
+        """Take back a lease lost to our own silence only, for a task that has ended: one CAS against
+        the generation we last wrote. It lands only if nobody wrote the status since (a takeover
+        changes the generation), so no other runner ran the step while ours did and the ended
+        task's output is the only one; and the write makes the lease fresh, so no observer can
+        judge it stale before the commit. False (and still lost) when it was taken, or the store
+        does not answer. A task still running is not reclaimed: it is stopped (the half-TTL rule).
+        `acquire` reclaims a lease its own write left lapsed, before any task starts on it."""
+        with lease.lock:
+            if not lease.lapsed or lease.key not in self._held:
+                return False
+            new = lease.status.next(written_at=self.wall_clock())
+            sent = self.clock()  # counted from before the write, as renew counts
+            try:
+                generation = self.store.replace_if_generation(lease.key, new.to_bytes(), lease.generation)
+            except StoreError:
+                return False
+            if generation is None:
+                self._taken(lease, f"taken over by another runner (found when reclaiming: {lease.lost_reason})")
+                return False
+            lease.status, lease.generation, lease.renewed_at = new, generation, sent
+            lease.lost_reason, lease.lapsed = None, False
+            self._expire_if_silent(lease)
+            return not lease.lost
 
     def confirm(self, lease: Lease) -> bool:
         """Is the lease still ours right now? One read, no write: the status must still carry the
@@ -128,7 +169,7 @@ class LeaseKeeper:
             except StoreError:
                 return self.is_valid(lease)  # unknown: the fenced commit will still refuse a lost lease
             if current is None or current.generation != lease.generation:
-                lease.lost_reason = "taken over by another runner (status changed under us)"
+                self._taken(lease, "taken over by another runner (status changed under us)")
             return self.is_valid(lease)
 
     def held(self) -> list[Lease]:
@@ -149,7 +190,7 @@ class LeaseKeeper:
                     return False
                 generation = self.store.replace_if_generation(lease.key, final.to_bytes(), lease.generation)
                 if generation is None:
-                    lease.lost_reason = "taken over by another runner before commit"
+                    self._taken(lease, "taken over by another runner before commit")
                     return False
                 lease.status, lease.generation = final, generation
                 return True

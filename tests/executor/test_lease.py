@@ -423,3 +423,81 @@ def test_a_status_reads_back_exactly_as_written_and_a_damaged_one_is_refused():
                     status.to_bytes().replace(b'"run_id"', b'"id"')):
         with pytest.raises(StatusError, match="k: corrupt status file"):
             parse_status(damaged, "k")
+
+
+def test_a_lease_lapsed_by_our_own_silence_is_reclaimed_only_if_nobody_wrote_the_status(store):
+    """reclaim (for a task that has ended, issue 51): one CAS against our last generation. A lease
+    that lapsed and was never taken comes back fresh and commits; one another runner wrote over
+    (a takeover), one never lapsed, and one already finished are not reclaimed."""
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    assert keeper.reclaim(lease) is False  # valid: nothing to take back, nothing written
+    assert store.read("k").generation == lease.generation
+    clock.now += 31
+    assert not keeper.confirm(lease) and lease.lapsed
+    assert keeper.reclaim(lease) is True
+    assert keeper.is_valid(lease) and lease.lost_reason is None and not lease.lapsed
+    assert store.read("k").generation == lease.generation  # the reclaim was a write: the lease is fresh
+    clock.now += 30  # counted from the reclaim's write
+    assert keeper.is_valid(lease)
+    assert keeper.finish(lease, lease.status.next(state=State.SUCCESS)) is True
+    assert keeper.reclaim(lease) is False  # finished: no longer held
+
+    taken = keeper.acquire("t", running(), None)
+    clock.now += 31
+    assert not keeper.is_valid(taken)
+    other = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    assert other.acquire("t", running("b"), store.read("t")) is not None  # another runner took it
+    assert keeper.reclaim(taken) is False
+    assert taken.lost and not taken.lapsed and "taken over" in taken.lost_reason
+    assert parse_status(store.read("t").data, "t").owner.run_id == "b"  # untouched by the loser
+    assert keeper.reclaim(taken) is False  # a takeover seen is never reclaimed
+
+
+def test_a_lapsed_lease_is_not_reclaimed_while_the_store_fails(request):
+    clock = FakeClock()
+    store = FailingStore(f"memory://reclaim-{request.node.name}")
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    clock.now += 31
+    assert not keeper.is_valid(lease)
+    store.failing = True
+    assert keeper.reclaim(lease) is False
+    assert lease.lost and lease.lapsed  # still only lapsed: a later reclaim may take it back
+    store.failing = False
+    assert keeper.reclaim(lease) is True
+
+
+class SlowCreateStore(MemoryStore):
+    """A store whose creates take `delay` seconds of the injected clock (a create that backed off)."""
+
+    def __init__(self, root, clock, delay):
+        super().__init__(root)
+        self.clock, self.delay = clock, delay
+
+    def create_if_absent(self, key, data):
+        result = super().create_if_absent(key, data)
+        self.clock.now += self.delay
+        return result
+
+
+def test_a_lease_whose_acquiring_write_took_past_half_the_ttl_is_renewed_before_it_is_handed_out(request):
+    """A step must never start on a lease already lapsed (its task would be stopped at the first
+    policing and the step started again, issue 51): the acquiring write's age counts from before
+    it, so one that returned past half the TTL is renewed at once by one more CAS."""
+    clock = FakeClock()
+    store = SlowCreateStore(f"memory://slow-create-{request.node.name}", clock, delay=31)
+    keeper = LeaseKeeper(store, LeaseSettings(60, 15), clock)
+    lease = keeper.acquire("k", running(), None)
+    assert lease is not None and keeper.is_valid(lease), lease and lease.lost_reason
+    assert lease.status.seq == 1 and store.read("k").generation == lease.generation  # written again
+    assert keeper.held() == [lease]
+
+    failing = FailingStore(f"memory://slow-create-failing-{request.node.name}")
+    keeper = LeaseKeeper(failing, LeaseSettings(60, 15), clock)
+    failing.create_if_absent = lambda key, data: (MemoryStore.create_if_absent(failing, key, data),
+                                                  setattr(failing, "failing", True),
+                                                  setattr(clock, "now", clock.now + 31))[0]
+    assert keeper.acquire("k", running(), None) is None  # lapsed and could not be renewed: not handed out
+    assert keeper.held() == []

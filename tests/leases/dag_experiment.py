@@ -10,6 +10,7 @@ DAG_SIDEFX (one uniquely named file per event, so concurrent processes never col
     ret-<step>-<pid>-<uuid>     the function is about to return (JSON: step, pid, runner_pid, start, end)
     violation-<step>-...        a dependency's status.json did not say SUCCESS when the step began
     commit-<step>-<pid>-<uuid>  the executor's fenced commit of this step succeeded (reporter hook)
+    lost-<step>-<pid>-<uuid>    the executor reported this step's lease lost (reporter hook; JSON: reason)
 
 DAG_SLEEP_S: seconds each step sleeps (default 0.2). Everything test-controlled is execution-only
 (environment), so step ids do not depend on it.
@@ -98,11 +99,16 @@ def build(n_steps: int = 50, seed: int = 7) -> list[ExecutorStep]:
 
 
 class EvidenceReporter(ConsoleReporter):
-    """Marks each successful fenced commit on local disk the moment it happens."""
+    """Marks each successful fenced commit, and each lease the run reports lost, on local disk the
+    moment it happens."""
 
     def step_succeeded(self, node, seconds, result):
         _mark("commit", node.name.split("/")[-1], {"step": node.name, "pid": os.getpid(), "t": time.time()})
         super().step_succeeded(node, seconds, result)
+
+    def lease_lost(self, node, reason):
+        _mark("lost", node.name.split("/")[-1], {"step": node.name, "pid": os.getpid(), "reason": reason})
+        super().lease_lost(node, reason)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def inject_faults(monkeypatch, *, failure_rate: float, seed: int) -> list[Faulty
 
 
 @pytest.mark.parametrize("backend_name", ["local"])  # also passes with "gcs" (+14 s); FaultyStore is store-agnostic
-def test_injected_faults_are_retried_and_every_step_runs_once(backend_name, sidefx, tmp_path, request,
+def test_injected_faults_are_retried_and_every_step_commits_once(backend_name, sidefx, tmp_path, request,
                                                               monkeypatch):
     backend = make_backend(backend_name, tmp_path, request)
     monkeypatch.setenv("DAG_SIDEFX", str(sidefx))
@@ -62,15 +62,24 @@ def test_injected_faults_are_retried_and_every_step_runs_once(backend_name, side
 
     names = {s.name.split("/")[-1] for s in dag_experiment.build(N_FAULT_STEPS)}
     ev = events(sidefx)
-    for kind in ("start", "ret", "commit"):
-        assert {s: len(ev[kind].get(s, [])) for s in names} == {s: 1 for s in names}, kind
+    assert {s: len(ev["commit"].get(s, [])) for s in names} == {s: 1 for s in names}, "commit"
+    # Started once, unless the run reported the step's lease lost while its function still ran: a
+    # holder silent past half the TTL (renewals backing off, a starved process) stops its task, as
+    # the design says, and the step starts again; it still commits once. A lease that lapsed after
+    # the function ended is reclaimed, never a second start (issue 51).
+    lost = {s: len(ev["lost"].get(s, [])) for s in names}
+    print(f"[{backend.name}] leases reported lost: {sum(lost.values())} {dict((s, n) for s, n in lost.items() if n)}")
+    for kind in ("start", "ret"):  # a task stopped at once may not have reached its marker
+        counts = {s: len(ev[kind].get(s, [])) for s in names}
+        assert {s: n for s, n in counts.items() if not 1 <= n <= 1 + lost[s]} == {}, (kind, lost)
+        assert {s: counts[s] for s in names if not lost[s]} == {s: 1 for s in names if not lost[s]}, kind
     assert not ev["violation"]
     statuses = backend.statuses()
-    assert {(st["state"], st["attempt"]) for st in statuses.values()} == {("SUCCESS", 1)}
+    assert {(st["state"], st["attempt"] - lost[s]) for s, st in statuses.items()} == {("SUCCESS", 1)}
     assert len(statuses) == len(names)
     inject_faults(monkeypatch, failure_rate=0.25, seed=12)  # a re-run under faults finds everything done
     assert run_dag(backend, "--steps", str(N_FAULT_STEPS)) == 0
-    assert sum(map(len, events(sidefx)["start"].values())) == N_FAULT_STEPS
+    assert sum(map(len, events(sidefx)["start"].values())) == sum(map(len, ev["start"].values()))  # none again
 
 
 @pytest.mark.parametrize("value", ["{not json", "[1, 2]", '"text"'])

@@ -1,17 +1,23 @@
 """Local-filesystem coordination store: compare-and-swap guarded by flock on a side lock file.
 
 Correct across processes on one machine. Writers replace the object by rename under the lock, so
-readers never need the lock and never see a torn object. Writes are not fsynced: they survive a
-crashed process (the page cache does), and after an OS crash a status may be lost (the step simply
-re-runs) or empty (a clear corrupt-status error with a repair command) — never wrong. The generation is a hash of the bytes;
-status objects carry a sequence number, so every write changes it.
+readers never need the lock and never see a torn object. A process forked while a lock is held
+(a step's process, by the inline runner) closes the lock files it inherited at once: an flock
+belongs to the open file, so a child keeping it would hold the key locked for as long as it
+lives, and the parent's next write of that key (a lease's renewal) would wait that long.
+Writes are not fsynced: they survive a crashed process (the page cache does), and after an OS
+crash a status may be lost (the step simply re-runs) or empty (a clear corrupt-status error with a
+repair command) — never wrong. The generation is a hash of the bytes; status objects carry a
+sequence number, so every write changes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +42,46 @@ READ_CHUNK = 128
 READ_WAVE = 8192
 
 
+# The lock files open in this process (process-wide, as file descriptors are), and a guard that
+# makes opening one and noting it, or closing one and forgetting it, one step as far as a fork sees.
+_LOCK_FDS: set[int] = set()
+_LOCK_FDS_GUARD = threading.Lock()
+
+
+def _close_lock_files_in_child() -> None:
+    """In a just-forked child (which holds the guard, taken before the fork): drop the inherited locks."""
+    for fd in _LOCK_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+    _LOCK_FDS_GUARD.release()
+
+
+os.register_at_fork(before=_LOCK_FDS_GUARD.acquire, after_in_parent=_LOCK_FDS_GUARD.release,
+                    after_in_child=_close_lock_files_in_child)
+
+
+def _open_lock_file(path: Path) -> int:
+    lock = str(path) + _LOCK_SUFFIX
+    try:
+        with _LOCK_FDS_GUARD:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, _FILE_MODE)  # RDWR: NFS locks need it
+            except FileNotFoundError:  # the first write under this directory
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+            _LOCK_FDS.add(fd)
+            return fd
+    except OSError as e:
+        raise StoreError(f"cannot lock {path}: {e.strerror}") from e
+
+
+def _close_lock_file(fd: int) -> None:
+    with _LOCK_FDS_GUARD:
+        _LOCK_FDS.discard(fd)
+        os.close(fd)  # closing releases the flock
+
+
 def _generation(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:20]
 
@@ -50,20 +96,12 @@ class LocalStore:
     @contextmanager
     def _locked(self, key: str) -> Iterator[Path]:
         path = self._path(key)
-        lock = str(path) + _LOCK_SUFFIX
-        try:
-            try:
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, _FILE_MODE)  # RDWR: NFS locks need it
-            except FileNotFoundError:  # the first write under this directory
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, _FILE_MODE)
-        except OSError as e:
-            raise StoreError(f"cannot lock {path}: {e.strerror}") from e
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield path
         finally:
-            os.close(fd)  # closing releases the flock
+            _close_lock_file(fd)
 
     def read(self, key: str) -> Versioned | None:
         return self._read(key, None)

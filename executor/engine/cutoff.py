@@ -189,7 +189,9 @@ class Cutoffs:
 
     def _commit(self, t: "Tracked", found: Cutoff) -> None:
         ex, lease = self.ex, t.lease
-        if not ex.ctx.keeper.confirm(lease):  # the record is written before the fenced commit
+        # The record is written before the fenced commit: the lease must be ours (or ours again,
+        # when only our own silence let it lapse: no function ran on it, see LeaseKeeper.reclaim).
+        if not ex.ctx.keeper.confirm(lease) and not ex.ctx.keeper.reclaim(lease):
             self._lost(t)
             return
         wall = ex.ctx.wall_clock()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from executor.core.errors import GraphError
 from executor.core.graph import Graph, StepNode
 from executor.core.legacy_ids import LegacyDigests
 from executor.core.plan import NOT_OBSERVED, Observed
@@ -30,6 +31,7 @@ REASON = "migrated from its legacy id: ids no longer name the module that define
 def carry_over(graph: Graph, snapshot: dict[str, Observed], store: Any, fs: Any, prefix: str, *,
                write: bool, now: float | None = None) -> dict[str, Observed]:
     """`snapshot` with each status-less step whose legacy id holds a SUCCESS adopted from it."""
+    _refuse_overrides_of_before(graph, snapshot)
     missing = [n for d, n in graph.nodes.items() if (snapshot.get(d) or NOT_OBSERVED).status is None
                and n.output_rel == n.step_id]  # an override_output_path is the same path under both ids
     if not missing:
@@ -51,6 +53,24 @@ def carry_over(graph: Graph, snapshot: dict[str, Observed], store: Any, fs: Any,
         status = _adopted_status(node, old, old_id, new_digest_of, owner, now)
         carried[node.digest] = _declare(store, fs, prefix, node, status, now) if write else Observed(status)
     return carried
+
+
+def _refuse_overrides_of_before(graph: Graph, snapshot: dict[str, Observed]) -> None:
+    """An override_output_path is the same path under both ids, so it cannot be carried over by an
+    alias: its status holds the old digest. Say exactly that (not "an id collision"), and what to do.
+    Only steps whose status holds another digest are looked at: the hot path stays."""
+    other = [n for d, n in graph.nodes.items() if n.output_rel != n.step_id
+             and (status := (snapshot.get(d) or NOT_OBSERVED).status) is not None and status.digest != d]
+    legacy = LegacyDigests(graph) if other else None
+    for node in other:
+        held = snapshot[node.digest].status.digest
+        if held == legacy.of(node.digest):
+            raise GraphError(
+                f"step {node.name!r}: its override_output_path {node.output_rel!r} holds an output made under "
+                f"the step's id of before ids stopped naming the module of config classes (digest "
+                f"{held[:16]}…; docs/editing-code.md, \"Moving code keeps ids\"). An override path cannot be "
+                f"carried over to the new id yet: delete its status to make it again (`uv run stepgraph repair "
+                f"--delete-status {node.output_rel}`), or keep this prefix on the previous stepgraph")
 
 
 def _owner(now: float) -> Owner:

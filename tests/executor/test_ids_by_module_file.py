@@ -9,6 +9,7 @@ tests/executor/relocatable_experiment.py holds every kind of class the encoder n
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -244,3 +245,42 @@ def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, m
     for digest, observed in second.items():
         status = json.loads((prefix / graph.nodes[digest].output_rel / ".executor/status.json").read_text())
         assert status["written_at"] == 1.0 and status["alias_of"]["step_id"] == LEGACY_IDS[graph.nodes[digest].name]
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedPlaceConfig:
+    text: str
+    output_path: str
+
+
+def write_fixed_place(config: FixedPlaceConfig) -> None:
+    raise AssertionError("never run: the test only plans")
+
+
+def test_an_override_path_holding_an_output_of_before_is_named_as_such_not_as_an_id_collision(tmp_path):
+    """An override_output_path keeps its path under both ids, so its status holds the old digest: the
+    plan says that (and how to go on), not "a 48-bit id collision"; any other digest is still a clash."""
+    from executor import ExecutorStep, this_output_path
+    from executor.core.errors import GraphError
+    from executor.core.graph import build_graph
+    from executor.core.identity import step_id
+    from executor.core.legacy_ids import LegacyDigests
+    from executor.core.plan import Observed
+    from executor.core.record import State, Status
+    from executor.engine import legacy_carry
+
+    step = ExecutorStep("fixed/words", write_fixed_place, FixedPlaceConfig("x", this_output_path()),
+                        override_output_path="fixed/place")
+    graph = build_graph([step])
+    (digest, node), = graph.nodes.items()
+    old = LegacyDigests(graph).of(digest)
+    assert old != digest  # the config class is named by its module in the old encoding
+
+    def held(by: str) -> dict:
+        return {digest: Observed(Status(State.SUCCESS, by, step_id(node.name, by), 1, 1, None, 0.0))}
+
+    with pytest.raises(GraphError, match=r"'fixed/place' holds an output made under the step's id of before.*"
+                                         r"repair --delete-status fixed/place"):
+        legacy_carry.carry_over(graph, held(old), None, None, str(tmp_path), write=False)
+    clash = held("f" * 64)  # not the step's old digest: left to the plan's clash error
+    assert legacy_carry.carry_over(graph, clash, None, None, str(tmp_path), write=False) is clash

@@ -47,10 +47,20 @@ def check_outputs(prefix: str, storage_options: Any = None) -> "PrefixView":
         raise ExecutorError(f"no stepgraph outputs under {prefix}: it does not exist; is the prefix right? "
                             f"({WHERE_FROM})")
     view = PrefixView.open(prefix, storage_options)
-    if view.list_steps() or view.has_runs():
+    if (_holds_a_status_file(prefix) if outputs.is_local(prefix) else view.list_steps()) or view.has_runs():
         return view
     raise ExecutorError(f"no stepgraph outputs under {prefix}: it holds no step outputs or run files; is the prefix "
                         f"right? ({WHERE_FROM})")
+
+
+def _holds_a_status_file(directory: str) -> bool:
+    """Whether a local prefix holds a step's status file: a walk that stops at the first one. A local
+    listing reads (hashes) every status, which the command reads again next: not for a yes or no."""
+    for where, subdirectories, files in os.walk(directory):
+        if "status.json" in files and os.path.basename(where) == ".executor":
+            return True
+        subdirectories[:] = [d for d in subdirectories if d != "runs" or where != directory]  # run files: has_runs
+    return False
 
 
 def storage_options_from_env(prefix: str, environ: Mapping[str, str], flag_value: str | None = None) -> Storage:

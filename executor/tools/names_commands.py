@@ -4,7 +4,6 @@ work is in executor/tools/tags.py, lineage.py and taint.py). Each returns an exi
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from typing import Any
@@ -17,12 +16,11 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(args: Any) -> PrefixView:
-    """--prefix, else EXECUTOR_PREFIX, else cache/ in the working directory's project (as `commands.default_prefix`)."""
-    from executor.engine import outputs
-    from executor.engine.project import default_prefix
+    """The prefix's read model (--prefix, else EXECUTOR_PREFIX, else cache/: `commands.default_prefix`,
+    the one place it is chosen), with the one answer every command gives a missing or empty prefix."""
+    from executor.tools.commands import default_prefix, require_outputs
 
-    prefix = outputs.normalize_prefix(args.prefix or os.environ.get("EXECUTOR_PREFIX") or default_prefix(None))
-    return PrefixView.open(prefix, args.storage_options)
+    return require_outputs(default_prefix(args.prefix), args.storage_options)
 
 
 def _rel(args: Any, view: PrefixView, ref: str) -> str:

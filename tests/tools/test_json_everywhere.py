@@ -14,7 +14,7 @@ import pytest
 from executor.__main__ import build_parser, main
 
 # every command offering --json, with the argument lists that exercise it (see test_every_json_command_is_here)
-JSON_COMMANDS = ("status", "runs")
+JSON_COMMANDS = ("status", "runs", "tags", "lineage")
 
 
 def run_split(*argv: str) -> tuple[int, str, str]:
@@ -64,9 +64,23 @@ def test_status_of_the_prefix_and_of_an_experiment_and_runs_are_json(ran_toy):
     assert code == 0 and len(runs) == 1 and runs[0]["exit_code"] == 0
 
 
+def test_tags_and_lineage_are_json(ran_toy):
+    code, tags, _ = json_of("tags", "--prefix", ran_toy.prefix, "--json")
+    assert code == 0 and tags == []
+    assert run_split("tag", "toy/train", "toy-train@1", "--prefix", ran_toy.prefix)[0] == 0
+    code, tags, _ = json_of("tags", "--prefix", ran_toy.prefix, "--json")
+    assert code == 0 and [(t["tag"], t["step_id"][:10]) for t in tags] == [("toy-train@1", "toy/train-")]
+    code, up, _ = json_of("lineage", "toy/report", "--prefix", ran_toy.prefix, "--json")
+    assert code == 0 and up["direction"] == "up" and up["nodes"][0]["step_id"].startswith("toy/report-")
+    assert {n["step_id"].split("-")[0] for n in up["nodes"]} >= {"toy/report", "toy/train"}, up
+
+
+ARGUMENTS = {"lineage": ("toy/train",)}  # what a command needs besides --prefix and --json
+
+
 @pytest.mark.parametrize("command", JSON_COMMANDS)
 def test_errors_are_json_too(command, tmp_path):
-    code, error, err = json_of(command, "--prefix", str(tmp_path / "missing"), "--json")
+    code, error, err = json_of(command, *ARGUMENTS.get(command, ()), "--prefix", str(tmp_path / "missing"), "--json")
     assert code == 2 and error["exit_code"] == 2 and "does not exist" in error["error"]
     assert err.strip() == f"error: {error['error']}"
 

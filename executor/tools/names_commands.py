@@ -4,6 +4,7 @@ work is in executor/tools/tags.py, lineage.py and taint.py). Each returns an exi
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from typing import Any
@@ -16,11 +17,11 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(args: Any) -> PrefixView:
-    """The prefix's read model (--prefix, else EXECUTOR_PREFIX, else cache/: `commands.default_prefix`,
-    the one place it is chosen), with the one answer every command gives a missing or empty prefix."""
-    from executor.tools.commands import default_prefix, require_outputs
+    """The prefix's read model (--prefix, else EXECUTOR_PREFIX, else cache/: `resolve_prefix`, the one
+    place it is chosen), with the one answer every command gives a missing or empty prefix."""
+    from executor.engine.prefixes import check_outputs, resolve_prefix
 
-    return require_outputs(default_prefix(args.prefix), args.storage_options)
+    return check_outputs(resolve_prefix(args.prefix, os.environ), args.storage_options)
 
 
 def _rel(args: Any, view: PrefixView, ref: str) -> str:

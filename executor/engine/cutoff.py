@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from executor.core.errors import StatusError
 from executor.core.graph import StepNode
-from executor.core.outcome import Outcome
 from executor.core.record import State, Status, StepRecord, parse_status, record_key
 from executor.engine import outputs
-from executor.engine.events import LeaseLost, StepFinished
+from executor.engine.jobs import Board
 from executor.engine.lease import Lease
-
-# `Execution` / `Tracked` (executor.engine.execute) are named in quotes only: that module imports this one.
-Execution = Tracked = Any
 
 STATUS_SUFFIX = "/.executor/status.json"
 
@@ -61,18 +57,6 @@ class Cutoff:
         digests = ", ".join(f"{m.content_sha256[:12]}…" for m in self.matches)
         plural = "outputs" if len(self.matches) > 1 else "output"
         return f"cut off: {names} {plural} unchanged (manifest sha256 {digests})"
-
-
-def consumed_now(ex: "Execution", node: StepNode) -> dict[str, str] | None:
-    """Dependency digest -> manifest digest of each blocking dependency's committed output; None when
-    one is unknown (then nothing can be proven and the step runs)."""
-    found = {}
-    for dep in node.deps:
-        t = ex.tracked.get(dep)
-        if t is None or not t.content:
-            return None
-        found[dep] = t.content
-    return found
 
 
 def match(record: Mapping[str, Any], node: StepNode, now: Mapping[str, str]) -> tuple[Match, ...] | None:
@@ -161,72 +145,67 @@ def _target(status: Status, rel: str) -> dict[str, str]:
 class Cutoffs:
     """The run loop's early cutoff: tried once a ready step holds its lease, before it is submitted."""
 
-    def __init__(self, ex: "Execution", config_to_json: Any):
-        self.ex = ex
-        self.config_to_json = config_to_json  # execute.config_to_json: the record's resolved config, secrets out
+    def __init__(self, board: Board, config_to_json: Callable[[Any], Any]):
+        self.board = board
+        self.config_to_json = config_to_json  # step_job.config_to_json: the record's resolved config, secrets out
         # Each folder's listing, made once, when a step in it first could be cut off. Outputs committed
         # later in the run are not in it: missing a candidate only means the step runs.
         self.listed: dict[str, list[str]] = {}
 
-    def try_commit(self, t: "Tracked", lease: Lease) -> bool:
-        """Commit `t` as cut off if an earlier output of it consumed exactly its dependencies' outputs.
-        True when it is settled here (cut off, or its lease lost); False: run it."""
-        ex = self.ex
-        now = consumed_now(ex, t.node) if t.node.deps and not t.force_run and not t.sources else None
-        if now is None:
-            return False
-        try:
-            found = find(ex.ctx.store, ex.ctx.fs, ex.ctx.prefix, t.node, now, self.listed)
-        except Exception as e:  # noqa: BLE001 - running the step is always safe
-            ex.ctx.events.warning(f"{t.node.name}: could not look for an earlier output to cut off at "
-                                  f"({type(e).__name__}: {e}); running it")
-            return False
-        if found is None:
-            return False
-        t.lease, t.consumed = lease, dict(now)
-        self._commit(t, found)
-        return True
+    def consumed_now(self, node: StepNode) -> dict[str, str] | None:
+        """Dependency digest -> manifest digest of each blocking dependency's committed output; None when
+        one is unknown (then nothing can be proven and the step runs)."""
+        found = {}
+        for dep in node.deps:
+            job = self.board.steps.get(dep)
+            if job is None or not job.content:
+                return None
+            found[dep] = job.content
+        return found
 
-    def _commit(self, t: "Tracked", found: Cutoff) -> None:
-        ex, lease = self.ex, t.lease
+    def find_for(self, node: StepNode, now: Mapping[str, str]) -> Cutoff | None:
+        """The earlier output `node`'s new id may point at, if any (never an error: running is safe)."""
+        ctx = self.board.ctx
+        try:
+            return find(ctx.store, ctx.fs, ctx.prefix, node, now, self.listed)
+        except Exception as e:  # noqa: BLE001 - running the step is always safe
+            ctx.events.warning(f"{node.name}: could not look for an earlier output to cut off at "
+                               f"({type(e).__name__}: {e}); running it")
+            return None
+
+    def commit(self, node: StepNode, lease: Lease, found: Cutoff, consumed: Mapping[str, str]) -> bool:
+        """The record, then the fenced SUCCESS alias of `found` under `lease`. False: the lease was lost."""
+        keeper = self.board.ctx.keeper
         # The record is written before the fenced commit: the lease must be ours (or ours again,
         # when only our own silence let it lapse: no function ran on it, see LeaseKeeper.reclaim).
-        if not ex.ctx.keeper.confirm(lease) and not ex.ctx.keeper.reclaim(lease):
-            self._lost(t)
-            return
-        wall = ex.ctx.wall_clock()
-        alias_of = {**found.target, "declared_by": f"early cutoff (run {ex.ctx.owner.run_id})",
+        if not keeper.confirm(lease) and not keeper.reclaim(lease):
+            return False
+        wall = self.board.ctx.wall_clock()
+        alias_of = {**found.target, "declared_by": f"early cutoff (run {self.board.ctx.owner.run_id})",
                     "declared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)),
                     "reason": found.reason, "cut_off": found.reason}
-        self._write_record(t, found, alias_of, wall)
+        self._write_record(node, lease, found, consumed, alias_of, wall)
         final = lease.status.next(state=State.SUCCESS, written_at=wall, alias_of=alias_of,
-                                  content_sha256=found.content_sha256, inputs=t.consumed or None)
-        if not ex.ctx.keeper.finish(lease, final):
-            self._lost(t)
-            return
-        t.state, t.content, t.cut_off = Outcome.SUCCEEDED, found.content_sha256, found.reason
-        t.output_path = outputs.join(ex.ctx.prefix, found.target["output_rel"])
-        ex.ctx.events.emit(StepFinished(t.node, Outcome.SUCCEEDED, cut_off=found.reason))
+                                  content_sha256=found.content_sha256, inputs=dict(consumed) or None)
+        return keeper.finish(lease, final)
 
-    def _lost(self, t: "Tracked") -> None:
-        self.ex.ctx.events.emit(LeaseLost(t.node, t.lease.lost_reason or "lost before commit"))
-        t.state, t.lease, t.handle = Outcome.PENDING, None, None
-
-    def _write_record(self, t: "Tracked", found: Cutoff, alias_of: dict[str, str], wall: float) -> None:
+    def _write_record(self, node: StepNode, lease: Lease, found: Cutoff, consumed: Mapping[str, str],
+                      alias_of: dict[str, str], wall: float) -> None:
         """The new id's record: its identity, the dependencies it stands on (with the manifest digests
         they hold, so its own dependents can be cut off in turn) and the evidence."""
-        ex, node = self.ex, t.node
-        deps = [{"name": ex.graph.nodes[d].name, "step_id": ex.graph.nodes[d].step_id, "digest": d,
-                 "path": ex._dep_path(d), "blocking": d in node.deps, "content_sha256": t.consumed.get(d)}
+        board, ctx = self.board, self.board.ctx
+        deps = [{"name": board.graph.nodes[d].name, "step_id": board.graph.nodes[d].step_id, "digest": d,
+                 "path": board.dep_path(d), "blocking": d in node.deps, "content_sha256": consumed.get(d)}
                 for d in (*node.deps, *node.weak_deps)]
         record = StepRecord(
             step_id=node.step_id, digest=node.digest, name=node.name, identity=node.identity,
-            config=self.config_to_json(ex.resolve_config(node)),  # its paths: the outputs it stands on
-            dependencies=deps, provenance={**ex.ctx.invocation, "cut_off": True}, result=None, manifest=[],
-            timings={"started_at": wall, "finished_at": wall, "seconds": 0.0}, attempt=t.lease.status.attempt,
-            run_id=ex.ctx.owner.run_id,
+            config=self.config_to_json(board.resolve_config(node)),  # its paths: the outputs it stands on
+            dependencies=deps, provenance={**ctx.invocation, "cut_off": True}, result=None, manifest=[],
+            timings={"started_at": wall, "finished_at": wall, "seconds": 0.0}, attempt=lease.status.attempt,
+            run_id=ctx.owner.run_id,
             extra={"adopted_from": alias_of, "cut_off": [m.to_json() for m in found.matches]})
-        outputs.write_json(ex.ctx.fs, outputs.join(ex.ctx.prefix, record_key(node.output_rel)), record.to_bytes())
+        ctx_path = outputs.join(ctx.prefix, record_key(node.output_rel))
+        outputs.write_json(ctx.fs, ctx_path, record.to_bytes())
 
 
-__all__ = ["Cutoff", "Cutoffs", "Match", "consumed_now", "find", "match", "outputs_named"]
+__all__ = ["Cutoff", "Cutoffs", "Match", "find", "match", "outputs_named"]

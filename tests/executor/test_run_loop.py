@@ -23,7 +23,7 @@ import pytest
 import executor
 from executor import ExecutorStep, Resources, output_path_of, secret, this_output_path
 from executor.core.outcome import Outcome
-from executor.engine import execute, location, signals
+from executor.engine import execute, location, outputs, signals
 from executor.engine.events import LeaseLost, LogLine, StepFinished, StepRetried, StepStarted
 from executor.engine.runner import factory
 from executor.core.record import State, Status, status_key
@@ -509,14 +509,14 @@ def test_an_exit_raised_in_the_loop_propagates_after_the_leases_are_released(tmp
 def test_a_record_that_cannot_be_written_fails_that_step_not_the_run(tmp_path, monkeypatch):
     """Storage refusing one step's record.json: that step FAILED ("could not write the record: ..."),
     its status says so, the other step succeeds and the run itself did not break."""
-    write_json = execute.outputs.write_json
+    write_json = outputs.write_json
 
     def refusing(fs, path: str, data: bytes) -> None:
         if "/refused-" in path and path.endswith("/.executor/record.json"):
             raise OSError("scripted: no space left for the record")
         write_json(fs, path, data)
 
-    monkeypatch.setattr(execute.outputs, "write_json", refusing)
+    monkeypatch.setattr(outputs, "write_json", refusing)
     steps = [ExecutorStep("refused", nap, Nap(this_output_path(), 0.0)), ExecutorStep("fine", nap, Nap(this_output_path(), 0.0))]
     result = executor.run(steps, prefix=str(tmp_path), runner="inline", max_concurrent=1)
     assert result.runner_error is None

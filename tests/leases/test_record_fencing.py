@@ -159,18 +159,18 @@ def test_a_lease_taken_between_the_record_and_the_commit_is_lost_with_its_reason
     """The record is written after the lease is confirmed; a runner that takes the lease in the
     moment between makes the fenced commit fail: the holder reports the lease lost *with the reason
     the commit found* (and follows the new holder, which here never renews: taken over after its TTL)."""
-    from executor.engine import execute
+    from executor.engine.step_job import StepJob
 
-    write_record = execute.Execution._write_record
+    write_record = StepJob.write_record
     stolen: list[str] = []
 
-    def steal_then_write(self, t, result, result_type=None):
+    def steal_then_write(self, result, result_type=None):
         if not stolen:
-            stolen.append(t.node.name)
-            take_the_lease_as_another_runner(t.output_path)
-        return write_record(self, t, result, result_type)
+            stolen.append(self.node.name)
+            take_the_lease_as_another_runner(self.output_path)
+        return write_record(self, result, result_type)
 
-    monkeypatch.setattr(execute.Execution, "_write_record", steal_then_write)
+    monkeypatch.setattr(StepJob, "write_record", steal_then_write)
     lost: list[LeaseLost] = []
     step = ExecutorStep("fence/commit", write_marker_file, StealConfig(this_output_path()))
     result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=2, heartbeat_interval=0.5,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from executor.core.graph import Graph
 from executor.core.outcome import Outcome
@@ -26,7 +27,7 @@ from executor.engine.cutoff import Cutoffs
 from executor.engine.jobs import Board, Job, RunContext
 from executor.engine.mirror_copy import add_mirror_jobs, announce_complete
 from executor.engine.runner.base import StepOutcome
-from executor.engine.step_job import config_to_json
+from executor.engine.step_job import StepJob, config_to_json
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Execution:
 
     def _summarize(self, summary: RunSummary) -> RunSummary:
         for job in self.board.steps.values():
+            assert isinstance(job, StepJob)  # the board's steps are step jobs (cache copies among them)
             step_id = job.node.step_id
             summary.states[step_id] = job.state
             if job.error:
@@ -118,7 +120,7 @@ class Execution:
                 self._guarded(job, "start", self._start, job)
                 running += job.slot and job.state == Outcome.RUNNING
 
-    def _guarded(self, job: Job, doing: str, act, *args) -> bool:
+    def _guarded(self, job: Job, doing: str, act: Callable[..., Any], *args: Any) -> bool:
         """`act(*args)`; a storage error or a clash fails this job, not the run."""
         try:
             return bool(act(*args))

@@ -444,6 +444,40 @@ def test_a_runner_waits_for_the_copy_another_runner_holds_and_uses_it(regions, t
         "copied by another runner"]
 
 
+def test_a_mirrored_input_slow_to_arrive_does_not_hold_up_a_step_that_does_not_read_it(regions, tmp_path):
+    """The mirrored input is a job the loop schedules, not a wait before the run: while another runner
+    holds its copy (renewing nothing, but well inside the TTL), the step reading nothing mirrored starts
+    and commits; only then is the copy committed (by the test, as the holder), and its readers run."""
+    import shutil
+
+    from executor.core.outcome import Outcome
+    from executor.core.record import State
+    from executor.engine.events import StepFinished
+
+    prefix, events, results = tmp_path / "p", [], []
+    store, key, status = _held_by_another_runner(prefix)
+    other_done = threading.Event()
+
+    def watch(event) -> None:
+        events.append(event)
+        if isinstance(event, StepFinished) and event.name == "mirrored/other" and event.outcome == Outcome.SUCCEEDED:
+            other_done.set()
+
+    runner = threading.Thread(target=lambda: results.append(run(prefix, [regions[0]], subscribers=[watch],
+                                                                lease_ttl=60, heartbeat_interval=2)))
+    runner.start()
+    other_done.wait(timeout=120)  # a loop blocked on the mirror never gets here: the order below fails
+    shutil.copytree(regions[0] / "raw/corpus", prefix / MIRROR)  # the holder's copy, then its fenced commit
+    assert store.replace_if_generation(key, status.next(state=State.SUCCESS).to_bytes(), store.read(key).generation)
+    runner.join(timeout=120)
+    assert results and results[0].ok, results
+    order = [(type(e).__name__, getattr(e, "name", None)) for e in events
+             if isinstance(e, (StepStarted, StepFinished, MirrorCopied))]
+    assert order.index(("StepFinished", "mirrored/other")) < order.index(("MirrorCopied", None)) \
+        < order.index(("StepStarted", "mirrored/count")), order
+    assert [(e.how, e.source) for e in events if isinstance(e, MirrorCopied)] == [("copied by another runner", None)]
+
+
 def test_a_copy_whose_holder_went_silent_is_taken_over_after_the_ttl(regions, tmp_path):
     prefix, events = tmp_path / "p", []
     _held_by_another_runner(prefix)  # never renewed: stale after the TTL, on this runner's own clock

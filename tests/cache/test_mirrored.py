@@ -446,7 +446,7 @@ def test_a_runner_waits_for_the_copy_another_runner_holds_and_uses_it(regions, t
 
 def test_a_mirrored_input_slow_to_arrive_does_not_hold_up_a_step_that_does_not_read_it(regions, tmp_path):
     """The mirrored input is a job the loop schedules, not a wait before the run: while another runner
-    holds its copy (renewing nothing, but well inside the TTL), the step reading nothing mirrored starts
+    holds its copy (renewing nothing, but far inside the TTL: never taken over here), the step reading nothing mirrored starts
     and commits; only then is the copy committed (by the test, as the holder), and its readers run."""
     import shutil
 
@@ -464,7 +464,7 @@ def test_a_mirrored_input_slow_to_arrive_does_not_hold_up_a_step_that_does_not_r
             other_done.set()
 
     runner = threading.Thread(target=lambda: results.append(run(prefix, [regions[0]], subscribers=[watch],
-                                                                lease_ttl=60, heartbeat_interval=2)))
+                                                                lease_ttl=600, heartbeat_interval=2)))
     runner.start()
     other_done.wait(timeout=120)  # a loop blocked on the mirror never gets here: the order below fails
     shutil.copytree(regions[0] / "raw/corpus", prefix / MIRROR)  # the holder's copy, then its fenced commit

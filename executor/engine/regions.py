@@ -26,6 +26,7 @@ from executor.core.locations import Storage
 from executor.core.tree import is_config_dataclass
 from executor.core.urls import is_object_store, protocol_of, split_url
 from executor.engine import location
+from executor.engine.events import CrossRegionNoted
 from executor.engine.runner_region import runner_region
 
 GB = 10**9
@@ -187,14 +188,14 @@ def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, r
         reporter.warning(f"{message} (allowed by --allow-cross-region)")
 
 
-def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter: Any) -> list[CrossRegionRead]:
-    """Print a note per cross-location read (and per input that could not be checked); returns the
-    reads, for the transfer budget (executor.engine.transfers)."""
-    from rich.markup import escape
-
+def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, events: Any) -> list[CrossRegionRead]:
+    """Emit a CrossRegionNoted event per cross-location read (and per input that could not be
+    checked) to `events` (executor.engine.events.Events); returns the reads, for the transfer budget
+    (executor.engine.transfers)."""
     reads, unknown = plan.cross_region if plan.cross_region is not None else survey(plan, prefix, storage)
     for read in reads:
-        reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
+        events.emit(CrossRegionNoted(read.step, read.url, read.location, read.prefix_location, read.bytes,
+                                     read.size_problem))
     for input_ in unknown:
-        reporter.warning(f"cross-region check: {escape(input_.describe())}")
+        events.emit(CrossRegionNoted(input_.step, input_.url, why=input_.why))
     return reads

@@ -314,7 +314,7 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
     else:
         from executor.tools.dry_run import dry_run
 
-        planned = dry_run(graph, api_options(options, storage_flag), Events([view]), environ=environ,
+        planned = dry_run(graph, api_options(options, storage_flag), subscribers=[view], environ=environ,
                           main_file=main_file, description=description)
     if options.graph:
         from executor.tools.draw import draw_plan

@@ -4,29 +4,33 @@
 ChangeNoted per new id with an earlier version, StandbyNoted (--cache-from), MirrorPlanned per
 mirrored input, CrossRegionNoted per cross-location read and TransferRefusal when the run would be
 refused (executor/engine/events.py). The command line renders them (console_view.py); a library
-caller subscribes its own function and gets the same plan, nothing printed.
+caller subscribes its own function and gets the same plan, nothing printed:
+`dry_run(steps, executor.Options(prefix=...), subscribers=[seen.append])`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph
 from executor.core.plan import Plan
-from executor.engine.events import Events, MirrorPlanned, PlanMade, StandbyNoted, TransferRefusal
+from executor.engine.events import Events, MirrorPlanned, PlanMade, StandbyNoted, Subscriber, TransferRefusal
 
 
-def dry_run(graph: Graph, options: Any, events: Events, *, environ: Mapping[str, str] | None = None,
-            main_file: str | None = None, description: str | None = None) -> Any:
-    """Plan `graph` with `options` (executor.api.Options) and report it to `events`; returns the
-    decided plan (executor.api.Decided)."""
+def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: Iterable[Subscriber] = (),
+            environ: Mapping[str, str] | None = None, main_file: str | None = None,
+            description: str | None = None) -> Any:
+    """Plan `steps` (ExecutorSteps, or their Graph) with `options` (executor.api.Options) and report
+    it to `subscribers`; writes nothing and returns the decided plan (executor.api.Decided)."""
     from executor import api
     from executor.engine.regions import note_cross_region_reads
     from executor.engine.transfers import check_transfer_budget
     from executor.tools.drift import warn_drift
     from executor.tools.explain import note_changes
 
+    options, environ, events = options or api.Options(), api.environment(environ), Events(subscribers)
+    graph = steps if isinstance(steps, Graph) else api.graph_of(list(steps), options, environ)
     planned = api.decide(graph, options, environ=environ)
     plan, prefix = planned.plan, planned.prefix
     warn_drift(plan, prefix, planned.fs, events)  # issue 7: completed outputs whose step code changed

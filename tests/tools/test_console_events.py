@@ -38,12 +38,10 @@ def steps(n: int) -> list[ExecutorStep]:
 def test_a_subscriber_gets_the_dry_run_plan_as_events_and_nothing_is_printed(tmp_path, capfd):
     prefix = str(tmp_path / "prefix")
     assert api.run(steps(1), prefix=prefix, runner="inline").ok
-    options = api.Options(prefix=prefix)
-    graph = api.graph_of(steps(2), options, {})
     capfd.readouterr()
 
     seen: list[Any] = []
-    planned = dry_run(graph, options, Events([seen.append]), environ={})
+    planned = dry_run(steps(2), api.Options(prefix=prefix), subscribers=[seen.append], environ={})
 
     assert [type(e) for e in seen] == [PlanMade, ChangeNoted], seen
     made, change = seen

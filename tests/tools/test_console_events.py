@@ -11,12 +11,12 @@ from typing import Any
 
 from executor import ExecutorStep, api, this_output_path
 from executor.core.plan import Action
-from executor.engine.events import (ChangeNoted, CrossRegionNoted, DriftFound, Events, LogLine, MirrorCopied,
+from executor.engine.events import (ChangeNoted, CrossRegionNoted, DriftFound, LogLine, MirrorCopied,
                                     PlanMade, StepExplained, TransferRefusal)
 from executor.tools.console_reporter import ConsoleReporter
 from executor.tools.console_view import ConsoleView
 from executor.tools.dry_run import dry_run
-from tests.executor.test_regions import eu_object, write_experiment  # noqa: F401  (fixture)
+from tests.executor.test_regions import eu_object  # noqa: F401  (fixture)
 from tests.emulators import S3_REGION, s3_emulator  # noqa: F401  (session fixture)
 
 

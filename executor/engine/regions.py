@@ -166,11 +166,11 @@ def same_region(bucket_location_: str, region: str) -> bool:
     return here == where or here.startswith(where + "-")
 
 
-def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, reporter: Any) -> None:
+def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, events: Any) -> None:
     """Before anything runs: the runner's region (EXECUTOR_REGION, else the cloud's metadata server:
     runner_region.py) against the prefix's bucket location; a mismatch is refused naming both unless
     `allow` (--allow-cross-region). For a local prefix nothing is compared (and nothing asked); with
-    no region known, nothing is compared either."""
+    no region known, nothing is compared either. Warnings go to `events` (engine/events.py Events)."""
     if not is_object_store(prefix):
         return
     region, source = runner_region(environ)
@@ -178,14 +178,14 @@ def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, r
         return
     where, why = locate_bucket(prefix, storage)
     if where is None:
-        reporter.warning(f"region check: could not tell whether the prefix is in {region} ({source}): {why}")
+        events.warning(f"region check: could not tell whether the prefix is in {region} ({source}): {why}")
     elif not same_region(where, region):
         message = (f"this runner is in {region} ({source}) and the prefix {prefix} is in {where}: every "
                    f"read and write would cross regions")
         if not allow:
             raise ExecutorError(f"{message}; nothing was started. Use a prefix in {region}, or pass "
                                 f"--allow-cross-region")
-        reporter.warning(f"{message} (allowed by --allow-cross-region)")
+        events.warning(f"{message} (allowed by --allow-cross-region)")
 
 
 def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, events: Any) -> list[CrossRegionRead]:

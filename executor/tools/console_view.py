@@ -2,7 +2,7 @@
 
 It turns events (executor/engine/events.py: data, never markup) into console lines drawn by a
 Reporter (console_reporter.py, which styles them and escapes every text from a step), swaps in the
-live view (live.py) once steps are about to run, adds the drift warnings and the "what changed"
+live view (console_live.py) once steps are about to run, adds the drift warnings and the "what changed"
 notes to a run's plan (emitted here, by drift.py and explain.py, to this view), and when the run
 ends prints its table, the targets' logs where a pipe may have lost them, the run report's path
 (it writes the report: executor/tools/run_report.py) and a summary. The library attaches none of
@@ -60,7 +60,7 @@ class ConsoleView:
             return  # the end says what there was to do
         self.on_steps()
         if self.live:  # a live view on a terminal; "still running" lines elsewhere
-            from executor.tools.live import LiveReporter
+            from executor.tools.console_live import LiveReporter
 
             plain = self.reporter
             self.reporter = LiveReporter(console=plain.console, plan=e.plan,

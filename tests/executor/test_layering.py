@@ -128,4 +128,4 @@ def test_the_core_and_the_engine_never_import_rich():
     assert len(inside) > 40
     assert any("rich" in imports_of(p) for p in (PACKAGE / "tools").rglob("*.py"))  # the check sees rich
     drawing = [str(p.relative_to(REPO)) for p in inside if "rich" in imports_of(p)]
-    assert not drawing, f"presentation belongs in executor/tools/ (console_reporter.py, live.py): {drawing}"
+    assert not drawing, f"presentation belongs in executor/tools/ (console_reporter.py, console_live.py): {drawing}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from executor.tools.live import LiveReporter
+from executor.tools.console_live import LiveReporter
 from tests.executor.test_flags import hello_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -133,9 +133,7 @@ class Board:
         return self.steps.get(job_id) or self.mirrors.get(job_id)
 
     def note(self, message: str) -> None:
-        from executor.engine.report import escape
-
-        self.ctx.events.info(escape(message))
+        self.ctx.events.info(message)  # plain text: the console renderer escapes it
 
     def ensure_runner(self) -> Runner:
         """Start the runner (Ray can take a while) and the heartbeat before taking any lease."""

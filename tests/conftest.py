@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# The session's one server of each emulator (tests/emulators.py: registered here only, so every
+# conftest's or module's `gcs_emulator` / `s3_emulator` hands out the same one).
+from tests.emulators import gcs_emulator_server, s3_emulator_server  # noqa: F401  (session fixtures)
+
 # Ray probes cloud metadata addresses unless these are set and a bootstrap config exists in
 # $HOME (shared/ENVIRONMENT.md). Tests get a private HOME so nothing outside the repo is touched.
 _TEST_HOME = Path(__file__).resolve().parent.parent / "scratch" / "test-home"

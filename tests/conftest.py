@@ -63,6 +63,23 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def ray_head():
+    """One real `ray start --head` cluster for the session, started from its own directory and
+    environment, with a custom resource `special` (routing). Tests join it from a driver process
+    (RAY_ADDRESS) or connect to it in a module fixture; sharing it saves a cluster start each."""
+    from tests.runner.raycluster import RayHead
+
+    head = RayHead(num_cpus=4, resources='{"special": 1}')
+    try:
+        head.start()
+    except RuntimeError as e:
+        head.stop()
+        pytest.fail(f"could not start a Ray head for the tests: {e}")
+    yield head
+    head.stop()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _no_ray_connection_leaks_out_of_a_module(request):
     """A module that leaves this process connected to Ray breaks the next one that starts its own."""

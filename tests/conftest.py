@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# The session's one server of each emulator (tests/emulators.py: registered here only, so every
+# conftest's or module's `gcs_emulator` / `s3_emulator` hands out the same one).
+from tests.emulators import gcs_emulator_server, s3_emulator_server  # noqa: F401  (session fixtures)
+
 # Ray probes cloud metadata addresses unless these are set and a bootstrap config exists in
 # $HOME (shared/ENVIRONMENT.md). Tests get a private HOME so nothing outside the repo is touched.
 _TEST_HOME = Path(__file__).resolve().parent.parent / "scratch" / "test-home"
@@ -57,6 +61,23 @@ def ray_local():
     start_embedded(num_cpus=2, object_store_memory=80 * 1024 * 1024, resources=None)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """One real `ray start --head` cluster for the session, started from its own directory and
+    environment, with a custom resource `special` (routing). Tests join it from a driver process
+    (RAY_ADDRESS) or connect to it in a module fixture; sharing it saves a cluster start each."""
+    from tests.runner.raycluster import RayHead
+
+    head = RayHead(num_cpus=4, resources='{"special": 1}')
+    try:
+        head.start()
+    except RuntimeError as e:
+        head.stop()
+        pytest.fail(f"could not start a Ray head for the tests: {e}")
+    yield head
+    head.stop()
 
 
 @pytest.fixture(autouse=True, scope="module")

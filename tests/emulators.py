@@ -10,6 +10,9 @@ backend, its own process. It enforces ifGenerationMatch on multipart uploads (wh
 S3: moto's ThreadedMotoServer, in this process. Moto keeps one state per process, so two S3
 emulators in one process (say, two suites' session fixtures) share their buckets and objects: use
 `fresh_prefix()`. Nothing listens beyond 127.0.0.1.
+
+A suite's root conftest imports `gcs_emulator_server, s3_emulator_server` (once); any conftest or
+module below may import `gcs_emulator, s3_emulator`, which hand out those one-per-session servers.
 """
 
 from __future__ import annotations
@@ -109,10 +112,18 @@ def running_gcs_emulator(bucket: str = "stepgraph-test", start_timeout_s: float 
 
 
 @pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[Emulator]:
-    """fake-gcs-server for the whole session; use `fresh_prefix()` per test."""
+def gcs_emulator_server() -> Iterator[Emulator]:
+    """The session's one fake-gcs-server. Registered once, by tests/conftest.py: each module or
+    conftest that imports a fixture registers a copy of its own, and a session fixture registered
+    N times starts N servers (12 moto servers and 7 fake-gcs-servers in one run, issue 46)."""
     with running_gcs_emulator() as emulator:
         yield emulator
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(gcs_emulator_server: Emulator) -> Emulator:
+    """fake-gcs-server for the whole session (the one `gcs_emulator_server`); use `fresh_prefix()` per test."""
+    return gcs_emulator_server
 
 
 # -- S3 ------------------------------------------------------------------------------------------
@@ -163,10 +174,16 @@ def running_s3_emulator(bucket: str = "stepgraph-test") -> Iterator[Emulator]:
 
 
 @pytest.fixture(scope="session")
-def s3_emulator() -> Iterator[Emulator]:
-    """moto S3 for the whole session; use `fresh_prefix()` per test."""
+def s3_emulator_server() -> Iterator[Emulator]:
+    """The session's one moto S3 server; registered once, by tests/conftest.py (see `gcs_emulator_server`)."""
     with running_s3_emulator() as emulator:
         yield emulator
+
+
+@pytest.fixture(scope="session")
+def s3_emulator(s3_emulator_server: Emulator) -> Emulator:
+    """moto S3 for the whole session (the one `s3_emulator_server`); use `fresh_prefix()` per test."""
+    return s3_emulator_server
 
 
 @contextmanager

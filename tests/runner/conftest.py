@@ -1,25 +1,11 @@
-"""One real `ray start --head` cluster shared by this directory's Ray tests, and a two-node cluster
-for the multi-host tests' modules."""
+"""A two-node cluster for the multi-host tests' modules (the one `ray start --head` cluster the
+Ray tests share, `ray_head`, is tests/conftest.py's)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.runner.raycluster import RayHead, start_nodes
-
-
-@pytest.fixture(scope="session")
-def ray_head():
-    """A head started from its own directory and environment, with a custom resource `special`
-    (routing)."""
-    head = RayHead(num_cpus=4, resources='{"special": 1}')
-    try:
-        head.start()
-    except RuntimeError as e:
-        head.stop()
-        pytest.fail(f"could not start a Ray head for the tests: {e}")
-    yield head
-    head.stop()
+from tests.runner.raycluster import start_nodes
 
 
 @pytest.fixture(scope="module")

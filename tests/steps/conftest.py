@@ -49,6 +49,15 @@ def small_corpus() -> SyntheticCorpus:
     return corpus
 
 
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """(root, token cache, eval results) of a tiny model trained 40 steps: test_eval.py and
+    test_lm_harness.py read the same model (test_batch_documents.py has a `trained` of its own)."""
+    from tests.steps.test_eval import train_and_evaluate  # imports jax after test_eval sets XLA_FLAGS
+
+    return train_and_evaluate(tmp_path_factory.mktemp("eval"))
+
+
 def _read_attributes(output_path: str) -> dict[str, dict]:
     """All attribute lines of a dedup output, by document id."""
     found = {}

@@ -28,9 +28,9 @@ from tests.steps.test_train import tiny_config  # noqa: E402
 MAX_EVAL_TOKENS = 700
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval")
+def train_and_evaluate(root):
+    """A tiny model trained 40 steps and evaluated: tests/steps/conftest.py's session fixture
+    `trained`, shared by this module and test_lm_harness.py (trained once, not once per module)."""
     cache = str(write_synthetic_cache(root / "tokens", n_train=300, n_validation=30))
     train(tiny_config(cache, root / "train", num_steps=40, checkpoint_every=10, keep_checkpoints=2))
     results = evaluate(EvalConfig(train_path=str(root / "train"), cache_path=cache, output_path=str(root / "eval"),

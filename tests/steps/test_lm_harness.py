@@ -14,7 +14,7 @@ from steps.eval.lm import load_trained_model, make_scorer, score_in_batches, tot
 from steps.eval.multiple_choice import load_task, score_task
 from steps.eval.step import _tokenizer
 from steps.token_cache import TokenSplit
-from tests.steps.test_eval import MAX_EVAL_TOKENS, trained  # noqa: F401  (module fixture)
+from tests.steps.test_eval import MAX_EVAL_TOKENS  # `trained` is tests/steps/conftest.py's session fixture
 
 pytest.importorskip("lm_eval", reason="lm-eval is a dev/extra dependency (uv sync --extra lm-eval)")
 
@@ -29,7 +29,7 @@ def loaded(root, cache):
 
 
 @pytest.mark.slow  # the eval step's test below checks the same accuracy through the step
-def test_lm_eval_task_accuracy_equals_our_scorer(trained):  # noqa: F811
+def test_lm_eval_task_accuracy_equals_our_scorer(trained):
     root, cache, _ = trained
     model, encode, eos = loaded(root, cache)
     score = make_scorer(model)
@@ -40,7 +40,7 @@ def test_lm_eval_task_accuracy_equals_our_scorer(trained):  # noqa: F811
     assert theirs["acc"] == pytest.approx(ours["acc"]) and theirs["acc_norm"] == pytest.approx(ours["acc_norm"])
 
 
-def test_adapter_loglikelihoods_match_a_one_row_reference(trained):  # noqa: F811
+def test_adapter_loglikelihoods_match_a_one_row_reference(trained):
     """Each (context, choice) scored alone (one row, padded to seq_len) against the adapter's batch."""
     from lm_eval.api.instance import Instance
 
@@ -62,7 +62,7 @@ def test_adapter_loglikelihoods_match_a_one_row_reference(trained):  # noqa: F81
         assert ll == pytest.approx(-reference, rel=1e-5)
 
 
-def test_rolling_loglikelihood_is_the_eval_steps_nats(trained):  # noqa: F811
+def test_rolling_loglikelihood_is_the_eval_steps_nats(trained):
     from lm_eval.api.instance import Instance
 
     root, cache, _ = trained
@@ -76,7 +76,7 @@ def test_rolling_loglikelihood_is_the_eval_steps_nats(trained):  # noqa: F811
     assert ll < 0 and isinstance(greedy, bool)
 
 
-def test_the_eval_step_writes_lm_eval_results(trained, tmp_path):  # noqa: F811
+def test_the_eval_step_writes_lm_eval_results(trained, tmp_path):
     root, cache, _ = trained
     results = evaluate(EvalConfig(train_path=str(root / "train"), cache_path=cache, output_path=str(tmp_path),
                                   max_eval_tokens=MAX_EVAL_TOKENS, batch_size=8, num_fewshot=0,

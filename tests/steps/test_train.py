@@ -39,9 +39,11 @@ def cache(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def compile_cache(tmp_path_factory) -> dict:
-    """A persistent JAX compilation cache shared by this module's subprocesses (same programs)."""
-    return {"JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax-cache")),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    """A persistent JAX compilation cache shared by the session's training subprocesses (the same
+    tiny programs): one directory for every module that imports this fixture, not one each."""
+    directory = tmp_path_factory.getbasetemp() / "jax-cache"
+    directory.mkdir(exist_ok=True)
+    return {"JAX_COMPILATION_CACHE_DIR": str(directory), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 def tiny_config(cache: str, out: Path, **overrides) -> TrainConfig:

@@ -239,15 +239,19 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
         if job.address is not None:  # a run killed between the marker and its index entry
             shard_reuse.record_if_missing(job.output_path, job.address, files, committed)
         return {**committed, "resumed": True}
-    if job.address is not None:
-        reused = shard_reuse.reuse(job.output_path, job.address, list(job.sources))
-        if reused is not None:
-            return {**reused, "resumed": False, "reused": True}
-    result = _encode_shard(job)
-    write_json_atomically(marker, result)
-    if job.address is not None:
-        shard_reuse.record(job.output_path, job.address, files, result)
-    return {**result, "resumed": False}
+    if job.address is None:
+        result = _encode_shard(job)
+        write_json_atomically(marker, result)
+        return {**result, "resumed": False}
+
+    def make() -> dict[str, Any]:
+        made = _encode_shard(job)
+        write_json_atomically(marker, made)
+        shard_reuse.record(job.output_path, job.address, files, made)
+        return made
+
+    result, made_here = shard_reuse.reuse_or_make(job.output_path, job.address, list(job.sources), make)
+    return {**result, "resumed": False, **({} if made_here else {"reused": True})}
 
 
 def _encode_shard(job: _ShardJob) -> dict[str, Any]:

@@ -126,22 +126,27 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
     out = plan.config.output_path.rstrip("/")
     rel = f"hashes/{plan.names[k]}.arrow"
     address = plan.reuse.address("hash", _hash_settings(plan.config), k) if plan.reuse else None
-    if address is not None:
-        reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
-        if reused is not None:
-            table = read_table(f"{out}/{rel}")
-            ids = string_column(table, "id")
-            shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
-                                      numpy_column(table, "index"), [0] * len(ids), ids)
-            return {**reused, "bytes_shuffled": shuffled, "reused": True}
-    result = _hash_shard(plan, k)
-    if address is not None:
-        h1, h2 = _digests_to_columns(result.pop("digests"))
+    if address is None:
+        result = _hash_shard(plan, k)
+        return {key: v for key, v in result.items() if key not in ("digests", "indexes", "ids")}
+
+    def make() -> dict:
+        made = _hash_shard(plan, k)
+        h1, h2 = _digests_to_columns(made.pop("digests"))
         write_table(f"{out}/{rel}", pa.table({"h1": arrow_column(h1), "h2": arrow_column(h2),
-                                              "index": arrow_column(np.asarray(result.pop("indexes"), np.int64)),
-                                              "id": _strings(result.pop("ids"))}))
-        shard_reuse.record(out, address, [rel], {key: v for key, v in result.items() if key != "bytes_shuffled"})
-    return {key: v for key, v in result.items() if key not in ("digests", "indexes", "ids")}
+                                              "index": arrow_column(np.asarray(made.pop("indexes"), np.int64)),
+                                              "id": _strings(made.pop("ids"))}))
+        shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"})
+        return made
+
+    result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
+    if made_here:
+        return result
+    table = read_table(f"{out}/{rel}")  # the reused shard's records go to this run's shuffle
+    ids = string_column(table, "id")
+    shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
+                              numpy_column(table, "index"), [0] * len(ids), ids)
+    return {**result, "bytes_shuffled": shuffled, "reused": True}
 
 
 def _strings(values: list[str]) -> pa.Array:

@@ -314,6 +314,9 @@ def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, ma
         reporter.info(f"prefix: {prefix}")
         reporter.print_plan(plan, prefix, title=description)
         print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
+        from executor.tools.shard_forecast import print_shard_forecasts  # issue 48: shards expected to be reused
+
+        print_shard_forecasts(graph, plan, prefix, reporter, planned.storage_options)
         from executor.engine.report import escape
 
         if plan.standby:  # --cache-from: what is neither run nor copied, and why

@@ -85,6 +85,34 @@ def earlier_outputs(output_path: str) -> list[str]:
                   if n != base and (m := _ID_SUFFIX.match(n)) and m["name"] == match["name"])
 
 
+def stored_addresses(output_path: str) -> set[str]:
+    """The addresses of the shard results held by the earlier outputs of this step (one listing of
+    the step's folder and one of each earlier output's index: what a dry run's forecast reads)."""
+    found: set[str] = set()
+    for source in earlier_outputs(output_path):
+        fs, target = url_to_fs(f"{source}/{INDEX_DIR}")
+        try:
+            names = fs.ls(target, detail=False)
+        except FileNotFoundError:
+            continue
+        found.update(n.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json") for n in names if n.endswith(".json"))
+    return found
+
+
+def sha256_of(checksums: dict[str, dict[str, str]], files: list[str]) -> list[str] | str:
+    """Each file's sha256 as the upstream manifest records it, or why not (for a forecast)."""
+    digests, missing = [], []
+    for path in files:
+        checksum = checksums.get(path.rstrip("/")) or {}
+        if checksum.get("algorithm") != "sha256":
+            missing.append(path)
+        digests.append(checksum.get("value", ""))
+    if missing:
+        return (f"the upstream manifest holds no sha256 for {len(missing)} of {len(files)} input file(s) "
+                f"(e.g. {missing[0]}; bucket manifests keep the store's checksums)")
+    return digests
+
+
 def claims_folder(output_path: str) -> str | None:
     """Where the claims on this step's shard results live (shared by every output of the step under
     the prefix), or None when the output is not named `<name>-<12 hex>` (no claims then)."""

@@ -278,14 +278,32 @@ def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
     return result
 
 
-def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str]) -> _Reuse:
+def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str],
+                digests: dict[str, str] | None = None) -> _Reuse:
     files = sorted({s.path for s in shards})
-    digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="exact-dedup: input digests")))
+    if digests is None:
+        digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="exact-dedup: input digests")))
     code = shard_reuse.code_digest([sys.modules[__name__], output, shuffle, documents, attributes_module],
                                    ["xxhash", "pyarrow", "numpy", "zstandard"])
     described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
                   **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
     return _Reuse(code, described, tuple(shard_reuse.earlier_outputs(config.output_path)))
+
+
+def forecast_shards(config: ExactDedupConfig, checksums: dict[str, dict[str, str]]) -> tuple[int, int] | str | None:
+    """A dry run's forecast (docs/steps.md): (shards whose stored hash records it expects to reuse,
+    shards), from the upstream manifest's checksums and listings of the earlier outputs' shard
+    indexes; or why it cannot say; None when nothing is reused (paragraphs only)."""
+    if not config.documents:
+        return None
+    files = list_document_files(config.input_path)
+    digests = shard_reuse.sha256_of(checksums, files)
+    if isinstance(digests, str):
+        return f"not forecast: {digests}"
+    shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
+    reuse = _plan_reuse(config, shards, shard_names(shards), dict(zip(files, digests)))
+    stored = shard_reuse.stored_addresses(config.output_path)
+    return sum(reuse.address("hash", _hash_settings(config), k) in stored for k in range(len(shards))), len(shards)
 
 
 def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
@@ -331,3 +349,6 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
             "shards_processed": sum(not h["resumed"] and not h.get("reused") for h in hashed),
             "shards_rewritten": sum(not w["resumed"] and not w.get("reused") for w in written),
             "nodes_per_stage": nodes_per_stage(stages)}
+
+
+exact_dedup.shard_forecast = forecast_shards  # type: ignore[attr-defined]  # read by the dry run (executor.tools.shard_forecast)

@@ -30,7 +30,7 @@ import re
 from types import ModuleType
 from typing import Any, Callable
 
-from executor import ClaimSettings, claim_once, url_to_fs
+from executor import ClaimSettings, cache_from_outputs, claim_once, url_to_fs
 from steps.documents import read_json, write_file_atomically, write_json_atomically
 
 INDEX_DIR = "shard-index"
@@ -83,6 +83,13 @@ def earlier_outputs(output_path: str) -> list[str]:
     names = {e.rstrip("/").rsplit("/", 1)[-1] for e in entries}
     return sorted(f"{parent}/{n}" for n in names
                   if n != base and (m := _ID_SUFFIX.match(n)) and m["name"] == match["name"])
+
+
+def sources(output_path: str) -> list[str]:
+    """Where a run looks for shard results: the earlier outputs of the step under its prefix, then
+    its outputs under the run's --cache-from prefixes that are committed and not tainted
+    (`executor.cache_from_outputs`)."""
+    return earlier_outputs(output_path) + cache_from_outputs(output_path)
 
 
 def stored_addresses(output_path: str) -> set[str]:

@@ -136,7 +136,7 @@ def _jobs_per_file(config: TokenizeConfig, files: list[str], out: str, tokenizer
     """One job per input file, each with its result's address and the earlier outputs to look in."""
     names = shard_names([DocumentShard(f) for f in files])
     digests = map_shards(shard_reuse.file_sha256, files, desc="tokenize: input digests")
-    sources = tuple(shard_reuse.earlier_outputs(out))
+    sources = tuple(shard_reuse.sources(out))
     return [_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources)
             for name, path, address in zip(names, files, _addresses(config, files, digests, tokenizer_json))]
 

@@ -19,6 +19,7 @@ from executor.engine import outputs
 from executor.engine.cache_copy import CacheCopies
 from executor.engine.cutoff import Cutoffs
 from executor.engine.mirror_copy import MirrorCopies
+from executor.engine.shard_sources import CacheFrom
 from executor.engine.transfers import TransferLedger
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, StepNode
@@ -81,6 +82,7 @@ class RunContext:
     main_file: str | None
     max_concurrent: int  # no default: RunOptions' is the only one
     mirror_sources: tuple[str, ...] = ()  # where mirrored inputs the plan did not foresee are looked for
+    cache_from: tuple[str, ...] = ()  # --cache-from prefixes: steps may take shard results from there too
     transfers: TransferLedger = field(default_factory=TransferLedger)  # the run's budget, for unforeseen copies
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
@@ -380,7 +382,8 @@ class Execution:
             self._fail(t, StepOutcome(ok=False, error=f"could not prepare the step: {type(e).__name__}: {e}"))
             return
         call = StepCall(node.step_id, node.step.fn, config, t.output_path, resources, dict(resources.env),
-                        attempt=lease.status.attempt, storage=self.ctx.storage)
+                        attempt=lease.status.attempt, storage=self.ctx.storage,
+                        cache_from=CacheFrom(self.ctx.prefix, self.ctx.cache_from) if self.ctx.cache_from else None)
         t.attempts = []
         t.handle = self.runner.submit(call)
         self.ctx.events.emit(StepStarted(node, lease.status.attempt, takeover, t.output_path))

@@ -287,7 +287,7 @@ def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: li
                                    ["xxhash", "pyarrow", "numpy", "zstandard"])
     described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
                   **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
-    return _Reuse(code, described, tuple(shard_reuse.earlier_outputs(config.output_path)))
+    return _Reuse(code, described, tuple(shard_reuse.sources(config.output_path)))
 
 
 def forecast_shards(config: ExactDedupConfig, checksums: dict[str, dict[str, str]]) -> tuple[int, int] | str | None:

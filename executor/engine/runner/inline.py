@@ -46,6 +46,7 @@ from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 from executor.core.step import Resources
 from executor.engine.location import using
+from executor.engine.shard_sources import caching_from
 from executor.engine.runner import log_forwarding
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output, log_path
@@ -67,7 +68,7 @@ def run_call(call: StepCall) -> StepOutcome:
     environment of a process that runs other steps or the run itself.
     """
     try:
-        with using(call.storage):  # the step's storage options, as a value (see engine/location.py)
+        with using(call.storage), caching_from(call.cache_from):  # the step's storage options, as values
             return StepOutcome(ok=True, result=call.fn(call.config))
     except BaseException as e:  # noqa: BLE001 - user code may raise anything; we report it
         return StepOutcome(ok=False, error=f"{type(e).__name__}: {e}",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from executor.core.step import Resources
 from executor.core.locations import Storage
-from executor.engine.shard_sources import CacheFrom
+
+if TYPE_CHECKING:  # imported where used: a worker running a step without --cache-from never loads it
+    from executor.engine.shard_sources import CacheFrom
 
 
 @dataclass(frozen=True)

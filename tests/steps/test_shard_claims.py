@@ -77,7 +77,7 @@ def test_two_runners_growing_the_same_corpus_make_each_new_shard_once(growing, t
     assert [r["shards_processed"] + r["shards_reused"] for r in grown] == [SHARDS + 4, SHARDS + 5]
     claims = [json.loads(p.read_text()) for p in (prefix / CLAIMS_DIR / "tokenized").glob("*.json")]
     assert len(claims) == SHARDS + 5 and {c["state"] for c in claims} == {"SUCCESS"}
-    assert {c["seq"] for c in claims} == {1}  # one claim, one fenced end each: nobody took one over
+    assert {c["attempt"] for c in claims} == {1}  # one claim each, ended by its maker: nobody took one over
     a_out = next(p for p in prefix.glob("tokenized-*")
                  if json.loads((p / ".executor/record.json").read_text())["config"]["input_path"] == growing["a"])
     full, _ = run_step(tokenize_step(growing["a"], growing["tokenizer"]), tmp_path / "full")

@@ -14,6 +14,8 @@ Public surface (tested in tests/executor/test_public_api.py):
     load_result                                       what a succeeded step returned (dataclasses rebuilt)
     PlanResult, RunResult, StepReport                 what they return: per step path, decision, status
     map_shards                                        shard-level parallelism inside a step
+    claim_once, ClaimSettings                         work inside a step done once across runners (a lease)
+    cache_from_outputs                                a step's outputs under the run's --cache-from prefixes
     current_node                                      the node a step's code runs on (Ray node id, else the host name)
     Progress                                          progress lines (count, rate, ETA) for long work inside a step
     open_file, url_to_fs                              open a path or gs:// / s3:// URL with the step's storage options
@@ -46,6 +48,8 @@ _HOME = {
     **dict.fromkeys(("Location", "Storage"), "executor.core.locations"),
     **dict.fromkeys(("current_storage", "open_file", "url_to_fs"), "executor.engine.location"),
     "map_shards": "executor.engine.parallel",
+    **dict.fromkeys(("ClaimSettings", "claim_once"), "executor.engine.claims"),
+    "cache_from_outputs": "executor.engine.shard_sources",
     "current_node": "executor.engine.runner.here",
     "Progress": "executor.engine.progress",
     **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "hashed_unless_default", "mirrored",
@@ -63,6 +67,8 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from executor.core.step import (ExecutorStep, Resources, execution_only, hashed_unless_default, mirrored,
                                     output_of_tag, output_path_of, prefix_path, secret, this_output_path)
     from executor.engine.location import current_storage, open_file, url_to_fs
+    from executor.engine.claims import ClaimSettings, claim_once
+    from executor.engine.shard_sources import cache_from_outputs
     from executor.engine.parallel import map_shards
     from executor.engine.progress import Progress
     from executor.engine.runner.here import current_node
@@ -85,6 +91,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ClaimSettings",
     "ConfigEncodingError",
     "ExecutorError",
     "ExecutorStep",
@@ -101,6 +108,8 @@ __all__ = [
     "Storage",
     "StoreError",
     "TransientStoreError",
+    "cache_from_outputs",
+    "claim_once",
     "current_node",
     "current_storage",
     "execution_only",

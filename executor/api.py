@@ -560,6 +560,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
                       events=events, invocation=info, main_file=call.main_file,
                       max_concurrent=options.max_concurrent,
                       mirror_sources=mirror_sources_list(options.mirror_sources, environ),
+                      cache_from=_cache_from(options, environ, planned.prefix),
                       transfers=TransferLedger(options.transfer_budget_gb, planned_bytes))
 
 

@@ -11,6 +11,12 @@ their sha256 and the shard's small result. A later run of the same step under a 
 looks each address up there and `reuse`s the files: each is copied only when its bytes match the
 recorded sha256, so a damaged result is recomputed, never used. Full and incremental runs write
 the same files, index included, so their outputs are byte-identical.
+Two runners that need the same new shard at once (two runs growing the same corpus) make it once:
+`reuse_or_make` takes a claim on the shard's address (`executor.claim_once`, the executor's lease
+machinery) at `<parent>/.shard-claims/<name>/<address>.json` beside the step's outputs; the other
+waits for it to end and copies the result from the output its SUCCESS names. The index entry is
+written (atomically) after the shard's files and the claim ends after the entry, so a half-written
+shard is never reused.
 All storage goes through `executor.url_to_fs` (the step's storage options).
 """
 
@@ -22,12 +28,13 @@ import inspect
 import json
 import re
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
-from executor import url_to_fs
+from executor import ClaimSettings, cache_from_outputs, claim_once, url_to_fs
 from steps.documents import read_json, write_file_atomically, write_json_atomically
 
 INDEX_DIR = "shard-index"
+CLAIMS_DIR = ".shard-claims"  # a dot-folder: no step name starts with "." (docs/concepts.md)
 _ID_SUFFIX = re.compile(r"^(?P<name>.+)-[0-9a-f]{12}$")  # executor.core.identity: <name>-<12 hex>
 _CHUNK = 1 << 20
 
@@ -76,6 +83,68 @@ def earlier_outputs(output_path: str) -> list[str]:
     names = {e.rstrip("/").rsplit("/", 1)[-1] for e in entries}
     return sorted(f"{parent}/{n}" for n in names
                   if n != base and (m := _ID_SUFFIX.match(n)) and m["name"] == match["name"])
+
+
+def sources(output_path: str) -> list[str]:
+    """Where a run looks for shard results: the earlier outputs of the step under its prefix, then
+    its outputs under the run's --cache-from prefixes that are committed and not tainted
+    (`executor.cache_from_outputs`)."""
+    return earlier_outputs(output_path) + cache_from_outputs(output_path)
+
+
+def stored_addresses(output_path: str) -> set[str]:
+    """The addresses of the shard results held by the earlier outputs of this step (one listing of
+    the step's folder and one of each earlier output's index: what a dry run's forecast reads)."""
+    found: set[str] = set()
+    for source in earlier_outputs(output_path):
+        fs, target = url_to_fs(f"{source}/{INDEX_DIR}")
+        try:
+            names = fs.ls(target, detail=False)
+        except FileNotFoundError:
+            continue
+        found.update(n.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json") for n in names if n.endswith(".json"))
+    return found
+
+
+def sha256_of(checksums: dict[str, dict[str, str]], files: list[str]) -> list[str] | str:
+    """Each file's sha256 as the upstream manifest records it, or why not (for a forecast)."""
+    digests, missing = [], []
+    for path in files:
+        checksum = checksums.get(path.rstrip("/")) or {}
+        if checksum.get("algorithm") != "sha256":
+            missing.append(path)
+        digests.append(checksum.get("value", ""))
+    if missing:
+        return (f"the upstream manifest holds no sha256 for {len(missing)} of {len(files)} input file(s) "
+                f"(e.g. {missing[0]}; bucket manifests keep the store's checksums)")
+    return digests
+
+
+def claims_folder(output_path: str) -> str | None:
+    """Where the claims on this step's shard results live (shared by every output of the step under
+    the prefix), or None when the output is not named `<name>-<12 hex>` (no claims then)."""
+    parent, _, base = output_path.rstrip("/").rpartition("/")
+    match = _ID_SUFFIX.match(base)
+    return f"{parent}/{CLAIMS_DIR}/{match['name']}" if parent and match else None
+
+
+def reuse_or_make(output_path: str, address: str, sources: list[str], make: Callable[[], dict[str, Any]],
+                  settings: ClaimSettings = ClaimSettings()) -> tuple[dict[str, Any], bool]:
+    """(result, made here): the shard's result reused from `sources` (or from the output a finished
+    claim names), else `make()` under the shard's claim; `make` writes the shard's files and its
+    index entry (`record`) into `output_path` and returns its result."""
+    out = output_path.rstrip("/")
+    folder = claims_folder(out)
+
+    def find(where: str | None) -> dict[str, Any] | None:
+        named = [f"{out.rpartition('/')[0]}/{where}"] if where else []
+        return reuse(out, address, named + [s for s in sources if s not in named])
+
+    if folder is None:
+        found = find(None)
+        return (found, False) if found is not None else (make(), True)
+    return claim_once(f"{folder}/{address}.json", find, lambda: (make(), out.rpartition("/")[2]),
+                      label=f"{folder.rpartition('/')[2]} shard {address[:12]}", settings=settings)
 
 
 def record(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:

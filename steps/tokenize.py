@@ -136,19 +136,44 @@ def _jobs_per_file(config: TokenizeConfig, files: list[str], out: str, tokenizer
     """One job per input file, each with its result's address and the earlier outputs to look in."""
     names = shard_names([DocumentShard(f) for f in files])
     digests = map_shards(shard_reuse.file_sha256, files, desc="tokenize: input digests")
+    sources = tuple(shard_reuse.sources(out))
+    return [_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources)
+            for name, path, address in zip(names, files, _addresses(config, files, digests, tokenizer_json))]
+
+
+def _addresses(config: TokenizeConfig, files: list[str], digests: list[str], tokenizer_json: str) -> list[str]:
+    """The result address of each input file's shard (num_output_shards=0)."""
     code = shard_reuse.code_digest([sys.modules[__name__], token_cache, bpe, documents],
                                    ["tokenizers", "numpy", "xxhash"])
     settings = {"tokenizer_sha256": hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest(),
                 "validation_fraction": config.validation_fraction, "split_seed": config.split_seed,
                 "eos_token": config.eos_token, "on_bad_line": config.on_bad_line}
-    sources = tuple(shard_reuse.earlier_outputs(out))
-    jobs = []
-    for name, path, digest in zip(names, files, digests):
-        # a skipped line's example names the file's path, which differs between upstream outputs
-        shard = {"name": name, "sha256": digest, **({"path": path} if config.on_bad_line == "skip" else {})}
-        address = shard_reuse.shard_address("tokenize", code, settings, shard)
-        jobs.append(_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources))
-    return jobs
+    names = shard_names([DocumentShard(f) for f in files])
+    # a skipped line's example names the file's path, which differs between upstream outputs
+    return [shard_reuse.shard_address("tokenize", code, settings,
+                                      {"name": name, "sha256": digest,
+                                       **({"path": path} if config.on_bad_line == "skip" else {})})
+            for name, path, digest in zip(names, files, digests)]
+
+
+def forecast_shards(config: TokenizeConfig, checksums: dict[str, dict[str, str]]) -> tuple[int, int] | str | None:
+    """A dry run's forecast (docs/steps.md): (shards whose stored result it expects to reuse, shards),
+    from the upstream manifest's checksums and listings of the earlier outputs' shard indexes; or
+    why it cannot say; None when the step is not incremental (num_output_shards > 0)."""
+    if config.num_output_shards != 0:
+        return None
+    if config.tokenizer_path is None:
+        return "not forecast: the tokenizer is trained on the input (give tokenizer_path to reuse shards)"
+    files = list_document_files(config.input_path)
+    digests = shard_reuse.sha256_of(checksums, files)
+    if isinstance(digests, str):
+        return f"not forecast: {digests}"
+    _, text = load_tokenizer_json(config.tokenizer_path)
+    stored = shard_reuse.stored_addresses(config.output_path)
+    return sum(a in stored for a in _addresses(config, files, digests, text)), len(files)
+
+
+tokenize.shard_forecast = forecast_shards  # type: ignore[attr-defined]  # read by the dry run (executor.tools.shard_forecast)
 
 
 def _tokenizer(config: TokenizeConfig, files: list[str], out: str) -> str:
@@ -239,15 +264,19 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
         if job.address is not None:  # a run killed between the marker and its index entry
             shard_reuse.record_if_missing(job.output_path, job.address, files, committed)
         return {**committed, "resumed": True}
-    if job.address is not None:
-        reused = shard_reuse.reuse(job.output_path, job.address, list(job.sources))
-        if reused is not None:
-            return {**reused, "resumed": False, "reused": True}
-    result = _encode_shard(job)
-    write_json_atomically(marker, result)
-    if job.address is not None:
-        shard_reuse.record(job.output_path, job.address, files, result)
-    return {**result, "resumed": False}
+    if job.address is None:
+        result = _encode_shard(job)
+        write_json_atomically(marker, result)
+        return {**result, "resumed": False}
+
+    def make() -> dict[str, Any]:
+        made = _encode_shard(job)
+        write_json_atomically(marker, made)
+        shard_reuse.record(job.output_path, job.address, files, made)
+        return made
+
+    result, made_here = shard_reuse.reuse_or_make(job.output_path, job.address, list(job.sources), make)
+    return {**result, "resumed": False, **({} if made_here else {"reused": True})}
 
 
 def _encode_shard(job: _ShardJob) -> dict[str, Any]:

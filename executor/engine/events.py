@@ -170,6 +170,14 @@ class ChangeNoted:
 
 
 @dataclass(frozen=True)
+class ShardsForecast:
+    """The dry run's forecast for incremental data steps (issue 48): per step name, what it expects to
+    reuse ("expects to reuse 14 of 16 shards (2 to process)") or why it cannot tell."""
+
+    lines: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class StandbyNoted:
     """--cache-from: steps neither run nor copied, since every step reading them is copied or complete."""
 
@@ -242,7 +250,7 @@ class RunFinished:
 
 
 Event = (PlanMade | RunStarted | StepStarted | StepWaiting | StepRetried | LeaseLost | StepFinished | MirrorCopied
-         | LogLine | CrossRegionNoted | DriftFound | ChangeNoted | StandbyNoted | MirrorPlanned | TransferRefusal
+         | LogLine | CrossRegionNoted | DriftFound | ChangeNoted | ShardsForecast | StandbyNoted | MirrorPlanned | TransferRefusal
          | IdsChecked | IdsWritten | StepExplained | RunFinished)
 Subscriber = Callable[[Event], None]
 
@@ -268,6 +276,6 @@ class Events:
 
 
 __all__ = ["ChangeNoted", "CrossRegionNoted", "DriftFound", "Event", "Events", "IdsChecked", "IdsWritten", "LeaseLost",
-           "LogLine", "MirrorCopied", "MirrorPlanned", "PlanMade", "RunFinished", "RunStarted", "StandbyNoted",
+           "LogLine", "MirrorCopied", "MirrorPlanned", "PlanMade", "RunFinished", "RunStarted", "ShardsForecast", "StandbyNoted",
            "StepExplained", "StepFinished", "StepRetried", "StepStarted", "StepWaiting", "Subscriber",
            "TransferRefusal"]

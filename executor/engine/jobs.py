@@ -50,6 +50,7 @@ class RunContext:
     main_file: str | None
     max_concurrent: int  # no default: RunOptions' is the only one
     mirror_sources: tuple[str, ...] = ()  # where mirrored inputs the plan did not foresee are looked for
+    cache_from: tuple[str, ...] = ()  # --cache-from prefixes: steps may take shard results from there too
     transfers: TransferLedger = field(default_factory=TransferLedger)  # the run's budget, for unforeseen copies
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic

@@ -31,6 +31,7 @@ from executor.engine.mirror_copy import add_mirror_jobs, unplanned as unplanned_
 from executor.engine.provenance import function_fingerprint, function_reference
 from executor.engine.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import StepCall, StepOutcome
+from executor.engine.shard_sources import CacheFrom
 
 
 def is_not_secret(f: Any) -> bool:
@@ -207,10 +208,16 @@ class StepJob(Job):
             board.fail(self, StepOutcome(ok=False, error=f"could not prepare the step: {type(e).__name__}: {e}"))
             return
         call = StepCall(node.step_id, node.step.fn, config, self.output_path, resources, dict(resources.env),
-                        attempt=lease.status.attempt, storage=board.ctx.storage)
+                        attempt=lease.status.attempt, storage=board.ctx.storage,
+                        cache_from=self._cache_from(board))
         self.attempts = []
         self.handle = board.ensure_runner().submit(call)
         board.ctx.events.emit(StepStarted(node, lease.status.attempt, self.takeover, self.output_path))
+
+    @staticmethod
+    def _cache_from(board: Board) -> CacheFrom | None:
+        """The run's prefix and --cache-from prefixes, where the step may find shard results (issue 48)."""
+        return CacheFrom(board.ctx.prefix, board.ctx.cache_from) if board.ctx.cache_from else None
 
     def finish(self, outcome: StepOutcome) -> None:
         board, keeper = self.board, self.board.ctx.keeper

@@ -271,6 +271,8 @@ def cmd_gc(args: Any) -> int:
     print(f"prefix {prefix}: {len(report.kept_present)} output(s) reachable from "
           f"{len(args.experiments)} experiment(s) and {len(args.pin)} pin(s); "
           f"{len(report.garbage)} unreachable, {human_bytes(report.garbage_bytes)}")
+    if report.claims or report.claims_kept:  # issue 48: claims on shard results (executor/tools/gc.py)
+        print(f"shard claims: {report.claims_kept} held by reachable outputs, {len(report.claims)} not")
     now = time.time()
     commands_by_run = _run_commands(prefix, args.storage_options) if report.garbage else {}
     for o in report.garbage:
@@ -292,6 +294,8 @@ def cmd_gc(args: Any) -> int:
         print(f"could not delete {rel}: {error}")
     refused = f"; could not delete {len(report.failed)} (the storage refused; see above)" if report.failed else ""
     print(f"deleted {len(report.deleted)} output(s); kept {len(report.spared)} unreachable one(s){refused}")
+    if report.claims:
+        print(f"deleted {len(report.deleted_claims)} shard claim(s); kept {len(report.spared_claims)}")
     return ExitCode.FAILED if report.failed else ExitCode.OK
 
 

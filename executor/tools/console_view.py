@@ -18,7 +18,7 @@ from executor.core.outcome import Outcome
 from executor.core.plan import Action
 from executor.engine.events import (ChangeNoted, CrossRegionNoted, DriftFound, Event, Events, IdsChecked, IdsWritten,
                                     LeaseLost, LogLine, MirrorCopied, MirrorPlanned, PlanMade, RunFinished,
-                                    StandbyNoted, StepExplained, StepFinished, StepRetried, StepStarted, StepWaiting,
+                                    ShardsForecast, StandbyNoted, StepExplained, StepFinished, StepRetried, StepStarted, StepWaiting,
                                     TransferRefusal)
 from executor.tools.console_reporter import Reporter, escape
 
@@ -88,6 +88,11 @@ class ConsoleView:
 
     def _drift_found(self, e: DriftFound) -> None:
         self.reporter.warning(e.message)
+
+    def _shards_forecast(self, e: ShardsForecast) -> None:
+        self.reporter.plain("shards (stored results whose address matches; each checked when copied):")
+        for name, line in e.lines:
+            self.reporter.plain(f"  {name}: {line}")
 
     def _standby_noted(self, e: StandbyNoted) -> None:
         self.reporter.plain(f"not needed here (every step that reads them is copied or complete): "
@@ -237,7 +242,7 @@ _HANDLERS: dict[type, Callable[[ConsoleView, Any], None]] = {
     StepRetried: ConsoleView._step_retried, LeaseLost: ConsoleView._lease_lost, LogLine: ConsoleView._log_line,
     MirrorCopied: ConsoleView._mirror_copied, RunFinished: ConsoleView._run_finished,
     ChangeNoted: ConsoleView._change_noted, DriftFound: ConsoleView._drift_found,
-    StandbyNoted: ConsoleView._standby_noted, MirrorPlanned: ConsoleView._mirror_planned,
+    ShardsForecast: ConsoleView._shards_forecast, StandbyNoted: ConsoleView._standby_noted, MirrorPlanned: ConsoleView._mirror_planned,
     CrossRegionNoted: ConsoleView._cross_region, TransferRefusal: ConsoleView._transfer_refusal,
     IdsChecked: ConsoleView._ids_checked, IdsWritten: ConsoleView._ids_written,
     StepExplained: ConsoleView._step_explained}

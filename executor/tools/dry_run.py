@@ -1,8 +1,8 @@
 """The dry run as events: the plan a run would act on, and what it would find and move; writes nothing.
 
 `dry_run` emits, in order: DriftFound per completed step whose code changed, PlanMade (dry_run=True),
-ChangeNoted per new id with an earlier version, StandbyNoted (--cache-from), MirrorPlanned per
-mirrored input, CrossRegionNoted per cross-location read and TransferRefusal when the run would be
+ChangeNoted per new id with an earlier version, ShardsForecast (incremental data steps), StandbyNoted
+(--cache-from), MirrorPlanned per mirrored input, CrossRegionNoted per cross-location read and TransferRefusal when the run would be
 refused (executor/engine/events.py). The command line renders them (console_view.py); a library
 caller subscribes its own function and gets the same plan, nothing printed:
 `dry_run(steps, executor.Options(prefix=...), subscribers=[seen.append])`.
@@ -28,6 +28,7 @@ def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: I
     from executor.engine.transfers import check_transfer_budget
     from executor.tools.drift import warn_drift
     from executor.tools.explain import note_changes
+    from executor.tools.shard_forecast import forecast_event
 
     options, environ, events = options or api.Options(), api.environment(environ), Events(subscribers)
     graph = steps if isinstance(steps, Graph) else api.graph_of(list(steps), options, environ)
@@ -36,6 +37,9 @@ def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: I
     warn_drift(plan, prefix, planned.fs, events)  # issue 7: completed outputs whose step code changed
     events.emit(PlanMade(graph, plan, prefix, description, planned.fs, planned.storage_options, dry_run=True))
     note_changes(graph, plan, prefix, main_file, events, planned.storage_options)
+    forecast = forecast_event(graph, plan, prefix, planned.storage_options)
+    if forecast:  # issue 48: shards incremental data steps expect to reuse
+        events.emit(forecast)
     if plan.standby:  # --cache-from: what is neither run nor copied, and why
         events.emit(StandbyNoted(tuple(d.node.name for d in plan.standby.values())))
     for event in mirrors_planned(plan):  # what would be copied, from where, how much

@@ -9,6 +9,12 @@ lease); `runs/` is never touched. A deletion removes the status first (so no rea
 output for done while its files go) and re-reads it just before, so a step that started meanwhile
 is kept. A deletion the storage refuses is reported with its error and the sweep goes on with the
 rest: the report says what was deleted, what was kept and why, and what could not be deleted.
+
+Shard claims (steps/shard_reuse.py: `<folder>/.shard-claims/<step name>/<address>.json`, the leases
+under which incremental data steps make each shard once) are kept while an output that is not
+deleted holds that shard's result (`<output>/shard-index/<address>.json`) or the claim is RUNNING
+(a live lease) or within the grace period; every other claim is collected with the outputs: a shard
+result referenced only by deleted outputs leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from typing import Any, Callable, Iterable
 
 from executor.engine import location
 from executor.engine import outputs
+from executor.core.errors import StatusError
 from executor.core.graph import Graph
 from executor.tools.plan_file import plan_file_path, read_plan
-from executor.core.record import EXECUTOR_DIR, Absent, State, Status, status_key
+from executor.core.record import EXECUTOR_DIR, Absent, State, Status, parse_status, status_key
 from executor.engine.prefix_view import PrefixView, StepRow
 
 
@@ -32,6 +39,7 @@ class StepOutput:
     files: int = 0
     newest_mtime: float = 0.0
     row: StepRow | None = None  # its status, as the read model read it
+    shard_addresses: set[str] = field(default_factory=set)  # the shard results it holds (shard-index/)
 
     @property
     def status(self) -> Status | None:
@@ -46,6 +54,20 @@ class StepOutput:
         return max(self.newest_mtime, self.status.written_at if self.status else 0.0)
 
 
+SHARD_INDEX = "shard-index"  # steps/shard_reuse.py's INDEX_DIR and CLAIMS_DIR (tests/tools/test_gc_shards.py)
+SHARD_CLAIMS = ".shard-claims"
+
+
+@dataclass
+class ShardClaim:
+    rel: str  # the claim object relative to the prefix
+    mtime: float = 0.0
+
+    @property
+    def address(self) -> str:
+        return self.rel.rsplit("/", 1)[-1].removesuffix(".json")
+
+
 @dataclass
 class GcReport:
     prefix: str
@@ -55,6 +77,10 @@ class GcReport:
     deleted: list[str] = field(default_factory=list)
     spared: dict[str, str] = field(default_factory=dict)  # garbage not deleted -> why
     failed: dict[str, str] = field(default_factory=dict)  # garbage the storage refused to delete -> its error
+    claims: list[ShardClaim] = field(default_factory=list)  # shard claims no kept output holds
+    claims_kept: int = 0  # shard claims a kept output holds
+    deleted_claims: list[str] = field(default_factory=list)
+    spared_claims: dict[str, str] = field(default_factory=dict)  # claim rel -> why it was not deleted
 
     @property
     def garbage_bytes(self) -> int:
@@ -81,6 +107,12 @@ def list_outputs(prefix: str, storage_options: dict | None = None, *,
                  say: Callable[[str], None] = _silent) -> list[StepOutput]:
     """Every step output directory under the prefix with its size, newest write and status. `say`
     hears, before each of its two long reads, what it is about to do (the command line prints it)."""
+    return list_prefix(prefix, storage_options, say=say)[0]
+
+
+def list_prefix(prefix: str, storage_options: dict | None = None, *,
+                say: Callable[[str], None] = _silent) -> tuple[list[StepOutput], list[ShardClaim]]:
+    """list_outputs, and the shard claims found by the same listing."""
     fs = location.open_filesystem(prefix, storage_options)
     root = location.bare_path(prefix)
     say(f"listing every object under {prefix}…")  # one call, maybe long
@@ -93,6 +125,8 @@ def list_outputs(prefix: str, storage_options: dict | None = None, *,
         # which are no step's: their copies are never taken for one step output to delete
         if rel and not rel.startswith(("runs/", "mirror/.executor/")):
             files[rel] = info
+    claims = [ShardClaim(rel, _mtime(info)) for rel, info in files.items()
+              if f"/{SHARD_CLAIMS}/" in "/" + rel and rel.endswith(".json")]
     marker = f"/{EXECUTOR_DIR}/"
     steps: dict[str, StepOutput] = {}
     for rel in files:
@@ -110,11 +144,14 @@ def list_outputs(prefix: str, storage_options: dict | None = None, *,
             owner.size += int(info.get("size") or 0)
             owner.files += 1
             owner.newest_mtime = max(owner.newest_mtime, _mtime(info))
+            inside = rel[len(owner.rel) + 1:]
+            if inside.startswith(f"{SHARD_INDEX}/") and inside.endswith(".json") and inside.count("/") == 1:
+                owner.shard_addresses.add(inside[len(SHARD_INDEX) + 1:].removesuffix(".json"))
     found_steps = sorted(steps.values(), key=lambda o: o.rel)
     say(f"reading {len(found_steps)} status(es)…")
     for output, row in zip(found_steps, PrefixView.open(prefix, storage_options).steps([o.rel for o in found_steps])):
         output.row = row
-    return found_steps
+    return found_steps, claims
 
 
 def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, str]:
@@ -145,9 +182,18 @@ def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
             storage_options: dict | None = None, *, say: Callable[[str], None] = _silent) -> GcReport:
     """roots: output rels to keep -> why (see experiment_outputs); `say`: as for list_outputs."""
     report = GcReport(prefix, reachable_outputs(prefix, roots, pins, storage_options))
-    for output in list_outputs(prefix, storage_options, say=say):
+    found, claims = list_prefix(prefix, storage_options, say=say)
+    for output in found:
         (report.kept_present if output.rel in report.reachable else report.garbage).append(output)
+    held = _held(report.kept_present)
+    report.claims = [c for c in claims if c.address not in held]
+    report.claims_kept = len(claims) - len(report.claims)
     return report
+
+
+def _held(found: Iterable[StepOutput]) -> dict[str, str]:
+    """Shard address -> an output that holds its result."""
+    return {address: o.rel for o in found for address in o.shard_addresses}
 
 
 def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: dict | None = None) -> GcReport:
@@ -175,4 +221,36 @@ def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: 
             report.failed[output.rel] = f"{type(e).__name__}: {e}"
             continue
         report.deleted.append(output.rel)
+    _sweep_claims(report, view, grace_hours, now)
     return report
+
+
+def _sweep_claims(report: GcReport, view: PrefixView, grace_hours: float, now: float) -> None:
+    """Delete the shard claims no output left after the sweep holds, unless live or young."""
+    deleted = set(report.deleted)
+    held = _held(o for o in report.garbage if o.rel not in deleted)
+    for claim in report.claims:
+        age_h = (now - claim.mtime) / 3600
+        if claim.address in held:
+            report.spared_claims[claim.rel] = f"its result is held by {held[claim.address]}, which was not deleted"
+            continue
+        if age_h < grace_hours:
+            report.spared_claims[claim.rel] = f"written {age_h:.1f} h ago, within the {grace_hours:g} h grace period"
+            continue
+        try:
+            current = view.store.read(claim.rel)
+            if current is not None and _claim_state(current.data, claim.rel) is State.RUNNING:
+                report.spared_claims[claim.rel] = "RUNNING: a live lease (never deleted)"
+                continue
+            view.store.delete(claim.rel)
+        except Exception as e:  # noqa: BLE001 - as for outputs: the rest go on
+            report.failed[claim.rel] = f"{type(e).__name__}: {e}"
+            continue
+        report.deleted_claims.append(claim.rel)
+
+
+def _claim_state(data: bytes, where: str) -> State | None:
+    try:
+        return parse_status(data, where).state
+    except StatusError:  # a damaged claim: any runner takes it over by CAS; nothing lives in it
+        return None

@@ -207,6 +207,19 @@ def mirrors_table(run_file: dict[str, Any]) -> str:
             f"<th>size</th><th>time</th><th>copy</th></tr>{''.join(rows)}</table>")
 
 
+def shard_counts(result: Any) -> str | None:
+    """"2 processed, 14 reused" for a step whose result reports its shards (shards_processed and
+    shards_reused: incremental data steps, steps/shard_reuse.py); None for any other step."""
+    if not isinstance(result, dict) or "shards_processed" not in result or "shards_reused" not in result:
+        return None
+    return f"{result['shards_processed']} processed, {result['shards_reused']} reused"
+
+
+def _shards_note(v: StepView) -> str:
+    counts = shard_counts((v.record or {}).get("result"))
+    return f'<br><small class="shards">shards: {html.escape(counts)}</small>' if counts else ""
+
+
 def _cut_off_note(v: StepView) -> str:
     """Under a cut-off step's outcome: why it was not run (executor.engine.cutoff)."""
     return f'<br><small class="cut-off">{html.escape(v.cut_off)}</small>' if v.cut_off else ""
@@ -235,7 +248,7 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
         rows.append(f'<tr class="step" data-step-id="{html.escape(v.step_id)}" data-outcome="{html.escape(v.outcome)}">'
                     f'<td>{html.escape(v.name)}<br><code>{html.escape(v.step_id)}</code></td>'
                     f'<td style="background:{OUTCOME_COLORS.get(v.outcome, "#eee")}">{html.escape(v.outcome)}'
-                    f'{_cut_off_note(v)}</td>'
+                    f'{_cut_off_note(v)}{_shards_note(v)}</td>'
                     f'<td>{html.escape(v.decision)}: {html.escape(v.reason)}</td><td>{_when(began)}</td>'
                     f'<td>{_when(ended)}</td><td>{attempts}</td><td>{wait}</td><td>{" · ".join(links) or "–"}</td></tr>')
     curves = [curve for v in views for curve in step_curves(v.name, v.step_id, v.metrics, v.results)]

@@ -126,22 +126,27 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
     out = plan.config.output_path.rstrip("/")
     rel = f"hashes/{plan.names[k]}.arrow"
     address = plan.reuse.address("hash", _hash_settings(plan.config), k) if plan.reuse else None
-    if address is not None:
-        reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
-        if reused is not None:
-            table = read_table(f"{out}/{rel}")
-            ids = string_column(table, "id")
-            shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
-                                      numpy_column(table, "index"), [0] * len(ids), ids)
-            return {**reused, "bytes_shuffled": shuffled, "reused": True}
-    result = _hash_shard(plan, k)
-    if address is not None:
-        h1, h2 = _digests_to_columns(result.pop("digests"))
+    if address is None:
+        result = _hash_shard(plan, k)
+        return {key: v for key, v in result.items() if key not in ("digests", "indexes", "ids")}
+
+    def make() -> dict:
+        made = _hash_shard(plan, k)
+        h1, h2 = _digests_to_columns(made.pop("digests"))
         write_table(f"{out}/{rel}", pa.table({"h1": arrow_column(h1), "h2": arrow_column(h2),
-                                              "index": arrow_column(np.asarray(result.pop("indexes"), np.int64)),
-                                              "id": _strings(result.pop("ids"))}))
-        shard_reuse.record(out, address, [rel], {key: v for key, v in result.items() if key != "bytes_shuffled"})
-    return {key: v for key, v in result.items() if key not in ("digests", "indexes", "ids")}
+                                              "index": arrow_column(np.asarray(made.pop("indexes"), np.int64)),
+                                              "id": _strings(made.pop("ids"))}))
+        shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"})
+        return made
+
+    result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
+    if made_here:
+        return result
+    table = read_table(f"{out}/{rel}")  # the reused shard's records go to this run's shuffle
+    ids = string_column(table, "id")
+    shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
+                              numpy_column(table, "index"), [0] * len(ids), ids)
+    return {**result, "bytes_shuffled": shuffled, "reused": True}
 
 
 def _strings(values: list[str]) -> pa.Array:
@@ -273,14 +278,32 @@ def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
     return result
 
 
-def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str]) -> _Reuse:
+def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str],
+                digests: dict[str, str] | None = None) -> _Reuse:
     files = sorted({s.path for s in shards})
-    digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="exact-dedup: input digests")))
+    if digests is None:
+        digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="exact-dedup: input digests")))
     code = shard_reuse.code_digest([sys.modules[__name__], output, shuffle, documents, attributes_module],
                                    ["xxhash", "pyarrow", "numpy", "zstandard"])
     described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
                   **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
-    return _Reuse(code, described, tuple(shard_reuse.earlier_outputs(config.output_path)))
+    return _Reuse(code, described, tuple(shard_reuse.sources(config.output_path)))
+
+
+def forecast_shards(config: ExactDedupConfig, checksums: dict[str, dict[str, str]]) -> tuple[int, int] | str | None:
+    """A dry run's forecast (docs/steps.md): (shards whose stored hash records it expects to reuse,
+    shards), from the upstream manifest's checksums and listings of the earlier outputs' shard
+    indexes; or why it cannot say; None when nothing is reused (paragraphs only)."""
+    if not config.documents:
+        return None
+    files = list_document_files(config.input_path)
+    digests = shard_reuse.sha256_of(checksums, files)
+    if isinstance(digests, str):
+        return f"not forecast: {digests}"
+    shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
+    reuse = _plan_reuse(config, shards, shard_names(shards), dict(zip(files, digests)))
+    stored = shard_reuse.stored_addresses(config.output_path)
+    return sum(reuse.address("hash", _hash_settings(config), k) in stored for k in range(len(shards))), len(shards)
 
 
 def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
@@ -326,3 +349,6 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
             "shards_processed": sum(not h["resumed"] and not h.get("reused") for h in hashed),
             "shards_rewritten": sum(not w["resumed"] and not w.get("reused") for w in written),
             "nodes_per_stage": nodes_per_stage(stages)}
+
+
+exact_dedup.shard_forecast = forecast_shards  # type: ignore[attr-defined]  # read by the dry run (executor.tools.shard_forecast)

@@ -47,3 +47,20 @@ def test_a_grown_corpus_on_a_bucket_reuses_unchanged_shards(kind, corpora, s3_em
     got, want = output_objects(here, incremental), output_objects(fresh, full)
     assert sorted(got) == sorted(want) and len(want) > SHARDS
     assert [name for name in want if got[name] != want[name]] == []
+
+
+def test_tokenize_grows_on_the_gcs_emulator_under_its_shard_claims(corpora, gcs_emulator):  # noqa: F811
+    """The same on fake GCS (generation preconditions): every shard made was claimed there (a
+    SUCCESS claim under `.shard-claims/tokenized/`: the first run's 16, the grown run's 2)."""
+    import json
+
+    here, fresh = make_bucket(gcs_emulator, "incr"), make_bucket(gcs_emulator, "full")
+    inputs = {b.prefix: {n: upload(b, corpora[n], n) for n in ("first", "grown")} for b in (here, fresh)}
+    run_on(here, tokenize_step(inputs[here.prefix]["first"], corpora["tokenizer"]))
+    incremental, grown = run_on(here, tokenize_step(inputs[here.prefix]["grown"], corpora["tokenizer"]))
+    full, _ = run_on(fresh, tokenize_step(inputs[fresh.prefix]["grown"], corpora["tokenizer"]))
+    assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
+    got, want = output_objects(here, incremental), output_objects(fresh, full)
+    assert sorted(got) == sorted(want) and [name for name in want if got[name] != want[name]] == []
+    claims = {k: json.loads(v) for k, v in here.objects().items() if k.startswith(".shard-claims/tokenized/")}
+    assert len(claims) == SHARDS + 2 and {c["state"] for c in claims.values()} == {"SUCCESS"}

@@ -19,6 +19,8 @@ PUBLIC = {
     "url_to_fs", "Location", "Storage", "current_storage",
     # what steps need, so that they import only this surface (tests/executor/test_layering.py)
     "Progress", "current_node", "hashed_unless_default",
+    "claim_once", "ClaimSettings",  # shard work done once across runners, under a lease (issue 48)
+    "cache_from_outputs",  # shard results under --cache-from prefixes (issue 48)
 }
 
 

@@ -67,11 +67,20 @@ def run_call(call: StepCall) -> StepOutcome:
     environment of a process that runs other steps or the run itself.
     """
     try:
-        with using(call.storage):  # the step's storage options, as a value (see engine/location.py)
+        with using(call.storage), _caching_from(call):  # the step's storage options and cache sources, as values
             return StepOutcome(ok=True, result=call.fn(call.config))
     except BaseException as e:  # noqa: BLE001 - user code may raise anything; we report it
         return StepOutcome(ok=False, error=f"{type(e).__name__}: {e}",
                            traceback="".join(traceback.format_exception(e))[-4000:])
+
+
+def _caching_from(call: StepCall) -> contextlib.AbstractContextManager:
+    """The run's --cache-from prefixes made the step's (engine/shard_sources.py); loaded only when given."""
+    if call.cache_from is None:
+        return contextlib.nullcontext()
+    from executor.engine.shard_sources import caching_from
+
+    return caching_from(call.cache_from)
 
 
 def thread_env_problem(name: str, env: Mapping[str, str]) -> str | None:

@@ -21,7 +21,7 @@ from executor.core.record import Absent, State
 from executor.engine.prefix_view import LogRef, StepRow
 from executor.tools.draw import COLORS, render_svg
 from executor.tools.overview import duration as table_duration
-from executor.tools.run_report import graph_plan, step_curves
+from executor.tools.run_report import graph_plan, shard_counts, step_curves
 from executor.tools.serve.keys import ENV, WATCHER
 from executor.tools.serve.watch import PlannedRow, Watcher
 
@@ -228,6 +228,7 @@ def step_detail(watcher: Watcher, row: StepRow) -> dict[str, Any]:
     return {"status": status_text, "record": _pretty(record) if record else None,
             "record_error": full.record_problem if full else None,
             "result": _pretty(record["result"]) if "result" in record else None,
+            "shards": shard_counts(record.get("result")),
             "identity": _pretty(record["identity"]) if record.get("identity") else None,
             "deps": [link(s) for s in (full.dependencies if full else ())],
             "dependents": [link(s) for s in (full.dependents if full else ())],

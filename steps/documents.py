@@ -294,7 +294,14 @@ def shard_names(shards: list[DocumentShard]) -> list[str]:
 def read_shard(shard: DocumentShard, on_bad_line: OnBadLine = "error",
                stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield the documents of one shard in order (see `read_documents` for what is checked)."""
-    return itertools.chain.from_iterable(read_shard_blocks(shard, on_bad_line, stats))
+    return _documents_of(read_shard_blocks(shard, on_bad_line, stats))
+
+
+def _documents_of(blocks: Iterator[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """The documents of `blocks`, one by one; closing this closes `blocks` (and the file under them)."""
+    with contextlib.closing(blocks):  # type: ignore[type-var]
+        for block in blocks:
+            yield from block
 
 
 def read_shard_blocks(shard: DocumentShard, on_bad_line: OnBadLine = "error",

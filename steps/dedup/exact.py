@@ -44,7 +44,8 @@ from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_c
 from steps.dedup.shuffle import (arrow_column, choose_partitions, nodes_per_stage, numpy_column, read_partition,
                                  read_table, remove_tree, run_stage, string_column, write_partitioned, write_table)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
-                             plan_document_shards, read_json, read_shard, remove_stale_temporaries, shard_names)
+                             plan_document_shards, read_json, read_shard, read_shard_blocks,
+                             remove_stale_temporaries, shard_names)
 
 
 @dataclass(frozen=True)
@@ -149,17 +150,19 @@ def _strings(values: list[str]) -> pa.Array:
 
 
 def _hash_shard(plan: _Plan, k: int) -> dict:
-    """Hash shard k's documents and write their records to the shuffle; also returns the records."""
+    """Hash shard k's documents and write their records to the shuffle; also returns the records.
+    A block of documents at a time: the texts' encoding and hashing run as C-level maps."""
     stats = ReadStats()
-    digests, indexes, ids, text_bytes = bytearray(), [], [], 0
+    digests, ids, text_bytes = bytearray(), [], 0
     digest = xxhash.xxh3_128_digest
-    for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line, stats)):
-        text = doc["text"].encode("utf-8")
-        digests += digest(text)
-        text_bytes += len(text)
-        indexes.append(index)
-        ids.append(doc["id"])
-    shuffled = _write_records(plan, "hash", k, digests, indexes, [0] * len(ids), ids) if plan.config.documents else 0
+    for block in read_shard_blocks(plan.shards[k], plan.config.on_bad_line, stats):
+        texts = [doc["text"].encode("utf-8") for doc in block]
+        digests += b"".join(map(digest, texts))
+        text_bytes += sum(map(len, texts))
+        ids.extend([doc["id"] for doc in block])
+    indexes = np.arange(len(ids), dtype=np.int64)
+    shuffled = (_write_records(plan, "hash", k, digests, indexes, np.zeros(len(ids), np.int32), ids)
+                if plan.config.documents else 0)
     return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes,
             "digests": digests, "indexes": indexes, "ids": ids}
 

@@ -183,16 +183,18 @@ def read_document_blocks(path: str, on_bad_line: OnBadLine = "error", stats: Rea
         return
     with contextlib.closing(_file_lines(path)) as lines:
         for block in _batched(itertools.islice(lines, first, last), BLOCK_LINES):
-            yield _parse_block(block, path, on_bad_line, stats)
+            yield from _parse_block(block, path, on_bad_line, stats)
 
 
 BLOCK_LINES = 1024
 
 
 def _parse_block(numbered: list[tuple[Any, bytes]], path: str, on_bad_line: OnBadLine,
-                 stats: ReadStats, sep: str = ":") -> list[dict[str, Any]]:
-    """The documents on (line number or position, line) pairs: all parsed at once when every line
-    is a document with a str id and a str text, else line by line (`_parse_line`)."""
+                 stats: ReadStats, sep: str = ":") -> Iterator[list[dict[str, Any]]]:
+    """The documents on (line number or position, line) pairs: one list, parsed at once, when every
+    line is a document with a str id and a str text; else a list per document, each line parsed
+    (`_parse_line`) only when the one before it has been taken, so a reader that stops early never
+    meets a bad line after its last document."""
     lines = [line for _, line in numbered]
     try:
         docs = list(map(_loads, lines))
@@ -202,9 +204,12 @@ def _parse_block(numbered: list[tuple[Any, bytes]], path: str, on_bad_line: OnBa
                                 for d in docs):
         stats.documents += len(docs)
         stats.bytes += sum(map(len, lines))
-        return docs
-    parsed = (_parse_line(line, f"{path}{sep}{where}", on_bad_line, stats) for where, line in numbered)
-    return [doc for doc in parsed if doc is not None]
+        yield docs
+        return
+    for where, line in numbered:
+        doc = _parse_line(line, f"{path}{sep}{where}", on_bad_line, stats)
+        if doc is not None:
+            yield [doc]
 
 
 def _parse_line(line: bytes, where: str, on_bad_line: OnBadLine, stats: ReadStats) -> dict[str, Any] | None:
@@ -314,8 +319,8 @@ def read_shard_blocks(shard: DocumentShard, on_bad_line: OnBadLine = "error",
         return read_document_blocks(shard.path, on_bad_line, stats)
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
-    return (_parse_block(block, shard.path, on_bad_line, stats, "@byte")
-            for block in _batched(_byte_range_lines(shard), BLOCK_LINES))
+    return (docs for block in _batched(_byte_range_lines(shard), BLOCK_LINES)
+            for docs in _parse_block(block, shard.path, on_bad_line, stats, "@byte"))
 
 
 def _byte_range_lines(shard: DocumentShard) -> Iterator[tuple[int, bytes]]:

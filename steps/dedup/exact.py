@@ -15,7 +15,9 @@ by the step's settings, this code, the shard's bytes and, for the written output
 attributes (steps/shard_reuse.py). A run under a new id reuses them from earlier outputs of the step:
 a grown corpus hashes only its new or changed shards; the reduce always sees every shard's records,
 so the kept set and the canonical copies are a full run's, and a shard whose removals changed is
-written again (`shards_rewritten`). The paragraph stage, when on, reads every shard.
+written again (`shards_rewritten`). Reused shards' stored records reach the shuffle a group at a
+time (about `partition_bytes` of records each: one file per partition and group, not per shard).
+The paragraph stage, when on, reads every shard.
 The driver holds one small dict per shard and per partition, never per document, and a worker
 holds one shard's or one partition's records: `partition_bytes` (execution-only) sizes the
 partitions. The kept set does not depend on the shard, partition or worker counts. Each task
@@ -129,12 +131,8 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
     address = plan.reuse.address("hash", _hash_settings(plan.config), k) if plan.reuse else None
     if address is not None:
         reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
-        if reused is not None:
-            table = read_table(f"{out}/{rel}")
-            ids = string_column(table, "id")
-            shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
-                                      numpy_column(table, "index"), [0] * len(ids), ids)
-            return {**reused, "bytes_shuffled": shuffled, "reused": True}
+        if reused is not None:  # its records reach the shuffle with other reused shards' (_reused_records)
+            return {**reused, "bytes_shuffled": 0, "reused": True}
     result = _hash_shard(plan, k)
     if address is not None:
         h1, h2 = _digests_to_columns(result.pop("digests"))
@@ -143,6 +141,47 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
                                               "id": _strings(result.pop("ids"))}))
         shard_reuse.record(out, address, [rel], {key: v for key, v in result.items() if key != "bytes_shuffled"})
     return {key: v for key, v in result.items() if key not in ("digests", "indexes", "ids")}
+
+
+def _reused_groups(plan: _Plan, hashed: list[dict]) -> list[list[int]]:
+    """The reused shards in groups of consecutive shards holding at most about a partition's worth
+    of records each: one task writes a group's records to the shuffle, a file per partition, where
+    shard by shard would write (reused shards x partitions) small files again on every run."""
+    budget = max(1, plan.config.partition_bytes // _RECORD_BYTES)
+    groups: list[list[int]] = []
+    rows = 0
+    for k, h in enumerate(hashed):
+        if not h.get("reused"):
+            continue
+        count = h["stats"]["documents"]
+        if not groups or rows + count > budget:
+            groups.append([])
+            rows = 0
+        groups[-1].append(k)
+        rows += count
+    return groups
+
+
+_RECORD_BYTES = 64
+"""About the bytes of one hash record in memory (two hashes, shard, index, line, a short id)."""
+
+
+def _reused_records(job: tuple[_Plan, list[int]]) -> dict:
+    """Write the stored hash records of a group of reused shards to the shuffle."""
+    plan, group = job
+    out = plan.config.output_path.rstrip("/")
+    tables = [read_table(f"{out}/hashes/{plan.names[k]}.arrow") for k in group]
+    ids = [i for table in tables for i in string_column(table, "id")]
+    columns = {"h1": np.concatenate([numpy_column(t, "h1") for t in tables]),
+               "h2": np.concatenate([numpy_column(t, "h2") for t in tables]),
+               "shard": np.concatenate([np.full(t.num_rows, k, np.int32) for t, k in zip(tables, group)]),
+               "index": np.concatenate([numpy_column(t, "index") for t in tables]),
+               "line": np.zeros(len(ids), np.int32), "id": ids}
+    if not ids:
+        return {"bytes_shuffled": 0}
+    partition = (columns["h1"] % np.uint64(plan.num_partitions)).astype(np.int64)
+    return {"bytes_shuffled": write_partitioned(f"{plan.work}/hash", columns, partition, plan.num_partitions,
+                                                f"reused-{group[0]:06d}")}
 
 
 def _strings(values: list[str]) -> pa.Array:
@@ -303,6 +342,12 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     hashed = stages["hash"] = run_stage(work, "hash", _hash_documents, [(plan, k) for k in range(len(shards))],
                                         keys, "exact-dedup: hash", cpus)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
+    groups = _reused_groups(plan, hashed)
+    if groups:
+        stages["reused-records"] = run_stage(work, "reused-records", _reused_records,
+                                             [(plan, group) for group in groups],
+                                             [f"{group[0]:06d}-{group[-1]:06d}" for group in groups],
+                                             "exact-dedup: reused records", cpus)
     if config.documents:
         stages["reduce"] = run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
                                      "exact-dedup: reduce", cpus)

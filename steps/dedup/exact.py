@@ -145,8 +145,9 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
 
 def _reused_groups(plan: _Plan, hashed: list[dict]) -> list[list[int]]:
     """The reused shards, in order, in groups holding at most about a partition's worth of records
-    each (a group of one when a shard alone holds more): one task writes a group's records to the shuffle, a file per partition, where
-    shard by shard would write (reused shards x partitions) small files again on every run."""
+    each (a group of one when a shard alone holds more): one task writes a group's records to the
+    shuffle, a file per partition, where shard by shard would write (reused shards x partitions)
+    small files again on every run."""
     budget = max(1, plan.config.partition_bytes // _RECORD_BYTES)
     groups: list[list[int]] = []
     rows = 0

@@ -18,10 +18,13 @@ from steps.extras import DATA, require_extra
 
 require_extra("data", "steps.bpe", DATA)
 
+import collections
 import contextvars
+import itertools
 import functools
 import json
 import re
+import struct
 import unicodedata
 from itertools import chain
 from typing import Iterable, Iterator
@@ -98,6 +101,7 @@ def eos_id_of(tokenizer: Tokenizer, eos_token: str, where: str) -> int:
 _GPT2_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
 _PROBES = ("a{}a", "1{}1", "!{}!", " {} ", "{}{}", "'{}s")
 _LONG_TEXT_CHARS = 1 << 20
+_UINT32 = struct.Struct("<I")
 # Split points of a long text where every pre-token ends (see _windows): before the space of
 # "letter space letter", and after the newline of "printable newline printable" (ASCII neighbours).
 _SAFE_SPLIT = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])|(?<=[!-~]\n)(?=[!-~])")
@@ -191,7 +195,7 @@ class BatchEncoder:
         # regexes over the checked characters: one C-level scan tells whether a text holds a new one
         self._unchecked_char = re.compile(r"[\s\S]")
         self._disagreeing_char: re.Pattern | None = None
-        self._cache: dict[str, list[int]] = {}
+        self._pool = _PretokenPool()
         self._max_cached = max_cached_pretokens
 
     def _agrees_with_hf(self, c: str) -> bool:
@@ -227,19 +231,26 @@ class BatchEncoder:
             return [True] * len(texts)
         return [self._fast_path_applies(t) for t in texts]
 
-    def _encode_pieces(self, texts: list[str]) -> list[list[int]]:
-        """Ids of texts that take the fast path: split in Python, BPE of each pre-token cached."""
+    def _encode_pieces_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids of every text concatenated, ids per text) for texts that take the fast path: split in
+        Python, each pre-token's BPE looked up in the pool (HF asked only for new pre-tokens), and
+        the ids gathered with numpy: no Python object per id."""
         split = [self._pattern.findall(t) for t in texts]
-        if len(self._cache) > self._max_cached:
-            self._cache.clear()
-        cache = self._cache
-        missing = list(set(chain.from_iterable(split)).difference(cache))
-        if missing:
+        pieces = list(chain.from_iterable(split))
+        if len(self._pool) > self._max_cached:
+            self._pool = _PretokenPool()
+        found, new = self._pool.indexes(pieces)
+        if new:
             # without the regex, the pre-tokenizer leaves each piece whole: BPE of the piece alone
-            encoded = self._pieces.encode_batch_fast(missing, add_special_tokens=False)
-            cache.update(zip(missing, (e.ids for e in encoded)))
-        lookup = cache.__getitem__
-        return [list(chain.from_iterable(map(lookup, pieces))) for pieces in split]
+            self._pool.add(new, [e.ids for e in self._pieces.encode_batch_fast(new, add_special_tokens=False)])
+        tokens, per_piece = self._pool.gather(found)
+        piece_ends = np.cumsum(np.fromiter(map(len, split), np.int64, len(split)))
+        token_ends = np.concatenate([[0], np.cumsum(per_piece)])[piece_ends]
+        return tokens, np.diff(token_ends, prepend=0)
+
+    def _encode_pieces(self, texts: list[str]) -> list[list[int]]:
+        tokens, counts = self._encode_pieces_flat(texts)
+        return [part.tolist() for part in np.split(tokens, np.cumsum(counts)[:-1])] if texts else []
 
     def _encode_short(self, texts: list[str]) -> list[list[int]]:
         if self._pieces is None:
@@ -260,6 +271,16 @@ class BatchEncoder:
                  for a, b in _windows(text, self.long_text_chars)]
         return np.concatenate(parts) if parts else np.zeros(0, np.uint32)
 
+    def encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(the ids of every text concatenated, as uint32; the number of ids of each text, int64):
+        the ids `encode_batch` gives, without a Python list per text."""
+        if (self._pieces is not None and not any(len(t) > self.long_text_chars for t in texts)
+                and all(self._fast_path_flags(texts))):
+            return self._encode_pieces_flat(texts)
+        parts = [np.asarray(ids, np.uint32) for ids in self.encode_batch(texts)]
+        counts = np.fromiter(map(len, parts), np.int64, len(parts))
+        return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), counts
+
     def encode_batch(self, texts: list[str]) -> list[list[int] | np.ndarray]:
         long = [i for i, t in enumerate(texts) if len(t) > self.long_text_chars] if self._can_split else []
         if not long:
@@ -272,3 +293,59 @@ class BatchEncoder:
         for i in long:
             out[i] = self._encode_long(texts[i])
         return out
+
+
+class _PretokenPool:
+    """The BPE ids of the pre-tokens met so far, stored flat: pre-token i's ids are
+    `tokens[starts[i]:starts[i] + lengths[i]]`; `index` maps a pre-token to i (4 bytes, so that a
+    batch's indexes are one `bytes.join`), and gives a piece not met before the next free i as it is
+    looked up: one dict lookup per piece, in C."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, bytes] = collections.defaultdict(map(_UINT32.pack, itertools.count()).__next__)
+        self.tokens = np.zeros(1 << 16, np.uint32)
+        self.starts = np.zeros(1 << 12, np.int64)
+        self.lengths = np.zeros(1 << 12, np.int64)
+        self.used = 0
+        self.known = 0
+        """Pre-tokens whose ids are stored (the first `known` of `index`)."""
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def indexes(self, pieces: list[str]) -> tuple[np.ndarray, list[str]]:
+        """(each piece's index; the pieces met for the first time, in index order), the latter to be
+        given their ids with `add` before `gather`."""
+        found = np.frombuffer(b"".join(map(self.index.__getitem__, pieces)), np.uint32)
+        fresh = len(self.index) - self.known
+        return found, list(itertools.islice(reversed(self.index), fresh))[::-1] if fresh else []
+
+    def add(self, pieces: list[str], ids: list[list[int]]) -> None:
+        """Store the ids of the pieces `indexes` met for the first time."""
+        first, count = self.known, len(pieces)
+        lengths = np.fromiter(map(len, ids), np.int64, count)
+        flat = np.fromiter(chain.from_iterable(ids), np.uint32, int(lengths.sum()))
+        self.tokens = _grown(self.tokens, self.used + len(flat))
+        self.starts, self.lengths = _grown(self.starts, first + count), _grown(self.lengths, first + count)
+        self.tokens[self.used:self.used + len(flat)] = flat
+        self.starts[first:first + count] = self.used + np.cumsum(lengths) - lengths
+        self.lengths[first:first + count] = lengths
+        self.used += len(flat)
+        self.known += count
+
+    def gather(self, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the ids of the pre-tokens `found`, concatenated; the number of ids of each)."""
+        lengths, starts = self.lengths[found], self.starts[found]
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        shift = np.repeat(starts - (ends - lengths), lengths)
+        return self.tokens[np.arange(total, dtype=np.int64) + shift], lengths
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    """`array`, or a copy at least twice as long when it is shorter than `size`."""
+    if size <= len(array):
+        return array
+    bigger = np.zeros(max(size, 2 * len(array)), array.dtype)
+    bigger[:len(array)] = array
+    return bigger

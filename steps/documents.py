@@ -165,19 +165,51 @@ def read_documents(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats
     it in `stats` instead. Blank lines are ignored. Integer ids are turned into strings.
     `records=(start, end)` reads only the non-blank lines numbered start..end-1 (from 0).
     """
+    for block in read_document_blocks(path, on_bad_line, stats, records):
+        yield from block
+
+
+def read_document_blocks(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats | None = None,
+                         records: tuple[int, int] | None = None) -> Iterator[list[dict[str, Any]]]:
+    """`read_documents`' documents in lists of up to `BLOCK_LINES`: a block of lines is parsed and
+    checked at once, with no Python call per line unless one of them is bad."""
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
     stats = stats if stats is not None else ReadStats()
     first, last = records if records is not None else (0, None)
     if path.endswith(".parquet"):
-        docs = _read_parquet(DocumentShard(path), stats)
-        yield from itertools.islice(docs, first, last)
+        docs = itertools.islice(_read_parquet(DocumentShard(path), stats), first, last)
+        yield from _batched(docs, BLOCK_LINES)
         return
     with contextlib.closing(_file_lines(path)) as lines:
-        for line_number, line in itertools.islice(lines, first, last):
-            doc = _parse_line(line, f"{path}:{line_number}", on_bad_line, stats)
-            if doc is not None:
-                yield doc
+        for block in _batched(itertools.islice(lines, first, last), BLOCK_LINES):
+            yield from _parse_block(block, path, on_bad_line, stats)
+
+
+BLOCK_LINES = 1024
+
+
+def _parse_block(numbered: list[tuple[Any, bytes]], path: str, on_bad_line: OnBadLine,
+                 stats: ReadStats, sep: str = ":") -> Iterator[list[dict[str, Any]]]:
+    """The documents on (line number or position, line) pairs: one list, parsed at once, when every
+    line is a document with a str id and a str text; else a list per document, each line parsed
+    (`_parse_line`) only when the one before it has been taken, so a reader that stops early never
+    meets a bad line after its last document."""
+    lines = [line for _, line in numbered]
+    try:
+        docs = list(map(_loads, lines))
+    except _JSONError:
+        docs = None
+    if docs is not None and all(type(d) is dict and type(d.get("text")) is str and type(d.get("id")) is str
+                                for d in docs):
+        stats.documents += len(docs)
+        stats.bytes += sum(map(len, lines))
+        yield docs
+        return
+    for where, line in numbered:
+        doc = _parse_line(line, f"{path}{sep}{where}", on_bad_line, stats)
+        if doc is not None:
+            yield [doc]
 
 
 def _parse_line(line: bytes, where: str, on_bad_line: OnBadLine, stats: ReadStats) -> dict[str, Any] | None:
@@ -267,21 +299,28 @@ def shard_names(shards: list[DocumentShard]) -> list[str]:
 def read_shard(shard: DocumentShard, on_bad_line: OnBadLine = "error",
                stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield the documents of one shard in order (see `read_documents` for what is checked)."""
+    return _documents_of(read_shard_blocks(shard, on_bad_line, stats))
+
+
+def _documents_of(blocks: Iterator[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """The documents of `blocks`, one by one; closing this closes `blocks` (and the file under them)."""
+    with contextlib.closing(blocks):  # type: ignore[type-var]
+        for block in blocks:
+            yield from block
+
+
+def read_shard_blocks(shard: DocumentShard, on_bad_line: OnBadLine = "error",
+                      stats: ReadStats | None = None) -> Iterator[list[dict[str, Any]]]:
+    """`read_shard`'s documents in lists (see `read_document_blocks`)."""
     stats = stats if stats is not None else ReadStats()
     if shard.path.endswith(".parquet"):
-        return _read_parquet(shard, stats)
+        return _batched(_read_parquet(shard, stats), BLOCK_LINES)
     if shard.whole_file:
-        return read_documents(shard.path, on_bad_line, stats)
-    return _read_byte_range(shard, on_bad_line, stats)
-
-
-def _read_byte_range(shard: DocumentShard, on_bad_line: OnBadLine, stats: ReadStats) -> Iterator[dict[str, Any]]:
+        return read_document_blocks(shard.path, on_bad_line, stats)
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
-    for position, line in _byte_range_lines(shard):
-        doc = _parse_line(line, f"{shard.path}@byte{position}", on_bad_line, stats)
-        if doc is not None:
-            yield doc
+    return (docs for block in _batched(_byte_range_lines(shard), BLOCK_LINES)
+            for docs in _parse_block(block, shard.path, on_bad_line, stats, "@byte"))
 
 
 def _byte_range_lines(shard: DocumentShard) -> Iterator[tuple[int, bytes]]:
@@ -424,7 +463,7 @@ def _write_lines(raw: BinaryIO, target: str, lines: Iterable[bytes], level: int)
     return count
 
 
-def _batched(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
         yield batch

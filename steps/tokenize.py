@@ -28,7 +28,7 @@ import hashlib
 import itertools
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 from executor import Progress, execution_only, map_shards, url_to_fs
@@ -38,7 +38,8 @@ import xxhash
 from steps import bpe, documents, shard_reuse, token_cache
 from steps.bpe import DEFAULT_EOS, BatchEncoder, eos_id_of, load_tokenizer_json, train_byte_level_bpe
 from steps.documents import (BadInputError, DocumentShard, OnBadLine, ReadStats, count_records,
-                             list_document_files, read_documents, read_json, remove_stale_temporaries,
+                             list_document_files, read_document_blocks, read_documents, read_json,
+                             remove_stale_temporaries,
                              shard_names, write_file_atomically, write_json_atomically)
 
 SPLITS = ("train", "validation")
@@ -224,28 +225,34 @@ def _plan_shards(files: list[str], counts: list[int], num_shards: int) -> list[t
 
 
 class _SplitBuffer:
+    """One split's documents of a shard: token ids with EOS after each document, their counts and
+    UTF-8 byte lengths, as numpy arrays (one per batch)."""
+
     def __init__(self) -> None:
         self.tokens: list[np.ndarray] = []
-        self.lengths: list[int] = []
-        self.doc_bytes: list[int] = []
+        self.lengths: list[np.ndarray] = []
+        self.doc_bytes: list[np.ndarray] = []
 
-    def add(self, ids: list, byte_lengths: list[int], eos_id: int, dtype: np.dtype) -> None:
-        if not ids:
+    def add(self, tokens: np.ndarray, counts: np.ndarray, byte_lengths: np.ndarray, eos_id: int,
+            dtype: np.dtype) -> None:
+        """Documents given as their ids concatenated and the number of ids of each."""
+        if len(counts) == 0:
             return
-        if any(isinstance(i, np.ndarray) for i in ids):  # a huge document's ids come as an array
-            eos = np.array([eos_id], dtype)
-            flat = np.concatenate([part for i in ids for part in (np.asarray(i, dtype), eos)])
-        else:
-            flat = np.fromiter(itertools.chain.from_iterable(i + [eos_id] for i in ids), dtype,
-                               sum(len(i) for i in ids) + len(ids))
+        eos_at = np.cumsum(counts + 1) - 1
+        flat = np.full(len(tokens) + len(counts), eos_id, dtype)
+        keep = np.ones(len(flat), bool)
+        keep[eos_at] = False
+        flat[keep] = tokens
         self.tokens.append(flat)
-        self.lengths.extend(len(i) + 1 for i in ids)
-        self.doc_bytes.extend(byte_lengths)
+        self.lengths.append(counts + 1)
+        self.doc_bytes.append(byte_lengths)
 
     def write(self, split_dir: str, name: str, dtype: np.dtype) -> dict:
         tokens = np.concatenate(self.tokens) if self.tokens else np.zeros(0, dtype)
-        offsets = np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)]).astype(np.int64)
-        return token_cache.write_shard(split_dir, name, tokens, offsets, np.asarray(self.doc_bytes, np.int64))
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+        doc_bytes = np.concatenate(self.doc_bytes) if self.doc_bytes else np.zeros(0, np.int64)
+        return token_cache.write_shard(split_dir, name, tokens, offsets, doc_bytes.astype(np.int64))
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,44 +288,58 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
 
 def _encode_shard(job: _ShardJob) -> dict[str, Any]:
     """Encode one shard's documents and write its arrays; returns its marker's content."""
-    from tokenizers import Tokenizer
-
     config = job.config
-    tokenizer = Tokenizer.from_str(job.tokenizer_json)
-    if config.fast_ascii_encoding:
-        encode = _process_encoder(job.tokenizer_json).encode_batch
-    else:
-        def encode(texts: list[str]) -> list[list[int]]:
-            return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    encode, tokenizer = _encoder(job.tokenizer_json, config.fast_ascii_encoding)
     eos_id = eos_id_of(tokenizer, config.eos_token, "tokenizer.json")
     dtype = token_cache.token_dtype(tokenizer.get_vocab_size())
     buffers = {split: _SplitBuffer() for split in SPLITS}
     stats = ReadStats()
 
-    def flush(batch: list[dict]) -> None:
-        ids = encode([d["text"] for d in batch])
-        for split in SPLITS:
-            chosen = [k for k, d in enumerate(batch) if d["split"] == split]
-            buffers[split].add([ids[k] for k in chosen],
-                               [len(batch[k]["text"].encode("utf-8")) for k in chosen], eos_id, dtype)
+    def flush(texts: list[str], validation: list[bool]) -> None:
+        tokens, counts = encode(texts)
+        byte_lengths = np.fromiter((len(t.encode("utf-8")) for t in texts), np.int64, len(texts))
+        chosen = np.asarray(validation, bool)
+        if not chosen.any():
+            buffers["train"].add(tokens, counts, byte_lengths, eos_id, dtype)
+            return
+        of_token = np.repeat(chosen, counts)
+        for split, docs, ids in (("train", ~chosen, ~of_token), ("validation", chosen, of_token)):
+            buffers[split].add(tokens[ids], counts[docs], byte_lengths[docs], eos_id, dtype)
 
-    batch: list[dict] = []
+    texts: list[str] = []
+    validation: list[bool] = []
     chars = 0
     for path, first, end in job.pieces:
         records = (first, None if end < 0 else end)  # end -1: to the end of the file
-        for doc in read_documents(path, config.on_bad_line, stats, records=records):
-            split = "validation" if is_validation(doc["id"], config.validation_fraction, config.split_seed) else "train"
-            batch.append({"text": doc["text"], "split": split})
-            chars += len(doc["text"])
-            if len(batch) >= config.batch_docs or chars >= config.batch_chars:
-                flush(batch)
-                batch, chars = [], 0
-    if batch:
-        flush(batch)
+        for block in read_document_blocks(path, config.on_bad_line, stats, records=records):
+            for doc in block:
+                texts.append(doc["text"])
+                validation.append(config.validation_fraction > 0 and
+                                  is_validation(doc["id"], config.validation_fraction, config.split_seed))
+                chars += len(doc["text"])
+                if len(texts) >= config.batch_docs or chars >= config.batch_chars:
+                    flush(texts, validation)
+                    texts, validation, chars = [], [], 0
+    if texts:
+        flush(texts, validation)
     entries = {split: buffers[split].write(token_cache.join(job.output_path, split), job.name, dtype)
                for split in SPLITS}
     return {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
             "skipped_examples": stats.skip_examples}
+
+
+def _encoder(tokenizer_json: str, fast: bool) -> tuple[Callable[[list[str]], tuple[np.ndarray, np.ndarray]], Any]:
+    """(texts -> (ids concatenated, ids per text), the HF tokenizer): this process's BatchEncoder,
+    or HF's `encode_batch_fast` when `fast` is off."""
+    encoder = _process_encoder(tokenizer_json)
+    if fast:
+        return encoder.encode_batch_flat, encoder.tokenizer
+
+    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids = [e.ids for e in encoder.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        counts = np.fromiter(map(len, ids), np.int64, len(ids))
+        return np.fromiter(itertools.chain.from_iterable(ids), np.uint32, int(counts.sum())), counts
+    return encode, encoder.tokenizer
 
 
 def _ledger(results: list[dict], tokenizer_json: str, config: TokenizeConfig) -> dict:

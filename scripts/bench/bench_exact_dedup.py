@@ -16,7 +16,8 @@ import shutil
 import tempfile
 
 from data_bench_common import (DATATROVE_SETTINGS, add_workers_flag, bench_corpus, corpus_parser,
-                               datatrove_zstd_level, read_ids, report, start_ray_for_ours, timed, warm_imports)
+                               datatrove_zstd_level, read_ids, report, report_cpu, start_ray_for_ours, timed,
+                               warm_imports)
 
 
 def run_ours(input_dir: str, out: str) -> None:
@@ -83,6 +84,8 @@ def main() -> None:
         report(f"exact dedup (docs/s), against {anchor}", times["ours"], times[anchor], anchor, truth["num_docs"],
                "docs", 6.0)
     report("exact dedup (MB/s)", times["ours"], times["datatrove"], "datatrove", truth["num_bytes"] / 1e6, "MB", 6.0)
+    for anchor in DATATROVE_SETTINGS:
+        report_cpu(times, anchor)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from data_bench_common import SCRATCH, bench_corpus, corpus_parser, report, start_ray_for_ours, timed, warm_imports
+from data_bench_common import (SCRATCH, bench_corpus, corpus_parser, report, report_cpu, start_ray_for_ours, timed,
+                               warm_imports)
 
 
 def plain_jsonl_copy(input_dir: str) -> str:
@@ -154,6 +155,7 @@ def main() -> None:
           f"identical token ids: {np.array_equal(ours, expected)}")
     report("tokenize end to end (MB/s)", times["ours"], times["datasets"], "datasets", truth["num_bytes"] / 1e6,
            "MB", 2.0)
+    report_cpu(times, "datasets")
 
 
 if __name__ == "__main__":

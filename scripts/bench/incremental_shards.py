@@ -10,7 +10,9 @@ goes through the executor (`executor.run`, inline runner, one process):
   1. the corpus, under prefix A (not timed: it makes the earlier output),
   2. the grown corpus under prefix A: the incremental run (timed),
   3. the grown corpus under a fresh prefix B: the full run (timed).
-Printed: both times and their ratio (targets: <= 10 % tokenize, <= 20 % exact dedup), and a check
+Printed: both times and their ratio (targets: <= 10 % tokenize, <= 20 % exact dedup), the CPU
+seconds of each (this process and the step's forked process: the figure to compare on a shared
+machine) and their ratio, and a check
 that the incremental output's files are byte-identical to the full run's.
 """
 
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench_tokenize import unicode_copy
-from data_bench_common import SCRATCH, bench_corpus, corpus_parser, warm_imports
+from data_bench_common import SCRATCH, bench_corpus, corpus_parser, cpu_seconds, warm_imports
 
 TARGETS = {"tokenize": 0.10, "exact_dedup": 0.20}
 
@@ -63,18 +65,18 @@ def make_step(kind: str, corpus: str, tokenizer: str):
     return ExecutorStep("deduped", exact_dedup, ExactDedupConfig(corpus, this_output_path()))
 
 
-def run_once(step, prefix: str) -> tuple[float, str, dict]:
-    """(seconds, output path, result) of one inline run."""
+def run_once(step, prefix: str) -> tuple[float, float, str, dict]:
+    """(seconds, CPU seconds of this process and the step's own, output path, result) of one inline run."""
     import json
 
     from executor.api import run
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     result = run([step], prefix=prefix, runner="inline")
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     result.raise_on_failure()
     out = result.step(step).output_path
-    return seconds, out, json.loads((Path(out) / ".executor" / "record.json").read_text())["result"]
+    return seconds, cpu, out, json.loads((Path(out) / ".executor" / "record.json").read_text())["result"]
 
 
 def same_files(a: str, b: str) -> bool:
@@ -87,11 +89,13 @@ def same_files(a: str, b: str) -> bool:
 
 def bench(kind: str, first: str, grown: str, tokenizer: str, scratch: Path) -> float:
     run_once(make_step(kind, first, tokenizer), str(scratch / f"{kind}-a"))
-    incremental_s, incremental, counts = run_once(make_step(kind, grown, tokenizer), str(scratch / f"{kind}-a"))
-    full_s, full, _ = run_once(make_step(kind, grown, tokenizer), str(scratch / f"{kind}-b"))
+    incremental_s, incremental_cpu, incremental, counts = run_once(make_step(kind, grown, tokenizer),
+                                                                   str(scratch / f"{kind}-a"))
+    full_s, full_cpu, full, _ = run_once(make_step(kind, grown, tokenizer), str(scratch / f"{kind}-b"))
     ratio = incremental_s / full_s
-    print(f"\n{kind}: full run {full_s:.2f} s, one shard added {incremental_s:.2f} s "
-          f"(shards processed {counts['shards_processed']}, reused {counts['shards_reused']})")
+    print(f"\n{kind}: full run {full_s:.2f} s ({full_cpu:.2f} s CPU), one shard added {incremental_s:.2f} s "
+          f"({incremental_cpu:.2f} s CPU; shards processed {counts['shards_processed']}, reused "
+          f"{counts['shards_reused']}); CPU ratio {incremental_cpu / full_cpu:.1%}")
     print(f"  ratio incremental/full: {ratio:.1%}  (target <= {TARGETS[kind]:.0%}: "
           f"{'MET' if ratio <= TARGETS[kind] else 'NOT MET'}); "
           f"byte-identical to the full run: {same_files(incremental, full)}")

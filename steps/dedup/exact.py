@@ -15,7 +15,9 @@ by the step's settings, this code, the shard's bytes and, for the written output
 attributes (steps/shard_reuse.py). A run under a new id reuses them from earlier outputs of the step:
 a grown corpus hashes only its new or changed shards; the reduce always sees every shard's records,
 so the kept set and the canonical copies are a full run's, and a shard whose removals changed is
-written again (`shards_rewritten`). The paragraph stage, when on, reads every shard.
+written again (`shards_rewritten`). Reused shards' stored records reach the shuffle a group at a
+time (about `partition_bytes` of records each: one file per partition and group, not per shard).
+The paragraph stage, when on, reads every shard.
 The driver holds one small dict per shard and per partition, never per document, and a worker
 holds one shard's or one partition's records: `partition_bytes` (execution-only) sizes the
 partitions. The kept set does not depend on the shard, partition or worker counts. Each task
@@ -44,7 +46,8 @@ from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_c
 from steps.dedup.shuffle import (arrow_column, choose_partitions, nodes_per_stage, numpy_column, read_partition,
                                  read_table, remove_tree, run_stage, string_column, write_partitioned, write_table)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
-                             plan_document_shards, read_json, read_shard, remove_stale_temporaries, shard_names)
+                             plan_document_shards, read_json, read_shard, read_shard_blocks,
+                             remove_stale_temporaries, shard_names)
 
 
 @dataclass(frozen=True)
@@ -142,11 +145,50 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
     result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
     if made_here:
         return result
-    table = read_table(f"{out}/{rel}")  # the reused shard's records go to this run's shuffle
-    ids = string_column(table, "id")
-    shuffled = _write_records(plan, "hash", k, (numpy_column(table, "h1"), numpy_column(table, "h2")),
-                              numpy_column(table, "index"), [0] * len(ids), ids)
-    return {**result, "bytes_shuffled": shuffled, "reused": True}
+    # Its stored records reach the shuffle with the other reused shards' (_reused_records).
+    return {**result, "bytes_shuffled": 0, "reused": True}
+
+
+def _reused_groups(plan: _Plan, hashed: list[dict]) -> list[list[int]]:
+    """The reused shards, in order, in groups holding at most about a partition's worth of records
+    each (a group of one when a shard alone holds more): one task writes a group's records to the
+    shuffle, a file per partition, where shard by shard would write (reused shards x partitions)
+    small files again on every run."""
+    budget = max(1, plan.config.partition_bytes // _RECORD_BYTES)
+    groups: list[list[int]] = []
+    rows = 0
+    for k, h in enumerate(hashed):
+        if not h.get("reused"):
+            continue
+        count = h["stats"]["documents"]
+        if not groups or rows + count > budget:
+            groups.append([])
+            rows = 0
+        groups[-1].append(k)
+        rows += count
+    return groups
+
+
+_RECORD_BYTES = 64
+"""About the bytes of one hash record in memory (two hashes, shard, index, line, a short id)."""
+
+
+def _reused_records(job: tuple[_Plan, list[int]]) -> dict:
+    """Write the stored hash records of a group of reused shards to the shuffle."""
+    plan, group = job
+    out = plan.config.output_path.rstrip("/")
+    tables = [read_table(f"{out}/hashes/{plan.names[k]}.arrow") for k in group]
+    ids = [i for table in tables for i in string_column(table, "id")]
+    columns = {"h1": np.concatenate([numpy_column(t, "h1") for t in tables]),
+               "h2": np.concatenate([numpy_column(t, "h2") for t in tables]),
+               "shard": np.concatenate([np.full(t.num_rows, k, np.int32) for t, k in zip(tables, group)]),
+               "index": np.concatenate([numpy_column(t, "index") for t in tables]),
+               "line": np.zeros(len(ids), np.int32), "id": ids}
+    if not ids:
+        return {"bytes_shuffled": 0}
+    partition = (columns["h1"] % np.uint64(plan.num_partitions)).astype(np.int64)
+    return {"bytes_shuffled": write_partitioned(f"{plan.work}/hash", columns, partition, plan.num_partitions,
+                                                f"reused-{group[0]:06d}")}
 
 
 def _strings(values: list[str]) -> pa.Array:
@@ -154,17 +196,19 @@ def _strings(values: list[str]) -> pa.Array:
 
 
 def _hash_shard(plan: _Plan, k: int) -> dict:
-    """Hash shard k's documents and write their records to the shuffle; also returns the records."""
+    """Hash shard k's documents and write their records to the shuffle; also returns the records.
+    A block of documents at a time: the texts' encoding and hashing run as C-level maps."""
     stats = ReadStats()
-    digests, indexes, ids, text_bytes = bytearray(), [], [], 0
+    digests, ids, text_bytes = bytearray(), [], 0
     digest = xxhash.xxh3_128_digest
-    for index, doc in enumerate(read_shard(plan.shards[k], plan.config.on_bad_line, stats)):
-        text = doc["text"].encode("utf-8")
-        digests += digest(text)
-        text_bytes += len(text)
-        indexes.append(index)
-        ids.append(doc["id"])
-    shuffled = _write_records(plan, "hash", k, digests, indexes, [0] * len(ids), ids) if plan.config.documents else 0
+    for block in read_shard_blocks(plan.shards[k], plan.config.on_bad_line, stats):
+        texts = [doc["text"].encode("utf-8") for doc in block]
+        digests += b"".join(map(digest, texts))
+        text_bytes += sum(map(len, texts))
+        ids.extend([doc["id"] for doc in block])
+    indexes = np.arange(len(ids), dtype=np.int64)
+    shuffled = (_write_records(plan, "hash", k, digests, indexes, np.zeros(len(ids), np.int32), ids)
+                if plan.config.documents else 0)
     return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes,
             "digests": digests, "indexes": indexes, "ids": ids}
 
@@ -323,6 +367,12 @@ def exact_dedup(config: ExactDedupConfig) -> dict[str, Any]:
     hashed = stages["hash"] = run_stage(work, "hash", _hash_documents, [(plan, k) for k in range(len(shards))],
                                         keys, "exact-dedup: hash", cpus)
     stats = combined_stats([ReadStats(**h["stats"]) for h in hashed], config.input_path, len(files))
+    groups = _reused_groups(plan, hashed)
+    if groups:
+        stages["reused-records"] = run_stage(work, "reused-records", _reused_records,
+                                             [(plan, group) for group in groups],
+                                             [f"{group[0]:06d}-{group[-1]:06d}" for group in groups],
+                                             "exact-dedup: reused records", cpus)
     if config.documents:
         stages["reduce"] = run_stage(work, "reduce", _reduce, [(plan, "hash", p) for p in parts], part_keys,
                                      "exact-dedup: reduce", cpus)

@@ -101,6 +101,22 @@ def test_a_grown_corpus_processes_only_its_new_and_changed_shards(kind, corpora,
         before, after = files_of(first_out), files_of(full)
         changed = {n for n in after if n.startswith("attributes/") and before.get(n) != after[n]}
         assert grown["shards_rewritten"] == len(changed | {"attributes/part-00003.jsonl.zst"}) > 2
+        # the 14 reused shards' stored records reached the shuffle together, in one task
+        assert grown["nodes_per_stage"]["reused-records"] == 1 and "reused-records" not in fresh["nodes_per_stage"]
+
+
+def test_reused_shards_records_are_grouped_by_partition_bytes():
+    """Reused shards share a task, in order, while their records fit about `partition_bytes` (64
+    bytes a record); a shard processed in this run is in no group."""
+    from steps.dedup.exact import _Plan, _reused_groups
+
+    hashed = [{"reused": k != 2, "stats": {"documents": 10}} for k in range(6)]
+    plan = _Plan("work", [], 1, ExactDedupConfig("in", "out", partition_bytes=64 * 20))
+    assert _reused_groups(plan, hashed) == [[0, 1], [3, 4], [5]]
+    plan = _Plan("work", [], 1, ExactDedupConfig("in", "out", partition_bytes=64 << 20))
+    assert _reused_groups(plan, hashed) == [[0, 1, 3, 4, 5]]
+    plan = _Plan("work", [], 1, ExactDedupConfig("in", "out", partition_bytes=1))
+    assert _reused_groups(plan, hashed) == [[0], [1], [3], [4], [5]]
 
 
 def test_a_damaged_reused_result_is_recomputed(corpora, tmp_path):

@@ -164,6 +164,27 @@ def test_batch_encoder_gives_the_tokenizers_ids(one_shard, small_corpus):
     assert encoder._pieces is not None  # the fast path was in use
 
 
+def test_flat_batches_give_the_tokenizers_ids_across_pool_resets(one_shard, small_corpus):
+    """`encode_batch_flat` (what the step uses) returns every text's ids concatenated, with a count
+    per text: the same ids as HF, batch after batch, while its pool of pre-tokens grows past its first
+    arrays and is dropped once it holds more than `max_cached_pretokens`; HF-path texts included."""
+    from steps.bpe import BatchEncoder
+
+    out, _ = one_shard
+    text = Path(f"{out}/tokenizer.json").read_text()
+    reference = Tokenizer.from_str(text)
+    texts = TRICKY + _sample_of_unicode(np.random.default_rng(3), 400) + [d["text"] for d in small_corpus.docs]
+    encoder = BatchEncoder(text, max_cached_pretokens=500)
+    for start in range(0, len(texts), 97):
+        batch = texts[start:start + 97]
+        tokens, counts = encoder.encode_batch_flat(batch)
+        expected = [e.ids for e in reference.encode_batch_fast(batch, add_special_tokens=False)]
+        assert tokens.dtype == np.uint32 and counts.tolist() == [len(ids) for ids in expected]
+        assert tokens.tolist() == [i for ids in expected for i in ids]
+    assert encoder.encode_batch_flat([])[1].tolist() == []
+    assert len(encoder._pool) <= 500 + 97 * 200  # dropped once over the limit, not grown forever
+
+
 def test_fast_and_reference_encoding_give_the_same_cache(corpus_dir, one_shard, tmp_path):
     out1, _ = one_shard
     out = str(tmp_path / "reference")
@@ -245,8 +266,8 @@ def test_documents_are_encoded_in_batches_of_batch_docs(corpus_dir, one_shard, t
     out1, _ = one_shard
     batches: list[int] = []
     encoder = tokenize_module._process_encoder(Path(f"{out1}/tokenizer.json").read_text())
-    encode = encoder.encode_batch
-    monkeypatch.setattr(encoder, "encode_batch", lambda texts: batches.append(len(texts)) or encode(texts))
+    encode = encoder.encode_batch_flat
+    monkeypatch.setattr(encoder, "encode_batch_flat", lambda texts: batches.append(len(texts)) or encode(texts))
     out = str(tmp_path / "batched")
     result = tokenize(TokenizeConfig(corpus_dir, out, tokenizer_path=f"{out1}/tokenizer.json", num_output_shards=1,
                                      validation_fraction=0.1, batch_docs=7))

@@ -20,12 +20,17 @@ driver holds one small dict per shard, per partition and per round, never per do
 6. write (per shard): sparse attributes and the kept documents (output.py); untouched JSONL lines
    are copied as they are when the minhash pass found every line of the shard a document.
 The result does not depend on shard, partition or worker counts.
+Incremental (fuzzy_reuse.py): each shard's band keys (`minhash/<shard>.arrow`) and written outputs
+are addressed by the settings, this code and the shard's bytes; a run under a new id reuses them
+from earlier outputs of the step, so a grown corpus computes signatures for its new or changed
+shards only, and every later stage sees the whole corpus (the kept set is a full run's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass
 from itertools import combinations
 from contextlib import closing
@@ -35,9 +40,11 @@ import numpy as np
 import pyarrow as pa
 
 from executor import execution_only
+from steps import documents
+from steps.dedup import attributes as attributes_module
+from steps.dedup import fuzzy_reuse, minhash, output, shuffle
 from steps.dedup.minhash import batch_signatures, jaccard, make_permutations, shingle_batch, unique_per_text
-from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
-                               written_counts)
+from steps.dedup.output import ShardWrite, check_output_format, text_bytes_if_clean, written_counts
 from steps.dedup.shuffle import (choose_partitions, list_column, nodes_per_stage, numpy_column, read_partition,
                                  remove_tree, run_stage, string_column, write_partitioned)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
@@ -154,6 +161,7 @@ class _Plan:
     config: FuzzyDedupConfig
     starts: np.ndarray | None = None   # [shards + 1] global position of each shard's first document
     text_bytes: list[int | None] | None = None  # per shard: its text bytes when every line was a document
+    reuse: fuzzy_reuse.FuzzyReuse | None = None
 
     def shard_of(self, gids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.starts, gids, side="right") - 1
@@ -164,6 +172,23 @@ class _Plan:
 
 def _minhash(job: tuple[_Plan, int]) -> dict:
     plan, k = job
+    found = fuzzy_reuse.reused_keys(plan.reuse, plan.config, k) if plan.reuse else None
+    if found is not None:
+        result, key, index = found
+        result = {**result, "reused": True}
+    else:
+        result, key, index = _band_keys_of_shard(plan, k)
+        if plan.reuse:
+            fuzzy_reuse.store_keys(plan.reuse, plan.config, k, key, index, result)
+    shuffled = write_partitioned(f"{plan.work}/keys", {"key": key, "shard": np.full(len(key), k, np.int32),
+                                                       "index": index},
+                                 plan.partition(key), plan.num_partitions, f"{k:06d}")
+    return {**result, "bytes_shuffled": shuffled}
+
+
+def _band_keys_of_shard(plan: _Plan, k: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(counts, band keys, each key's document index) of shard k: one key per band of each
+    document with words."""
     config = plan.config
     a, b = make_permutations(config.num_bands * config.rows_per_band, config.seed)
     stats = ReadStats()
@@ -190,11 +215,8 @@ def _minhash(job: tuple[_Plan, int]) -> dict:
         flush()
     key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
     index = np.concatenate(indexes).astype(np.int64) if indexes else np.zeros(0, np.int64)
-    shuffled = write_partitioned(f"{plan.work}/keys", {"key": key, "shard": np.full(len(key), k, np.int32),
-                                                       "index": index},
-                                 plan.partition(key), plan.num_partitions, f"{k:06d}")
-    return {"stats": dataclasses.asdict(stats), "documents": count, "without_words": without_words,
-            "text_bytes": text_bytes, "bytes_shuffled": shuffled}
+    return ({"stats": dataclasses.asdict(stats), "documents": count, "without_words": without_words,
+             "text_bytes": text_bytes}, key, index)
 
 
 def _send_pairs(plan: _Plan, stage: str, pairs: np.ndarray, name: str) -> int:
@@ -382,8 +404,9 @@ def _write_shard(job: tuple[_Plan, int]) -> dict:
     doc_ids, canonical = string_column(removals, "id"), string_column(removals, "duplicate_of")
     attributes = [{"index": int(index[r]), "id": doc_ids[r], "duplicate_of": canonical[r], "reason": "fuzzy_document",
                    "jaccard": round(float(jaccard[r]), 4)} for r in np.argsort(index, kind="stable").tolist()]
-    return write_dedup_shard(ShardWrite(plan.shards[k], plan.config.output_path, name, attributes,
-                                        plan.config.on_bad_line, plan.config.output_format, plan.text_bytes[k]))
+    return fuzzy_reuse.write_or_reuse(plan.reuse, plan.config, k, ShardWrite(
+        plan.shards[k], plan.config.output_path, name, attributes, plan.config.on_bad_line,
+        plan.config.output_format, plan.text_bytes[k]))
 
 
 def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
@@ -392,7 +415,10 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
     names = shard_names(shards)
     work = f"{config.output_path.rstrip('/')}/.work/fuzzy"
-    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config)
+    modules = [sys.modules[__name__], minhash, output, shuffle, documents, attributes_module,
+               fuzzy_reuse]
+    plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config,
+                 reuse=fuzzy_reuse.plan_reuse(config, shards, names, modules))
     shard_keys = [f"{k:06d}" for k in range(len(shards))]
     part_keys = [f"{p:05d}" for p in range(plan.num_partitions)]
     cpus = config.num_cpus_per_shard
@@ -443,5 +469,6 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
         "component_rounds": rounds + 1,
         "bytes_shuffled": int(sum(x.get("bytes_shuffled", 0) for stage in ran.values() for x in stage)),
         "tasks_resumed": sum(bool(x["resumed"]) for stage in ran.values() for x in stage),
+        **fuzzy_reuse.reuse_counts(hashed, written),
         "nodes_per_stage": nodes_per_stage(ran),
     }

@@ -3,8 +3,9 @@
 - A document's text is lowercased and split into words (runs of letters/digits); each word is
   hashed once with xxh3-64 and the hashes of n consecutive words are combined (a polynomial over
   uint64 followed by a 64-bit finaliser), giving one 64-bit hash per word n-gram shingle. ASCII text
-  (most of the web) is split by `str.translate` + `str.split`, ~2.5x faster than the regex and the
-  same words (for ASCII, `\\w` is [A-Za-z0-9_]).
+  (most of the web) is split by `str.translate` (the same words as the regex: for ASCII, `\\w` is
+  [A-Za-z0-9_]) and its words hashed in numpy for a whole batch at once (word_hash.py: the same
+  values as xxhash's, without a Python call or a str per word).
 - Each of the K MinHash "permutations" is a multiply-add-shift map of the shingle's high 32 bits:
   h_k(x) = ((a_k * x + b_k) mod 2^64) >> 32 with random odd a_k (a 2-universal family), evaluated
   for the shingles of a block of documents at once (~32k shingles, so the block stays in cache
@@ -19,6 +20,8 @@ from itertools import chain
 
 import numpy as np
 import xxhash
+
+from steps.dedup.word_hash import ascii_word_hashes
 
 WORD = re.compile(r"\w+")
 _MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -40,11 +43,8 @@ def words(text: str) -> list[str]:
 def shingle_batch(texts: list[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, counts): the 64-bit hashes of the word n-grams of every text, concatenated in order, and
     how many each text has (a text shorter than n words is one shingle, one without words none).
-    A batch at once: one hash call per word, then numpy over the whole batch."""
-    tokens = [words(text) for text in texts]
-    counts = np.fromiter(map(len, tokens), np.int64, len(tokens))
-    word_hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, chain.from_iterable(tokens)), np.uint64,
-                              int(counts.sum()))
+    A batch at once: words hashed together (`_word_hashes`), then numpy over the whole batch."""
+    word_hashes, counts = _word_hashes(texts)
     sizes = np.where(counts >= ngram, counts - ngram + 1, np.minimum(counts, 1))
     token_starts, shingle_starts = np.cumsum(counts) - counts, np.cumsum(sizes) - sizes
     first_word = np.repeat(token_starts - shingle_starts, sizes) + np.arange(int(sizes.sum()))
@@ -54,6 +54,24 @@ def shingle_batch(texts: list[str], ngram: int) -> tuple[np.ndarray, np.ndarray]
     for d in np.nonzero((counts > 0) & (counts < ngram))[0].tolist():
         hashes[shingle_starts[d]] = _combine(word_hashes[token_starts[d]:token_starts[d] + counts[d]], int(counts[d]))[0]
     return _fmix(hashes), sizes
+
+
+def _word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes, counts): the xxh3-64 of every word of every text, in order, and how many each has.
+    ASCII texts are hashed in numpy (word_hash.py), the others word by word; same values."""
+    ascii = np.fromiter(map(str.isascii, texts), bool, len(texts))
+    if ascii.all():
+        return ascii_word_hashes(texts, _ASCII_WORDS)
+    fast_hashes, fast_counts = ascii_word_hashes([t for t, a in zip(texts, ascii.tolist()) if a], _ASCII_WORDS)
+    tokens = [WORD.findall(text.lower()) for text, a in zip(texts, ascii.tolist()) if not a]
+    counts = np.empty(len(texts), np.int64)
+    counts[ascii], counts[~ascii] = fast_counts, np.fromiter(map(len, tokens), np.int64, len(tokens))
+    hashes = np.empty(int(counts.sum()), np.uint64)
+    in_fast = np.repeat(ascii, counts)
+    hashes[in_fast] = fast_hashes
+    hashes[~in_fast] = np.fromiter(map(xxhash.xxh3_64_intdigest, chain.from_iterable(tokens)), np.uint64,
+                                   int(counts[~ascii].sum()))
+    return hashes, counts
 
 
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:

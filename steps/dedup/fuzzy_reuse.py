@@ -1,0 +1,113 @@
+"""Incremental fuzzy dedup: each shard's MinHash band keys and written outputs reused across runs.
+
+A grown corpus computes signatures for its new or changed shards only. Each shard's band keys
+(`minhash/<shard>.arrow`: one (key, index) row per band of each document with words) are addressed
+by the step's settings that shape them (bands, rows, n-gram, seed, how documents are read), the
+code that computes them and the shard's bytes (steps/shard_reuse.py). A run under a new id copies
+them from an earlier output of the step when their bytes match the recorded sha256 (else computes
+them) and sends them into the LSH shuffle beside the new shards' keys, so every stage after the
+minhash one sees the whole corpus and the kept set and the canonical copies are a full run's. A
+shard's written outputs are reused the same way when its attributes (what it loses, to what) are
+unchanged. Full and incremental runs write the same files, so their outputs are byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from executor import map_shards
+from steps import shard_reuse
+from steps.dedup.output import ShardWrite, write_dedup_shard
+from steps.dedup.shuffle import arrow_column, numpy_column, read_table, write_table
+from steps.documents import DocumentShard, read_json
+
+LIBRARIES = ["xxhash", "pyarrow", "numpy", "zstandard"]
+
+
+@dataclass
+class FuzzyReuse:
+    """What the per-shard stages need to address and reuse their results (picklable)."""
+
+    code: str
+    shards: list[dict[str, Any]]
+    """Per shard: its output name, file sha256 and piece (and path when skipping bad lines)."""
+    sources: tuple[str, ...]
+    output_path: str
+
+    def address(self, stage: str, settings: dict[str, Any], k: int, **extra: Any) -> str:
+        return shard_reuse.shard_address(f"fuzzy-dedup/{stage}", self.code, settings, {**self.shards[k], **extra})
+
+
+def plan_reuse(config: Any, shards: list[DocumentShard], names: list[str], modules: list[ModuleType]) -> FuzzyReuse:
+    """Addresses' ingredients: the input files' sha256 (one task per file), the code of `modules`,
+    and the earlier outputs of the step under the prefix."""
+    files = sorted({s.path for s in shards})
+    digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="fuzzy-dedup: input digests")))
+    described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
+                  **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
+    return FuzzyReuse(shard_reuse.code_digest(modules, LIBRARIES), described,
+                      tuple(shard_reuse.earlier_outputs(config.output_path)), config.output_path.rstrip("/"))
+
+
+def minhash_settings(config: Any) -> dict[str, Any]:
+    """The settings that shape a shard's band keys (not the threshold: it acts after them)."""
+    return {name: getattr(config, name) for name in ("num_bands", "rows_per_band", "ngram", "seed", "on_bad_line",
+                                                     "text_column", "id_column")}
+
+
+def reused_keys(reuse: FuzzyReuse, config: Any, k: int) -> tuple[dict, np.ndarray, np.ndarray] | None:
+    """(recorded result, keys, indexes) of shard k from an earlier output, copied into this one;
+    None when no earlier output holds them with matching bytes."""
+    address = reuse.address("minhash", minhash_settings(config), k)
+    result = shard_reuse.reuse(reuse.output_path, address, list(reuse.sources))
+    if result is None:
+        return None
+    table = read_table(f"{reuse.output_path}/{_keys_file(reuse, k)}")
+    return result, numpy_column(table, "key"), numpy_column(table, "index")
+
+
+def store_keys(reuse: FuzzyReuse, config: Any, k: int, keys: np.ndarray, indexes: np.ndarray,
+               result: dict[str, Any]) -> None:
+    """Keep shard k's band keys in the output and record them under their address."""
+    rel = _keys_file(reuse, k)
+    write_table(f"{reuse.output_path}/{rel}", pa.table({"key": arrow_column(keys), "index": arrow_column(indexes)}))
+    shard_reuse.record(reuse.output_path, reuse.address("minhash", minhash_settings(config), k), [rel], result)
+
+
+def _keys_file(reuse: FuzzyReuse, k: int) -> str:
+    return f"minhash/{reuse.shards[k]['name']}.arrow"
+
+
+def write_or_reuse(reuse: FuzzyReuse | None, config: Any, k: int, write: ShardWrite) -> dict[str, Any]:
+    """`write_dedup_shard`, or its outputs copied from an earlier run that wrote this shard with the
+    same attributes and settings (the same bytes)."""
+    if reuse is None:
+        return write_dedup_shard(write)
+    attributes = hashlib.sha256(json.dumps(write.attributes, sort_keys=True).encode("utf-8")).hexdigest()
+    settings = {**minhash_settings(config), "threshold": config.threshold, "output_format": config.output_format}
+    address = reuse.address("write", settings, k, attributes_sha256=attributes, text_bytes_in=write.text_bytes_in)
+    files = [f"attributes/{write.name}.jsonl.zst", f"docs/{write.name}.{config.output_format}",
+             f"shards/{write.name}.json"]  # the commit marker last
+    if read_json(write.marker) is None:
+        reused = shard_reuse.reuse(reuse.output_path, address, list(reuse.sources))
+        if reused is not None:
+            return {**reused, "resumed": False, "reused": True}
+    result = write_dedup_shard(write)
+    shard_reuse.record_if_missing(reuse.output_path, address, files,
+                                  {key: v for key, v in result.items() if key != "resumed"})
+    return result
+
+
+def reuse_counts(hashed: list[dict], written: list[dict]) -> dict[str, int]:
+    """What the result says about reuse: shards whose signatures were computed or reused, and
+    shards whose outputs were written (not copied)."""
+    fresh: Callable[[dict], bool] = lambda r: not r["resumed"] and not r.get("reused")  # noqa: E731
+    return {"shards_processed": sum(map(fresh, hashed)), "shards_reused": sum(bool(h.get("reused")) for h in hashed),
+            "shards_rewritten": sum(map(fresh, written))}

@@ -52,7 +52,8 @@ def test_tags_in_the_live_view(browser, tmp_path):
         assert listed.first.locator(f'a[href="/step/{quote(ids["names/train"])}"]').count() == 1
 
         tag(open_store(prefix), ids["names/raw"], "raw/served@1", by={"user": MARKUP, "host": "h"}, at=time.time())
-        deadline = time.monotonic() + LIVE_LIMIT_S  # the tags page is not live: a load shows a picture under --interval old
+        deadline = time.monotonic() + LIVE_LIMIT_S  # the tags page is not live: a load may show a picture
+        # up to --interval old
         while page.goto(f"{served.base}/tags") and page.locator("tr.tag-row").count() < 2:
             assert time.monotonic() < deadline, page.content()
             time.sleep(0.5)

@@ -242,7 +242,8 @@ def step_detail(watcher: Watcher, row: StepRow) -> dict[str, Any]:
             "deps": [link(s) for s in (full.dependencies if full else ())],
             "dependents": [link(s) for s in (full.dependents if full else ())],
             "curves": Markup("".join(step_curves(row.name, row.step_id, metrics, results))),  # run_report escapes
-            "experiment": watcher.experiment(row), "tags": watcher.tags.of(row.step_id), "traceback": row.status.traceback_tail if row.status else None,
+            "experiment": watcher.experiment(row), "tags": watcher.tags.of(row.step_id),
+            "traceback": row.status.traceback_tail if row.status else None,
             "logs": full.logs if full else ()}
 
 

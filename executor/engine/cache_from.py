@@ -136,32 +136,26 @@ def _legacy_sources_in(store: Any, fs: Any, source: str, nodes: Sequence[StepNod
                        found: dict[str, list[CopySource]]) -> None:
     """`source`'s copies of `nodes` under their ids of before issue 44 (one read_many of those statuses),
     re-keyed to the new ids: the status's digest and inputs, the record's identity and dependencies."""
-    moved = [(n, legacy.step_id(n.digest)) for n in nodes
-             if n.output_rel == n.step_id and legacy.of(n.digest) != n.digest]  # an override path: the same path
+    from executor.engine.legacy_carry import rekeyed_record
+
+    moved = [(n, legacy.step_id(n.digest) if n.output_rel == n.step_id else n.output_rel)  # an override path:
+             for n in nodes if legacy.of(n.digest) != n.digest]                              # the same path
     if not moved:
         return
     new_of = legacy.new_digest_of()
-    for (node, old_id), read in zip(moved, store.read_many([status_key(old_id) for _, old_id in moved])):
-        old = observe(read, f"{store.root}/{status_key(old_id)}").status
-        record = _record(fs, source, old_id, old.digest) if (
+    for (node, old_rel), read in zip(moved, store.read_many([status_key(rel) for _, rel in moved])):
+        old = observe(read, f"{store.root}/{status_key(old_rel)}").status
+        record = _record(fs, source, old_rel, old.digest) if (
             old is not None and old.state == State.SUCCESS and old.digest == legacy.of(node.digest)) else None
         if record is None:
             continue
-        deps = [{**d, "digest": new_of.get(d.get("digest"), d.get("digest")),
-                 "step_id": _new_step_id(d, new_of, legacy)} for d in record.get("dependencies") or []]
-        record = {**record, "step_id": node.step_id, "digest": node.digest, "identity": node.identity,
-                  "dependencies": deps, "extra": {**(record.get("extra") or {}), "legacy_id": old_id}}
+        old_id = old.step_id
+        record = rekeyed_record(record, node, legacy, old_id)
         status = replace(old, digest=node.digest, step_id=node.step_id, inputs={
             new_of.get(d, d): sha for d, sha in old.inputs.items()} if old.inputs else old.inputs)
-        output_path = outputs.join(source, (old.alias_of or {}).get("output_rel") or old_id)
+        output_path = outputs.join(source, (old.alias_of or {}).get("output_rel") or old_rel)
         found.setdefault(node.digest, []).append(
             CopySource(source, output_path, record.get("run_id"), status, record, legacy_id=old_id))
-
-
-def _new_step_id(dep: Mapping[str, Any], new_of: Mapping[str, str], legacy: LegacyDigests) -> Any:
-    """A record's dependency's step id under the new ids (as it was if its digest is not the graph's)."""
-    new = new_of.get(dep.get("digest"))
-    return legacy.graph.nodes[new].step_id if new in legacy.graph.nodes else dep.get("step_id")
 
 
 def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: Storage, *,

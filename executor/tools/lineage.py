@@ -12,6 +12,7 @@ counts its listings and reads in `Lineage.cost`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -107,7 +108,7 @@ def _made_from(prefixes: _Prefixes, here: PrefixView, at: str, status: Any) -> I
             return
     record = prefixes.read_json(here, record_key(at), parse_record) or {}
     for dep in record.get("dependencies") or []:
-        yield here, dep.get("step_id"), "dependency"
+        yield here, _dependency_rel(here, dep), "dependency"
     for tag, digest in tags_read(record.get("identity")):
         from executor.tools.tags import tag_history
 
@@ -115,6 +116,16 @@ def _made_from(prefixes: _Prefixes, here: PrefixView, at: str, status: Any) -> I
         entries = [e for e in tag_history(here.store, tag) if e.digest == digest]
         if entries:
             yield here, entries[-1].step_id, f"tag {tag}"
+
+
+def _dependency_rel(here: PrefixView, dep: dict[str, Any]) -> str:
+    """Where to find a record's dependency under the prefix: its step id (through an alias, if adopted), or
+    the path it was read at when that is an override_output_path under this prefix (not NAME-<hash>)."""
+    path, root = str(dep.get("path") or ""), here.prefix.rstrip("/") + "/"
+    rel = path[len(root):].rstrip("/") if path.startswith(root) else ""
+    if rel and not re.fullmatch(rf"{re.escape(str(dep.get('name')))}-[0-9a-f]{{12}}", rel):
+        return rel
+    return dep.get("step_id")
 
 
 def lineage_down(view: PrefixView, rel: str) -> Lineage:
@@ -141,5 +152,7 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
         entry = index[at]
         node = LineageNode(view.prefix, at, entry.digest, entry.state, depth, via, parent)
         result.nodes.append(node)
-        stack.extend((r, depth + 1, how, node.path) for r, how in reversed(consumers.get(entry.digest, [])))
+        found = [*consumers.get(entry.digest, []),
+                 *(consumers.get(entry.legacy_digest, []) if entry.legacy_digest else [])]
+        stack.extend((r, depth + 1, how, node.path) for r, how in reversed(found))
     return result

@@ -2,8 +2,9 @@
 two reads a step.
 
 `<prefix>/lineage/edges.json` maps each output rel to what its status and record said when they were
-last read: the status's generation, digest and state, and the digests it was made from (`consumed by`
-a dependency, `adopted as` an alias, `reads tag NAME@VERSION`). A walk lists the statuses (one
+last read: the status's generation, digest and state, the digests it was made from (`consumed by`
+a dependency, `adopted as` an alias, `reads tag NAME@VERSION`), and its digest of before issue 44 when
+its record was re-keyed in place (an override_output_path: what consumed it then named that digest). A walk lists the statuses (one
 listing, which gives every generation) and reads the index (one read); only outputs whose status
 generation differs from the index's (new, re-run, re-written, a RUNNING heartbeat) have their status
 and record read again, then the index is written back by compare-and-swap (a lost race or a store
@@ -23,7 +24,7 @@ from executor.engine.store.base import StoreError
 from executor.engine.prefix_view import PrefixView, StepRow
 
 INDEX_KEY = "lineage/edges.json"
-SCHEMA = 1
+SCHEMA = 2
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,15 @@ class Entry:
     digest: str | None
     state: str
     made_from: tuple[tuple[str, str], ...]
+    legacy_digest: str | None = None  # its digest of before issue 44 (its record re-keyed in place)
 
     def to_json(self) -> list[Any]:
-        return [self.generation, self.digest, self.state, [list(e) for e in self.made_from]]
+        return [self.generation, self.digest, self.state, [list(e) for e in self.made_from], self.legacy_digest]
 
     @classmethod
     def from_json(cls, raw: Any) -> Entry:
-        generation, digest, state, made_from = raw
-        return cls(generation, digest, str(state), tuple((str(d), str(h)) for d, h in made_from))
+        generation, digest, state, made_from, legacy_digest = raw
+        return cls(generation, digest, str(state), tuple((str(d), str(h)) for d, h in made_from), legacy_digest)
 
 
 def entries(view: PrefixView, cost: dict[str, int]) -> dict[str, Entry]:
@@ -74,7 +76,9 @@ def _entry(row: StepRow, record: dict[str, Any] | None) -> Entry:
         if isinstance(dep, dict) and isinstance(dep.get("digest"), str):
             made_from.append((dep["digest"], "consumed by"))
     made_from.extend((digest, f"reads tag {tag}") for tag, digest in tags_read((record or {}).get("identity")))
-    return Entry(row.generation, status.digest, status.state.value, tuple(made_from))
+    legacy = ((record or {}).get("extra") or {}).get("legacy_digest")
+    return Entry(row.generation, status.digest, status.state.value, tuple(made_from),
+                 legacy if isinstance(legacy, str) else None)
 
 
 def tags_read(value: Any) -> Iterator[tuple[str, str]]:

@@ -257,9 +257,10 @@ def write_fixed_place(config: FixedPlaceConfig) -> None:
     raise AssertionError("never run: the test only plans")
 
 
-def test_an_override_path_holding_an_output_of_before_is_named_as_such_not_as_an_id_collision(tmp_path):
-    """An override_output_path keeps its path under both ids, so its status holds the old digest: the
-    plan says that (and how to go on), not "a 48-bit id collision"; any other digest is still a clash."""
+def test_an_override_path_holding_a_failed_output_of_before_is_named_as_such_not_as_an_id_collision(tmp_path):
+    """An override_output_path is the same path under the old id and the new: a SUCCESS there is carried
+    over in place (below); another state of the old digest is named as such, with the way on, not as "a
+    48-bit id collision"; any other digest is still a clash."""
     from executor import ExecutorStep, this_output_path
     from executor.core.errors import GraphError
     from executor.core.graph import build_graph
@@ -276,14 +277,110 @@ def test_an_override_path_holding_an_output_of_before_is_named_as_such_not_as_an
     old = LegacyDigests(graph).of(digest)
     assert old != digest  # the config class is named by its module in the old encoding
 
-    def held(by: str) -> dict:
-        return {digest: Observed(Status(State.SUCCESS, by, step_id(node.name, by), 1, 1, None, 0.0))}
+    def held(by: str, state: State = State.SUCCESS) -> dict:
+        return {digest: Observed(Status(state, by, step_id(node.name, by), 1, 1, None, 0.0))}
 
-    with pytest.raises(GraphError, match=r"'fixed/place' holds an output made under the step's id of before.*"
+    with pytest.raises(GraphError, match=r"'fixed/place' holds a FAILED status of the step's id of before.*"
                                          r"repair --delete-status fixed/place"):
-        legacy_carry.carry_over(graph, held(old), None, None, str(tmp_path), write=False)
+        legacy_carry.carry_over(graph, held(old, State.FAILED), None, None, str(tmp_path), write=False)
+    dry = legacy_carry.carry_over(graph, held(old), None, None, str(tmp_path), write=False)[digest].status
+    assert (dry.state, dry.digest, dry.step_id, dry.alias_of) == (State.SUCCESS, digest, node.step_id, None)
     clash = held("f" * 64)  # not the step's old digest: left to the plan's clash error
     assert legacy_carry.carry_over(graph, clash, None, None, str(tmp_path), write=False) is clash
+
+
+OVERRIDE_PREFIX = REPO / "tests/executor/legacy_override_prefix"  # see legacy_override_prefix.txt
+
+
+def test_override_paths_made_with_the_ids_of_before_are_carried_over_in_place_and_every_tool_accepts_them(tmp_path):
+    """tests/executor/override_experiment.py ran before issue 44 (its words and shout at fixed paths): under
+    today's ids nothing runs; the fixed paths' statuses and records are re-keyed in place (the files left
+    as they were), quiet is adopted through an alias; `verify`, `load_result` and `lineage` (up, and down
+    to quiet, whose record of before names words' old digest) accept what was written; what early cutoff
+    compares (the manifest digest, the consumed inputs) is kept and re-keyed; a copy named exp_v2.py
+    (another module) keeps every id."""
+    prefix = tmp_path / "prefix"
+    shutil.copytree(OVERRIDE_PREFIX, prefix)
+    for record in prefix.rglob("record.json"):  # records name inputs by full path: where the fixture was made
+        record.write_text(record.read_text().replace('"/tmp/rest4449_fx/prefix/', f'"{prefix}/'))
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    experiment = lab / "exp.py"
+    experiment.write_text((REPO / "tests/executor/override_experiment.py").read_text())
+    before = {p: p.read_bytes() for p in prefix.rglob("*") if p.is_file() and "/.executor/" not in str(p)}
+    plan = _plan(experiment, prefix)
+    assert {name: row["action"] for name, row in plan.items()} == dict.fromkeys(LEGACY_IDS, "skip"), plan
+    assert "nothing to do" in _run(experiment, prefix)
+    for name, rel in (("relocate/words", "fixed/words"), ("relocate/shout", "fixed/shout")):
+        status = json.loads((prefix / rel / ".executor/status.json").read_text())
+        record = json.loads((prefix / rel / ".executor/record.json").read_text())
+        assert status["digest"] == plan[name]["digest"] and status["step_id"] == plan[name]["step_id"], status
+        assert status["alias_of"] is None and status["state"] == "SUCCESS"
+        assert record["digest"] == status["digest"] and record["extra"]["legacy_id"] == LEGACY_IDS[name]
+    quiet = json.loads((prefix / plan["relocate/quiet"]["step_id"] / ".executor/status.json").read_text())
+    assert quiet["alias_of"]["step_id"] == LEGACY_IDS["relocate/quiet"]
+    assert {p: p.read_bytes() for p in before} == before, "the outputs' files are left as they were"
+    assert "nothing to do" in _run(experiment, prefix)
+    v2 = lab / "exp_v2.py"  # another module name: the same ids, nothing to do
+    v2.write_text(experiment.read_text())
+    assert "nothing to do" in _run(v2, prefix)
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def tool(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "executor", *args, "--prefix", str(prefix)], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "0 problem" in tool("verify") or "ok" in tool("verify").lower()
+    up = tool("lineage", "fixed/shout")
+    assert "fixed/words" in up and "absent" not in up, up
+    down = tool("lineage", "fixed/words", "--down")
+    assert "fixed/shout" in down and plan["relocate/quiet"]["step_id"] in down, down
+    probe = lab / "probe.py"
+    probe.write_text("import sys\nsys.path.insert(0, sys.argv[2])\nimport exp\nfrom executor import load_result\n"
+                     "steps = exp.build(exp.Options())\n"
+                     "print(load_result(steps[0], prefix=sys.argv[1]), load_result(steps[1], prefix=sys.argv[1]))\n")
+    loaded = subprocess.run([sys.executable, str(probe), str(prefix), str(lab)], env=env, cwd=lab,
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and "{'shouted': 3} {'shouted': 3}" in loaded.stdout, loaded.stdout + loaded.stderr
+    # what early cutoff compares is kept and re-keyed: the manifest digest, and shout's consumed inputs
+    words, shout = (json.loads((prefix / rel / ".executor/status.json").read_text())
+                    for rel in ("fixed/words", "fixed/shout"))
+    old_words = json.loads((OVERRIDE_PREFIX / "fixed/words/.executor/status.json").read_text())
+    assert words["content_sha256"] == old_words["content_sha256"]
+    assert shout["inputs"] == {plan["relocate/words"]["digest"]: old_words["content_sha256"]}
+
+
+def test_two_runners_carrying_an_override_path_over_make_one_decision(tmp_path, monkeypatch):
+    """Both planned from the old status: the first re-keys it by CAS; the second's CAS finds the generation
+    moved and takes the first's status (a plain write would put its own over it)."""
+    from executor.core.graph import build_graph
+    from executor.engine import legacy_carry
+    from executor.engine.location import open_location
+    from executor.engine.snapshot import read_snapshot
+
+    prefix = tmp_path / "prefix"
+    shutil.copytree(OVERRIDE_PREFIX, prefix)
+    experiment = tmp_path / "lab" / "exp.py"
+    experiment.parent.mkdir()
+    experiment.write_text((REPO / "tests/executor/override_experiment.py").read_text())
+    spec = importlib.util.spec_from_file_location("exp", experiment)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "exp", module)
+    spec.loader.exec_module(module)
+    graph = build_graph(module.build(module.Options()))
+    store, fs = open_location(str(prefix))
+    snapshot = read_snapshot(store, graph.nodes.values())
+    first = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=1.0)
+    second = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=2.0)
+    fixed = [d for d, n in graph.nodes.items() if n.output_rel.startswith("fixed/")]
+    assert len(fixed) == 2
+    for digest in fixed:
+        assert first[digest].generation == second[digest].generation
+        status = json.loads((prefix / graph.nodes[digest].output_rel / ".executor/status.json").read_text())
+        assert status["written_at"] == 1.0 and status["digest"] == digest and status["seq"] == 2
 
 
 def test_cache_from_a_prefix_made_with_the_ids_of_before_copies_its_outputs_under_the_new_ids(tmp_path):

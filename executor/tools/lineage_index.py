@@ -2,15 +2,15 @@
 two reads a step.
 
 `<prefix>/lineage/edges.json` maps each output rel to what its status and record said when they were
-last read: the status's generation, digest and state, the digests it was made from (`consumed by`
-a dependency, `adopted as` an alias, `reads tag NAME@VERSION`), and its digest of before issue 44 when
-its record was re-keyed in place (an override_output_path: what consumed it then named that digest). A walk lists the statuses (one
-listing, which gives every generation) and reads the index (one read); only outputs whose status
-generation differs from the index's (new, re-run, re-written, a RUNNING heartbeat) have their status
-and record read again, then the index is written back by compare-and-swap (a lost race or a store
-that refuses the write, such as read-only credentials, leaves it as it was: the next walk reads
-those outputs again). Nothing is trusted without its generation: a status written since the index
-was made is always read, so the index can be behind, never wrong. A record is written before its
+last read: the status's generation, digest and state, the digests it was made from (`consumed by` a
+dependency, `adopted as` an alias, `reads tag NAME@VERSION`), and its digest of before issue 44 when its
+record was re-keyed in place (an override_output_path: what consumed it then named that digest). A walk
+lists the statuses (one listing, which gives every generation) and reads the index (one read); only
+outputs whose status generation differs from the index's (new, re-run, re-written, a RUNNING heartbeat)
+have their status and record read again, then the index is written back by compare-and-swap (a lost
+race or a store that refuses the write, such as read-only credentials, leaves it as it was: the next
+walk reads those outputs again). Nothing is trusted without its generation: a status written since the
+index was made is always read, so the index can be behind, never wrong. A record is written before its
 status's last write and not after, so the generation stands for both.
 """
 

@@ -317,11 +317,11 @@ def _tainted(graph: Graph, snapshot: Any, store: Any, options: Options, environ:
     """digest -> why it is not reused: tainted here or in a --cache-from prefix, or derived from such an
     output (executor.tools.taint). One listing of taints/ per prefix; nothing more where it is empty."""
     from executor.engine.location import open_store
-    from executor.tools.taint import all_taints, tainted_steps, through_tags
+    from executor.tools.taint import all_taints, tainted_steps, through_tags, under_legacy_ids
 
     sources = _cache_from(options, environ, prefix)
     stores = [store, *(open_store(source, storage) for source in sources)]
-    return tainted_steps(graph, snapshot, through_tags(store, graph, all_taints(stores)))
+    return tainted_steps(graph, snapshot, through_tags(store, graph, under_legacy_ids(graph, all_taints(stores))))
 
 
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],

@@ -7,7 +7,8 @@ config holds such a class has a new id. `LegacyEncoder` is the encoder with the 
 else changed (the identity schema is the same: a config without such classes keeps its id), and
 `LegacyDigests` works out a graph's old digests, each from its dependencies' old digests (the Merkle
 tree as it was). Used by executor/engine/legacy_carry.py, which adopts the old outputs under the new
-ids; nothing else may use it. Pure: no I/O.
+ids, executor/engine/cache_from.py (a --cache-from prefix written before) and executor/tools/taint.py (a
+taint recorded against an old digest); nothing else may use it. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -21,11 +21,13 @@ from typing import Any, Mapping, Sequence
 
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph, StepNode
+from executor.core.legacy_ids import LegacyDigests
 from executor.core.locations import Storage
 from executor.core.plan import Action, Decision, Plan, match_steps
-from executor.core.record import State, Status, record_key
+from executor.core.record import State, Status, record_key, status_key
 from executor.core.urls import check_prefix_spelling
 from executor.engine import outputs
+from executor.engine.snapshot import observe
 
 ENV_VAR = "EXECUTOR_CACHE_FROM"
 GB = 10**9
@@ -40,6 +42,7 @@ class CopySource:
     run_id: str | None  # the run that made it there
     status: Status
     record: Mapping[str, Any]
+    legacy_id: str | None = None  # the step's id of before issue 44 it is held under there (then re-keyed)
 
     @property
     def files(self) -> list[dict[str, Any]]:
@@ -50,7 +53,8 @@ class CopySource:
         return sum(int(f.get("size") or 0) for f in self.files)
 
     def describe(self) -> str:
-        return f"{self.prefix} (run {self.run_id or 'unknown'}, {human_bytes(self.bytes)})"
+        held = f", under its id of before issue 44 {self.legacy_id}" if self.legacy_id else ""
+        return f"{self.prefix} (run {self.run_id or 'unknown'}, {human_bytes(self.bytes)}{held})"
 
 
 def human_bytes(n: float) -> str:
@@ -84,29 +88,74 @@ def _copyable(decision: Decision, forced: set[str]) -> bool:
             and (status is None or status.state == State.FAILED))
 
 
-def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: Storage) -> dict[str, list[CopySource]]:
-    """Per digest, the prefixes (in the given order) holding a SUCCESS status of that digest and a readable record."""
+def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: Storage,
+                 legacy: LegacyDigests | None = None) -> dict[str, list[CopySource]]:
+    """Per digest, the prefixes (in the given order) holding a SUCCESS status of that digest and a readable
+    record. With `legacy` (the graph's LegacyDigests), a prefix holding none under the step's id is asked
+    for its id of before issue 44 too (a prefix written before ids stopped naming config classes' modules):
+    such a source is presented under the new id (executor/engine/legacy_carry.py carries a prefix's own)."""
     from executor.engine.location import open_location
-    from executor.engine.snapshot import read_snapshot
 
     found: dict[str, list[CopySource]] = {}
     for source in cache_from:
         store, fs = open_location(source, storage)
-        snapshot = read_snapshot(store, nodes)
-        for node in nodes:
-            status = snapshot[node.digest].status
-            if status is None or status.state != State.SUCCESS or status.digest != node.digest:
-                continue
-            try:
-                record = outputs.read_record(fs, outputs.join(source, record_key(node.output_rel)))
-            except StatusError:
-                record = None
-            if record is None or record.get("digest") != node.digest:
-                continue  # incomplete: a status without its record (or another digest's) is not a source
-            output_path = outputs.join(source, (status.alias_of or {}).get("output_rel") or node.output_rel)
-            found.setdefault(node.digest, []).append(
-                CopySource(source, output_path, record.get("run_id"), status, record))
+        missing = _sources_in(store, fs, source, nodes, found)
+        if legacy is not None and missing:
+            _legacy_sources_in(store, fs, source, missing, legacy, found)
     return found
+
+
+def _sources_in(store: Any, fs: Any, source: str, nodes: Sequence[StepNode],
+                found: dict[str, list[CopySource]]) -> list[StepNode]:
+    """Add `source`'s copies of `nodes` to `found`; the nodes it holds none of."""
+    from executor.engine.snapshot import read_snapshot
+
+    snapshot, missing = read_snapshot(store, nodes), []
+    for node in nodes:
+        status = snapshot[node.digest].status
+        record = _record(fs, source, node.output_rel, node.digest) if (
+            status is not None and status.state == State.SUCCESS and status.digest == node.digest) else None
+        if record is None:
+            missing.append(node)
+            continue
+        output_path = outputs.join(source, (status.alias_of or {}).get("output_rel") or node.output_rel)
+        found.setdefault(node.digest, []).append(CopySource(source, output_path, record.get("run_id"), status, record))
+    return missing
+
+
+def _record(fs: Any, source: str, rel: str, digest: str) -> dict[str, Any] | None:
+    """The record at `rel` if it is `digest`'s (a status without its record, or another digest's, is no source)."""
+    try:
+        record = outputs.read_record(fs, outputs.join(source, record_key(rel)))
+    except StatusError:
+        return None
+    return record if record is not None and record.get("digest") == digest else None
+
+
+def _legacy_sources_in(store: Any, fs: Any, source: str, nodes: Sequence[StepNode], legacy: LegacyDigests,
+                       found: dict[str, list[CopySource]]) -> None:
+    """`source`'s copies of `nodes` under their ids of before issue 44 (one read_many of those statuses),
+    re-keyed to the new ids: the status's digest and inputs, the record's identity and dependencies."""
+    from executor.engine.legacy_carry import rekeyed_record
+
+    moved = [(n, legacy.step_id(n.digest) if n.output_rel == n.step_id else n.output_rel)  # an override path:
+             for n in nodes if legacy.of(n.digest) != n.digest]                              # the same path
+    if not moved:
+        return
+    new_of = legacy.new_digest_of()
+    for (node, old_rel), read in zip(moved, store.read_many([status_key(rel) for _, rel in moved])):
+        old = observe(read, f"{store.root}/{status_key(old_rel)}").status
+        record = _record(fs, source, old_rel, old.digest) if (
+            old is not None and old.state == State.SUCCESS and old.digest == legacy.of(node.digest)) else None
+        if record is None:
+            continue
+        old_id = old.step_id
+        record = rekeyed_record(record, node, legacy, old_id)
+        status = replace(old, digest=node.digest, step_id=node.step_id, inputs={
+            new_of.get(d, d): sha for d, sha in old.inputs.items()} if old.inputs else old.inputs)
+        output_path = outputs.join(source, (old.alias_of or {}).get("output_rel") or old_rel)
+        found.setdefault(node.digest, []).append(
+            CopySource(source, output_path, record.get("run_id"), status, record, legacy_id=old_id))
 
 
 def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: Storage, *,
@@ -121,7 +170,7 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
     refused = refused or {}
     forced |= set(refused)  # not copied, as a --force-run step is not
     candidates = [d.node for d in plan.decisions.values() if _copyable(d, forced)]
-    sources = find_sources(candidates, cache_from, storage) if candidates else {}
+    sources = find_sources(candidates, cache_from, storage, LegacyDigests(graph)) if candidates else {}
     targets = set(graph.targets if only is None else match_steps(graph, only, "--only"))
     users: dict[str, list[str]] = {}  # digest -> the planned steps that read its output
     for digest, d in plan.decisions.items():

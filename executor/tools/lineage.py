@@ -4,19 +4,22 @@ from the stored statuses and records alone — no experiment file needed.
 Up follows each record's dependencies, an adoption (`alias_of`) to the output it names, a
 `--cache-from` copy to its source prefix (when that prefix can be opened; else the copy's own
 record stands), and a tag a config read (`{"tag", "digest"}` in the identity document) to the output
-the tag pointed at. Down reads every record of the prefix (one listing, one `read_many`: the cost
-is one read per step) and walks the consumers of each digest, adopted ids included. Every call
+the tag pointed at. Down walks the consumers of each digest, adopted ids included, from the edges
+index kept under the prefix (executor/tools/lineage_index.py: one listing and one read once the
+index is up to date; a status and a record read per output changed since). Every call
 counts its listings and reads in `Lineage.cost`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.record import parse_record, parse_status, record_key, status_key
 from executor.engine.prefix_view import PrefixView
+from executor.tools.lineage_index import tags_read
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,8 @@ def _made_from(prefixes: _Prefixes, here: PrefixView, at: str, status: Any) -> I
             return
     record = prefixes.read_json(here, record_key(at), parse_record) or {}
     for dep in record.get("dependencies") or []:
-        yield here, dep.get("step_id"), "dependency"
-    for tag, digest in _tags_read(record.get("identity")):
+        yield here, _dependency_rel(here, dep), "dependency"
+    for tag, digest in tags_read(record.get("identity")):
         from executor.tools.tags import tag_history
 
         prefixes.cost["reads"] += 1
@@ -115,42 +118,30 @@ def _made_from(prefixes: _Prefixes, here: PrefixView, at: str, status: Any) -> I
             yield here, entries[-1].step_id, f"tag {tag}"
 
 
-def _tags_read(value: Any) -> Iterator[tuple[str, str]]:
-    """(tag, digest) of each output_of_tag(...) in an identity document."""
-    if isinstance(value, dict):
-        if isinstance(value.get("tag"), str) and isinstance(value.get("digest"), str):
-            yield value["tag"], value["digest"]
-            return
-        for v in value.values():
-            yield from _tags_read(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _tags_read(v)
+def _dependency_rel(here: PrefixView, dep: dict[str, Any]) -> str:
+    """Where to find a record's dependency under the prefix: its step id (through an alias, if adopted), or
+    the path it was read at when that is an override_output_path under this prefix (not NAME-<hash>)."""
+    path, root = str(dep.get("path") or ""), here.prefix.rstrip("/") + "/"
+    rel = path[len(root):].rstrip("/") if path.startswith(root) else ""
+    if rel and not re.fullmatch(rf"{re.escape(str(dep.get('name')))}-[0-9a-f]{{12}}", rel):
+        return rel
+    return dep.get("step_id")
 
 
 def lineage_down(view: PrefixView, rel: str) -> Lineage:
     """The output at `rel` and every output under the prefix made from it, directly or not (adopted
-    ids of it included): one listing of the statuses, one read_many of them and of the records."""
+    ids of it included), from the edges index (executor/tools/lineage_index.py): one listing and one
+    read, plus a status and a record read for each output changed since the index was written."""
+    from executor.tools.lineage_index import entries
+
     result = Lineage()
-    rows = view.steps()
-    result.cost["listings"] += 1
-    result.cost["reads"] += len(rows)
-    by_rel = {row.rel: row for row in rows}
-    if rel not in by_rel:
+    index = entries(view, result.cost)
+    if rel not in index:
         raise ExecutorError(f"no output {rel!r} under {view.prefix}")
-    records = view.records([r.rel for r in rows if r.status is not None and not r.status.alias_of])
-    result.cost["reads"] += len(records)
     consumers: dict[str, list[tuple[str, str]]] = {}  # digest -> (rel, how) of what consumed it
-    for row in rows:
-        status = row.status
-        if status is None:
-            continue
-        if status.alias_of:
-            consumers.setdefault(status.alias_of["digest"], []).append((row.rel, "adopted as"))
-        for dep in (records.get(row.rel) or {}).get("dependencies") or []:
-            consumers.setdefault(dep.get("digest"), []).append((row.rel, "consumed by"))
-        for tag, digest in _tags_read((records.get(row.rel) or {}).get("identity")):
-            consumers.setdefault(digest, []).append((row.rel, f"reads tag {tag}"))
+    for at, entry in index.items():
+        for digest, how in entry.made_from:
+            consumers.setdefault(digest, []).append((at, how))
     seen: set[str] = set()
     stack: list[tuple[str, int, str | None, str | None]] = [(rel, 0, None, None)]
     while stack:
@@ -158,9 +149,10 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
         if at in seen:
             continue
         seen.add(at)
-        row = by_rel[at]
-        digest = row.status.digest if row.status else None
-        node = LineageNode(view.prefix, at, digest, str(getattr(row.state, "value", row.state)), depth, via, parent)
+        entry = index[at]
+        node = LineageNode(view.prefix, at, entry.digest, entry.state, depth, via, parent)
         result.nodes.append(node)
-        stack.extend((r, depth + 1, how, node.path) for r, how in reversed(consumers.get(digest, [])))
+        found = [*consumers.get(entry.digest, []),
+                 *(consumers.get(entry.legacy_digest, []) if entry.legacy_digest else [])]
+        stack.extend((r, depth + 1, how, node.path) for r, how in reversed(found))
     return result

@@ -93,6 +93,24 @@ def list_tags(store: Any) -> list[TagEntry]:
     return found
 
 
+def tag_files(store: Any) -> dict[str, str]:
+    """Every tag file under the prefix: key -> generation, from one listing of tags/ (no reads)."""
+    return {k: g for k, g in store.list_generations(TAGS_DIR, ".json").items() if k.endswith(".json")}
+
+
+def read_tag_files(store: Any, keys: list[str]) -> dict[str, TagEntry | None]:
+    """key -> where that tag file points now (one read_many); None for one gone or unreadable (the live
+    view shows the others rather than fail)."""
+    found: dict[str, TagEntry | None] = {}
+    for key, read in zip(keys, store.read_many(keys)):
+        try:
+            entries = _parse(read.data, f"{store.root}/{key}") if read is not None else []
+        except StatusError:
+            entries = []
+        found[key] = entries[-1] if entries else None
+    return found
+
+
 def tag_lookup(open_store: Callable[[], Any]) -> Callable[[str], TagEntry | None]:
     """The graph builder's tag resolver (executor.core.graph.build_graph(tags=...)): the store is
     opened on the first tag asked for, so a graph reading no tag opens and reads nothing."""

@@ -127,6 +127,22 @@ def all_taints(stores: Iterable[Any]) -> dict[str, Taint]:
     return merged
 
 
+def under_legacy_ids(graph: Graph, taints: Mapping[str, Taint]) -> dict[str, Taint]:
+    """`taints` plus, for each step whose id of before issue 44 (executor/core/legacy_ids.py) is tainted, the
+    same taint under its new digest: an output a --cache-from prefix holds under its old id is refused as
+    one under the new id would be. Nothing is worked out when there is no taint."""
+    if not taints:
+        return dict(taints)
+    from executor.core.legacy_ids import LegacyDigests
+
+    legacy, found = LegacyDigests(graph), dict(taints)
+    for digest in graph.nodes:
+        old = legacy.of(digest)
+        if old != digest and old in taints and digest not in found:
+            found[digest] = taints[old]
+    return found
+
+
 def through_tags(store: Any, graph: Graph, taints: Mapping[str, Taint]) -> dict[str, Taint]:
     """`taints` plus, for each tag the graph reads whose output was made (directly or not) from a
     tainted output, a taint of the tagged digest saying so: the tagged output's lineage up, read from

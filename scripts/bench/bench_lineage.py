@@ -4,6 +4,10 @@ from a leaf, and the taint listing a plan makes.
 
     uv run python scripts/bench/bench_lineage.py                 # 10,000 steps on local disk
     uv run python scripts/bench/bench_lineage.py --steps 2000 --s3   # on the moto S3 emulator
+    uv run python scripts/bench/bench_lineage.py --gcs                # on fake-gcs-server
+
+`lineage --down` is walked twice: the first walk finds no edges index (executor/tools/lineage_index.py)
+and reads every status and record, then writes it; the second lists and reads the index alone.
 
 The graph: `--width` independent chains of N/width steps each, all reading one root. Reports the
 listings and reads each walk made (counted by the walk itself) and its wall time.
@@ -17,6 +21,7 @@ import json
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -30,10 +35,11 @@ from executor.tools.taint import read_taints  # noqa: E402
 
 
 def _write(store, n: int, width: int) -> tuple[str, str]:
-    """N outputs: a root, then `width` chains reading it. (root rel, one leaf's rel)."""
+    """N outputs: a root, then `width` chains reading it. (root rel, one leaf's rel). Written on 32 threads."""
     digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]
     rels = [f"bench/s{i}-{d[:12]}" for i, d in enumerate(digests)]
-    for i in range(n):
+
+    def one(i: int) -> None:
         parent = None if i == 0 else (0 if i <= width else i - width)
         deps = [] if parent is None else [{"step_id": rels[parent], "digest": digests[parent], "blocking": True}]
         record = {"schema": 1, "step_id": rels[i], "digest": digests[i], "name": "bench", "identity": {},
@@ -41,6 +47,9 @@ def _write(store, n: int, width: int) -> tuple[str, str]:
         store.create_if_absent(record_key(rels[i]), json.dumps(record).encode())
         status = Status(State.SUCCESS, digests[i], rels[i], seq=1, attempt=1, owner=None, written_at=0.0)
         store.create_if_absent(status_key(rels[i]), status.to_bytes())
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(one, range(n)))
     return rels[0], rels[-1]
 
 
@@ -49,12 +58,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--width", type=int, default=100)
     parser.add_argument("--s3", action="store_true", help="on the moto S3 emulator (tests/emulators.py)")
+    parser.add_argument("--gcs", action="store_true", help="on fake-gcs-server (tests/emulators.py)")
     args = parser.parse_args()
     with ExitStack() as stack:
         if args.s3:
             from tests.emulators import running_s3_emulator
 
             emulator = stack.enter_context(running_s3_emulator())
+            prefix, options = emulator.fresh_prefix("lineage"), emulator.storage_options
+        elif args.gcs:
+            from tests.emulators import running_gcs_emulator
+
+            emulator = stack.enter_context(running_gcs_emulator())
             prefix, options = emulator.fresh_prefix("lineage"), emulator.storage_options
         else:
             prefix, options = stack.enter_context(tempfile.TemporaryDirectory()) + "/prefix", None
@@ -63,7 +78,8 @@ def main() -> None:
         root, leaf = _write(store, args.steps, args.width)
         print(f"{args.steps} outputs written under {prefix} in {time.perf_counter() - started:.1f}s")
         view = PrefixView.open(prefix, options)
-        for label, walk in (("down from the root", lambda: lineage_down(view, root)),
+        for label, walk in (("down from the root (builds the edges index)", lambda: lineage_down(view, root)),
+                            ("down from the root again (from the index)", lambda: lineage_down(view, root)),
                             ("up from a leaf", lambda: lineage_up(view, leaf, options))):
             started = time.perf_counter()
             found = walk()

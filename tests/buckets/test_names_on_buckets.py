@@ -50,6 +50,8 @@ def test_tags_taint_and_lineage_on_a_bucket(bucket):
     down = lineage_down(view, ids["names/raw"])
     assert [n.rel for n in down.nodes][:2] == [ids["names/raw"], ids["names/tok"]]
     assert down.cost["listings"] == 1
+    again = lineage_down(view, ids["names/raw"])  # the edges index was written by the first walk
+    assert [n.rel for n in again.nodes] == [n.rel for n in down.nodes] and again.cost == {"listings": 1, "reads": 1}
 
     taint_output(store, ids["names/tok"], "taint", "bad <shard>", by={"user": "t"})
     planned = {s.name: (str(s.decision), s.reason)

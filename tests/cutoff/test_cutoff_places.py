@@ -1,6 +1,6 @@
 """Early cutoff (executor/engine/cutoff.py) away from a local disk and the inline runner: on memory://,
-on a GCS bucket (fake-gcs-server, options only as --storage-options), and with the Ray runner (the
-decision is made in the executor process, so one Ray run is enough)."""
+on a GCS bucket (fake-gcs-server) and an S3 bucket (moto), options only as --storage-options, and with
+the Ray runner (the decision is made in the executor process, so one Ray run is enough)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from executor.engine import location
 from tests.buckets.conftest import clean_environment
 from tests.cutoff.chain_experiment import chain
 from tests.cutoff.test_cutoff import ran, subprocess_run
-from tests.emulators import gcs_emulator  # noqa: F401  (session fixture)
+from tests.emulators import gcs_emulator, s3_emulator  # noqa: F401  (session fixtures)
 
 
 @pytest.fixture
@@ -53,10 +53,13 @@ def test_cutoff_on_memory(sidefx, capsys):
     assert "nothing to do" in capsys.readouterr().out
 
 
-def test_cutoff_on_a_gcs_bucket_with_two_racing_runners(gcs_emulator, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_cutoff_on_a_bucket_with_two_racing_runners(scheme, request, tmp_path):
+    """fake-gcs-server (generation preconditions) and moto S3 (If-Match / If-None-Match): the same race."""
+    emulator = request.getfixturevalue("gcs_emulator" if scheme == "gs" else "s3_emulator")
     sidefx = tmp_path / "sidefx"
     sidefx.mkdir()
-    prefix, options = gcs_emulator.fresh_prefix("cutoff"), dict(gcs_emulator.storage_options)
+    prefix, options = emulator.fresh_prefix("cutoff"), dict(emulator.storage_options)
     args = ("--runner", "inline", "--storage-options", json.dumps(options))
     first = subprocess_run(prefix, sidefx, *args, env=clean_environment())
     assert first.wait(timeout=180) == 0, first.stdout.read()

@@ -257,9 +257,10 @@ def write_fixed_place(config: FixedPlaceConfig) -> None:
     raise AssertionError("never run: the test only plans")
 
 
-def test_an_override_path_holding_an_output_of_before_is_named_as_such_not_as_an_id_collision(tmp_path):
-    """An override_output_path keeps its path under both ids, so its status holds the old digest: the
-    plan says that (and how to go on), not "a 48-bit id collision"; any other digest is still a clash."""
+def test_an_override_path_holding_a_failed_output_of_before_is_named_as_such_not_as_an_id_collision(tmp_path):
+    """An override_output_path is the same path under the old id and the new: a SUCCESS there is carried
+    over in place (below); another state of the old digest is named as such, with the way on, not as "a
+    48-bit id collision"; any other digest is still a clash."""
     from executor import ExecutorStep, this_output_path
     from executor.core.errors import GraphError
     from executor.core.graph import build_graph
@@ -276,11 +277,157 @@ def test_an_override_path_holding_an_output_of_before_is_named_as_such_not_as_an
     old = LegacyDigests(graph).of(digest)
     assert old != digest  # the config class is named by its module in the old encoding
 
-    def held(by: str) -> dict:
-        return {digest: Observed(Status(State.SUCCESS, by, step_id(node.name, by), 1, 1, None, 0.0))}
+    def held(by: str, state: State = State.SUCCESS) -> dict:
+        return {digest: Observed(Status(state, by, step_id(node.name, by), 1, 1, None, 0.0))}
 
-    with pytest.raises(GraphError, match=r"'fixed/place' holds an output made under the step's id of before.*"
+    with pytest.raises(GraphError, match=r"'fixed/place' holds a FAILED status of the step's id of before.*"
                                          r"repair --delete-status fixed/place"):
-        legacy_carry.carry_over(graph, held(old), None, None, str(tmp_path), write=False)
+        legacy_carry.carry_over(graph, held(old, State.FAILED), None, None, str(tmp_path), write=False)
+    dry = legacy_carry.carry_over(graph, held(old), None, None, str(tmp_path), write=False)[digest].status
+    assert (dry.state, dry.digest, dry.step_id, dry.alias_of) == (State.SUCCESS, digest, node.step_id, None)
     clash = held("f" * 64)  # not the step's old digest: left to the plan's clash error
     assert legacy_carry.carry_over(graph, clash, None, None, str(tmp_path), write=False) is clash
+
+
+OVERRIDE_PREFIX = REPO / "tests/executor/legacy_override_prefix"  # see legacy_override_prefix.txt
+
+
+def test_override_paths_made_with_the_ids_of_before_are_carried_over_in_place_and_every_tool_accepts_them(tmp_path):
+    """tests/executor/override_experiment.py ran before issue 44 (its words and shout at fixed paths): under
+    today's ids nothing runs; the fixed paths' statuses and records are re-keyed in place (the files left
+    as they were), quiet is adopted through an alias; `verify`, `load_result` and `lineage` (up, and down
+    to quiet, whose record of before names words' old digest) accept what was written; what early cutoff
+    compares (the manifest digest, the consumed inputs) is kept and re-keyed; a copy named exp_v2.py
+    (another module) keeps every id."""
+    prefix = tmp_path / "prefix"
+    shutil.copytree(OVERRIDE_PREFIX, prefix)
+    for record in prefix.rglob("record.json"):  # records name inputs by full path: where the fixture was made
+        record.write_text(record.read_text().replace('"/tmp/rest4449_fx/prefix/', f'"{prefix}/'))
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    experiment = lab / "exp.py"
+    experiment.write_text((REPO / "tests/executor/override_experiment.py").read_text())
+    before = {p: p.read_bytes() for p in prefix.rglob("*") if p.is_file() and "/.executor/" not in str(p)}
+    plan = _plan(experiment, prefix)
+    assert {name: row["action"] for name, row in plan.items()} == dict.fromkeys(LEGACY_IDS, "skip"), plan
+    assert "nothing to do" in _run(experiment, prefix)
+    for name, rel in (("relocate/words", "fixed/words"), ("relocate/shout", "fixed/shout")):
+        status = json.loads((prefix / rel / ".executor/status.json").read_text())
+        record = json.loads((prefix / rel / ".executor/record.json").read_text())
+        assert status["digest"] == plan[name]["digest"] and status["step_id"] == plan[name]["step_id"], status
+        assert status["alias_of"] is None and status["state"] == "SUCCESS"
+        assert record["digest"] == status["digest"] and record["extra"]["legacy_id"] == LEGACY_IDS[name]
+    quiet = json.loads((prefix / plan["relocate/quiet"]["step_id"] / ".executor/status.json").read_text())
+    assert quiet["alias_of"]["step_id"] == LEGACY_IDS["relocate/quiet"]
+    assert {p: p.read_bytes() for p in before} == before, "the outputs' files are left as they were"
+    assert "nothing to do" in _run(experiment, prefix)
+    v2 = lab / "exp_v2.py"  # another module name: the same ids, nothing to do
+    v2.write_text(experiment.read_text())
+    assert "nothing to do" in _run(v2, prefix)
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def tool(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "executor", *args, "--prefix", str(prefix)], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "0 problem" in tool("verify") or "ok" in tool("verify").lower()
+    up = tool("lineage", "fixed/shout")
+    assert "fixed/words" in up and "absent" not in up, up
+    down = tool("lineage", "fixed/words", "--down")
+    assert "fixed/shout" in down and plan["relocate/quiet"]["step_id"] in down, down
+    probe = lab / "probe.py"
+    probe.write_text("import sys\nsys.path.insert(0, sys.argv[2])\nimport exp\nfrom executor import load_result\n"
+                     "steps = exp.build(exp.Options())\n"
+                     "print(load_result(steps[0], prefix=sys.argv[1]), load_result(steps[1], prefix=sys.argv[1]))\n")
+    loaded = subprocess.run([sys.executable, str(probe), str(prefix), str(lab)], env=env, cwd=lab,
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and "{'shouted': 3} {'shouted': 3}" in loaded.stdout, loaded.stdout + loaded.stderr
+    # what early cutoff compares is kept and re-keyed: the manifest digest, and shout's consumed inputs
+    words, shout = (json.loads((prefix / rel / ".executor/status.json").read_text())
+                    for rel in ("fixed/words", "fixed/shout"))
+    old_words = json.loads((OVERRIDE_PREFIX / "fixed/words/.executor/status.json").read_text())
+    assert words["content_sha256"] == old_words["content_sha256"]
+    assert shout["inputs"] == {plan["relocate/words"]["digest"]: old_words["content_sha256"]}
+
+
+def test_two_runners_carrying_an_override_path_over_make_one_decision(tmp_path, monkeypatch):
+    """Both planned from the old status: the first re-keys it by CAS; the second's CAS finds the generation
+    moved and takes the first's status (a plain write would put its own over it)."""
+    from executor.core.graph import build_graph
+    from executor.engine import legacy_carry
+    from executor.engine.location import open_location
+    from executor.engine.snapshot import read_snapshot
+
+    prefix = tmp_path / "prefix"
+    shutil.copytree(OVERRIDE_PREFIX, prefix)
+    experiment = tmp_path / "lab" / "exp.py"
+    experiment.parent.mkdir()
+    experiment.write_text((REPO / "tests/executor/override_experiment.py").read_text())
+    spec = importlib.util.spec_from_file_location("exp", experiment)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "exp", module)
+    spec.loader.exec_module(module)
+    graph = build_graph(module.build(module.Options()))
+    store, fs = open_location(str(prefix))
+    snapshot = read_snapshot(store, graph.nodes.values())
+    first = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=1.0)
+    second = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=2.0)
+    fixed = [d for d, n in graph.nodes.items() if n.output_rel.startswith("fixed/")]
+    assert len(fixed) == 2
+    for digest in fixed:
+        assert first[digest].generation == second[digest].generation
+        status = json.loads((prefix / graph.nodes[digest].output_rel / ".executor/status.json").read_text())
+        assert status["written_at"] == 1.0 and status["digest"] == digest and status["seq"] == 2
+
+
+def test_cache_from_a_prefix_made_with_the_ids_of_before_copies_its_outputs_under_the_new_ids(tmp_path):
+    """`--cache-from OLD` where OLD was written before issue 44: its outputs are found under their old ids,
+    copied (every byte checked against the old record's manifest) and committed under the new ids with a
+    record of the new id; nothing runs, and `verify` accepts what was written."""
+    source = _legacy_prefix(tmp_path)
+    here = tmp_path / "here"
+    experiment = _copy(tmp_path / "lab", "exp.py")
+    before = _files(source)
+    plan = _plan(experiment, here, "--cache-from", str(source))
+    # words is read by the copied steps only: not needed here (set aside, as for any --cache-from)
+    assert {name: row["action"] for name, row in plan.items()} == dict.fromkeys(("relocate/shout", "relocate/quiet"),
+                                                                                 "copy"), plan
+    for name, row in plan.items():
+        assert f"under its id of before issue 44 {LEGACY_IDS[name]}" in row["reason"], row["reason"]
+    out = _run(experiment, here, "--cache-from", str(source))
+    assert "0 ran here" in out or "ran here" not in out, out
+    for name, row in plan.items():
+        status = json.loads((here / row["step_id"] / ".executor/status.json").read_text())
+        record = json.loads((here / row["step_id"] / ".executor/record.json").read_text())
+        assert status["state"] == "SUCCESS" and status["copied_from"] == str(source), status
+        assert record["digest"] == status["digest"] and record["step_id"] == row["step_id"]
+        assert record["extra"]["legacy_id"] == LEGACY_IDS[name]
+        old_files = {p.name: p.read_bytes() for p in (source / LEGACY_IDS[name]).iterdir() if p.is_file()}
+        assert old_files and all((here / row["step_id"] / f).read_bytes() == b for f, b in old_files.items())
+    new_ids = set(_ids(experiment, tmp_path / "empty").values())
+    for row in plan.values():  # the dependencies' ids in a copied record are the new ones
+        record = json.loads((here / row["step_id"] / ".executor/record.json").read_text())
+        assert record["dependencies"] and {d["step_id"] for d in record["dependencies"]} <= new_ids, record
+    assert _files(source) == before, "the source is only read"
+    assert "nothing to do" in _run(experiment, here)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    verified = subprocess.run([sys.executable, "-m", "executor", "verify", "--prefix", str(here)], env=env,
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_cache_from_refuses_an_output_tainted_under_its_id_of_before(tmp_path):
+    """A taint recorded in the old prefix against an old digest refuses that output's copy (and its
+    dependents run again), as a taint of the new id would."""
+    from executor.engine.store import open_store
+    from executor.tools.taint import taint_output
+
+    source = _legacy_prefix(tmp_path)
+    taint_output(open_store(str(source)), LEGACY_IDS["relocate/words"], "taint", "bad words", by={"user": "t"})
+    plan = _plan(_copy(tmp_path / "lab", "exp.py"), tmp_path / "here", "--cache-from", str(source))
+    assert plan["relocate/words"]["action"] == "run" and "tainted: bad words" in plan["relocate/words"]["reason"]
+    for name in ("relocate/shout", "relocate/quiet"):
+        assert plan[name]["action"] == "run" and "derived from tainted relocate/words" in plan[name]["reason"], plan

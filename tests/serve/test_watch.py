@@ -69,7 +69,7 @@ def watcher_on(prefix: Path) -> tuple[Watcher, CountingStore]:
     return Watcher(source, interval_s=0.01), counting
 
 
-def test_an_update_lists_twice_and_reads_only_what_changed(tmp_path):
+def test_an_update_lists_three_times_and_reads_only_what_changed(tmp_path):
     ids = sorted(write_steps(tmp_path, 100))
     watcher, store = watcher_on(tmp_path)
     asyncio.run(watcher.refresh())
@@ -79,7 +79,7 @@ def test_an_update_lists_twice_and_reads_only_what_changed(tmp_path):
     renew(tmp_path, ids[7])
     renew(tmp_path, ids[42], state=State.SUCCESS)
     change = asyncio.run(watcher.refresh())
-    assert store.calls["list"] == 2  # the statuses, and runs/
+    assert store.calls["list"] == 3  # the statuses, tags/ and runs/
     assert sorted(store.keys) == sorted(f"{i}/.executor/status.json" for i in (ids[7], ids[42]))
     assert change.steps == {ids[7], ids[42]} and not change.runs
     assert watcher.step(ids[42]).state == State.SUCCESS

@@ -58,7 +58,39 @@ def test_lineage_up_and_down_across_an_adoption_a_cache_copy_and_a_tag(tmp_path)
     assert walked[:3] == [(ids["names/raw"], None, 0), (new["names/raw"], "adopted as", 1),
                           (new["names/tok"], "consumed by", 2)]
     assert sorted(walked[3:]) == sorted([(new["names/train"], "consumed by", 3), (reader_id, "reads tag tok@1", 3)])
-    assert down.cost == {"listings": 1, "reads": 5 + 4}  # every status, every record but the alias's
+    # the first walk reads every status and every record but the alias's (and finds no index)
+    assert down.cost == {"listings": 1, "reads": 1 + 5 + 4}
+    again = lineage_down(PrefixView.open(here), ids["names/raw"])
+    assert [(n.rel, n.via, n.depth) for n in again.nodes] == walked
+    assert again.cost == {"listings": 1, "reads": 1}  # the edges index: one listing, one read
+
+
+def test_lineage_down_reads_again_only_what_changed_since_its_index_and_is_never_behind(tmp_path):
+    """The index (executor/tools/lineage_index.py) holds each output's status generation: a new
+    consumer, a re-written status and a status deleted since are seen at once, each read once."""
+    here = str(tmp_path / "here")
+    raw, tok, train = pipeline()
+    ids = {s.name: s.step_id for s in _run([tok], here).steps}
+    view = PrefixView.open(here)
+    assert [n.rel for n in lineage_down(view, ids["names/raw"]).nodes] == [ids["names/raw"], ids["names/tok"]]
+
+    ids.update({s.name: s.step_id for s in _run([train], here).steps})  # a new consumer since the index
+    down = lineage_down(view, ids["names/raw"])
+    assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"], ids["names/train"]]
+    assert down.cost == {"listings": 1, "reads": 1 + 2}  # the index, then train's status and record
+
+    from pathlib import Path
+    status = Path(here, ids["names/train"], ".executor", "status.json")
+    status.write_text(status.read_text().replace('"state": "SUCCESS"', '"state": "FAILED"'))
+    down = lineage_down(view, ids["names/raw"])
+    assert [(n.rel, n.state) for n in down.nodes][-1] == (ids["names/train"], "FAILED")  # its generation moved
+    status.unlink()
+    down = lineage_down(view, ids["names/raw"])
+    assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"]] and down.cost["reads"] == 1
+
+    Path(here, "lineage", "edges.json").write_text("{not json")  # a damaged index is rebuilt, never trusted
+    down = lineage_down(view, ids["names/raw"])
+    assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"]] and down.cost["reads"] == 1 + 2 + 2
 
 
 def test_lineage_up_stops_at_an_unreadable_copy_source(tmp_path):

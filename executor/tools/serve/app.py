@@ -54,6 +54,7 @@ def make_app(watcher: Watcher, token: str, port_of: Callable[[], int]) -> web.Ap
     app.router.add_get("/runs", pages.runs)
     app.router.add_get("/run/{name}", pages.run)
     app.router.add_get("/run/{name}/report", pages.run_report)
+    app.router.add_get("/tags", pages.tags)
     app.router.add_get("/step/{step_id:.+}", pages.step)
     app.router.add_get("/log", pages.log)
     app.router.add_get("/events", live.events)

@@ -1,4 +1,4 @@
-"""The pages of `stepgraph serve`: overview, runs, one run's DAG, one step; and their fragments.
+"""The pages of `stepgraph serve`: overview, runs, one run's DAG, tags, one step; and their fragments.
 
 A page names a step by an output directory the watcher listed and a run by a listed run file
 name; anything else is a 404 (so no request can reach a path of its own making). The fragments
@@ -198,6 +198,16 @@ async def run_report(request: web.Request) -> web.Response:
                         headers={"Content-Security-Policy": REPORT_CSP})
 
 
+# -- tags -----------------------------------------------------------------------------------------
+
+async def tags(request: web.Request) -> web.Response:
+    """Every tag under the prefix and the step it points at now (a tag's history: `stepgraph tags`)."""
+    watcher = request.app[WATCHER]
+    await watcher.ensure_fresh()
+    rows = [SimpleNamespace(entry=e, listed=watcher.step(e.step_id) is not None) for e in watcher.tags.rows()]
+    return _render(request, "tags.html", tags=rows)
+
+
 # -- one step -------------------------------------------------------------------------------------
 
 def _listed_step(watcher: Watcher, step_id: str) -> StepRow:
@@ -233,7 +243,8 @@ def step_detail(watcher: Watcher, row: StepRow) -> dict[str, Any]:
             "deps": [link(s) for s in (full.dependencies if full else ())],
             "dependents": [link(s) for s in (full.dependents if full else ())],
             "curves": Markup("".join(step_curves(row.name, row.step_id, metrics, results))),  # run_report escapes
-            "experiment": watcher.experiment(row), "traceback": row.status.traceback_tail if row.status else None,
+            "experiment": watcher.experiment(row), "tags": watcher.tags.of(row.step_id),
+            "traceback": row.status.traceback_tail if row.status else None,
             "logs": full.logs if full else ()}
 
 

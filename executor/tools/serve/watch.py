@@ -1,6 +1,6 @@
-"""The server's picture of its prefix, kept current at the cost of one listing per update.
+"""The server's picture of its prefix, kept current at the cost of three listings per update.
 
-A refresh lists the status files and the run files with their generations (the read model's
+A refresh lists the status files, the tag files and the run files with their generations (the read model's
 listings), reads only the keys whose generation changed since the last refresh, and tells every
 subscriber (an open page) which steps and runs changed. A page's read waits (up to FRESH_WAIT_S)
 for a picture no older than the interval, so the first load after a run shows that run's end.
@@ -21,6 +21,7 @@ from typing import Callable
 from executor.core.record import Absent
 from executor.engine.prefix_view import RunRow, StepRow
 from executor.tools.serve.source import PrefixSource
+from executor.tools.serve.tag_watch import TagWatch
 
 QUEUE_LIMIT = 64  # batches a slow page may fall behind before it is told to reload
 FRESH_WAIT_S = 5.0  # how long a page's read waits for a fresh picture before it shows the one it has
@@ -66,6 +67,7 @@ class Watcher:
         self.runs: dict[str, RunRow] = {}  # run file key -> row (its document dropped)
         self.by_step_id: dict[str, str] = {}  # step id -> rel
         self.experiment_of_run: dict[str, str] = {}
+        self.tags = TagWatch()  # tags/: where each tag points now
         self.changed_in: dict[str, int] = {}  # rel or run key -> the refresh that last changed it
         self.refreshed_at = float("-inf")  # monotonic
         self.refreshes = 0
@@ -126,7 +128,7 @@ class Watcher:
             pass
 
     def _refresh_blocking(self) -> Change:
-        """One listing of statuses and one of runs/; reads of only what changed or appeared."""
+        """One listing of statuses, one of tags/ and one of runs/; reads of only what changed or appeared."""
         number = self.refreshes + 1
         listed = self.source.list_steps()
         changed = [rel for rel, gen in listed.items() if rel not in self.steps or self.steps[rel].generation != gen]
@@ -142,6 +144,10 @@ class Watcher:
             self.steps[row.rel] = row
             self.by_step_id[row.step_id] = row.rel
             self.changed_in[row.rel] = number
+        retagged = {self.by_step_id[s] for s in self.tags.refresh(self.source.view.store) if s in self.by_step_id}
+        for rel in retagged:
+            self.changed_in[rel] = number
+        changed = [*changed, *(retagged - set(changed))]
         listed_runs = self.source.list_runs()
         changed_runs = [key for key, gen in listed_runs.items()
                         if key not in self.runs or self.runs[key].generation != gen]

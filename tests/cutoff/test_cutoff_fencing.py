@@ -41,11 +41,11 @@ def test_a_takeover_between_the_cutoffs_confirm_and_its_commit_wins_the_cutoffs_
     first_run(tmp_path)
     write_record, taken = cutoff.Cutoffs._write_record, []
 
-    def record_then_taken_over(self, t, found, alias_of, wall):
-        write_record(self, t, found, alias_of, wall)
-        if t.node.name != "cut/upper" or taken:
+    def record_then_taken_over(self, node, lease, found, consumed, alias_of, wall):
+        write_record(self, node, lease, found, consumed, alias_of, wall)
+        if node.name != "cut/upper" or taken:
             return
-        store, key = self.ex.ctx.store, t.lease.key
+        store, key = self.board.ctx.store, lease.key
         current = store.read(key)
         theirs = replace(parse_status(current.data, key), state=State.SUCCESS, seq=99, owner=INTRUDER,
                          alias_of=alias_of, content_sha256=found.content_sha256, written_at=wall + 1)

@@ -97,6 +97,14 @@ def open_prefix(prefix: str, storage: Storage | Mapping[str, Any] | None = None)
     return OpenedPrefix(prefix, storage, store, fs, given)
 
 
+def open_outputs(prefix: str | None, storage: Any, environ: Mapping[str, str]) -> OpenedPrefix:
+    """The prefix a read-only command reads (resolve_prefix: `prefix`, else EXECUTOR_PREFIX, else
+    cache/), opened once and checked to hold outputs (check_outputs: the one answer otherwise)."""
+    opened = open_prefix(resolve_prefix(prefix, environ), storage)
+    check_outputs(opened)
+    return opened
+
+
 def check_outputs(opened: OpenedPrefix) -> "PrefixView":
     """The read model of an opened prefix a read-only command reads, once it is known to hold step
     outputs or run files: a missing or empty prefix is most likely mistyped, and is one ExecutorError

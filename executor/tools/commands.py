@@ -17,7 +17,7 @@ from typing import Any
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.prefix_view import PrefixView
-from executor.engine.prefixes import OpenedPrefix, check_outputs, open_prefix, resolve_prefix
+from executor.engine.prefixes import OpenedPrefix, check_outputs, open_outputs, open_prefix, resolve_prefix
 from executor.engine.progress import human_bytes
 from executor.core.record import Absent, State, status_key
 from executor.engine.store import StoreError
@@ -57,9 +57,7 @@ def _is_experiment(target: str | None) -> bool:
 def require_outputs(args: Any) -> OpenedPrefix:
     """The prefix a read-only command reads, opened; a missing prefix, or one with no step output and
     no run file, is most likely mistyped: one answer for every command (exit 2)."""
-    opened = opened_prefix(args)
-    check_outputs(opened)
-    return opened
+    return open_outputs(args.prefix, args.storage_options, os.environ)
 
 
 def _ago(then: float | None, now: float) -> str:

@@ -4,6 +4,7 @@ work is in executor/tools/tags.py, lineage.py and taint.py). Each returns an exi
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from typing import Any
@@ -17,11 +18,11 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _opened(args: Any) -> OpenedPrefix:
-    """The prefix, opened once (executor.tools.commands.require_outputs: the one place the default is
-    chosen), with the one answer every command gives a missing or empty prefix."""
-    from executor.tools.commands import require_outputs
+    """The prefix, opened once (--prefix, else EXECUTOR_PREFIX, else cache/: `resolve_prefix`, the one
+    place it is chosen), with the one answer every command gives a missing or empty prefix."""
+    from executor.engine.prefixes import open_outputs
 
-    return require_outputs(args)
+    return open_outputs(args.prefix, args.storage_options, os.environ)
 
 
 def _rel(opened: OpenedPrefix, ref: str) -> str:

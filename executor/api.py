@@ -217,7 +217,7 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     graph = graph_of(_step_list(steps), options, environ)
     decided = decide(graph, options, environ=environ)
     Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options,
-                                      decided.store))
+                                      store=decided.store))
     return decided.result(graph)
 
 
@@ -436,7 +436,7 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     started = time.time()
     decided = decide(graph, options, environ=environ, write=True)
     events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options,
-                         decided.store))
+                         store=decided.store))
     call = _Call(description, main_file or main_file_path(), frozenset(secret_flags))
     try:
         result = _run_decided(graph, decided, options, events, environ, call)

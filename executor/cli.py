@@ -21,8 +21,9 @@ from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefixes import resolve_prefix, storage_options_from_env
+from executor.engine.events import Events
+from executor.tools.console_reporter import ConsoleReporter, Reporter
 from executor.tools.console_view import ConsoleView
-from executor.engine.report import ConsoleReporter, Reporter, write_plan_json
 from executor.engine.store import StoreError
 
 
@@ -278,11 +279,11 @@ def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api
 def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
                main_file: str | None, environ: dict[str, str], view: ConsoleView,
                storage_flag: str | None = None, secret_flags: frozenset[str] = frozenset()) -> int:
-    reporter = view.reporter
+    """A run, or the dry run, --check or --explain: each reports through events to `view`."""
     if options.check or options.update_plan:
         from executor.tools.plan_file import run_check
 
-        return run_check(graph, main_file, update=options.update_plan, reporter=reporter)
+        return run_check(graph, main_file, update=options.update_plan, events=Events([view]))
     # the default prefix is cache/ in the project holding the experiment, wherever it runs from (19.4)
     options = dataclasses.replace(options, prefix=resolve_prefix(options.prefix, environ, main_file))
     if options.explain:
@@ -290,49 +291,34 @@ def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
 
         prefix = options.prefix
         plan, sources = cache_from_plan(graph, api_options(options, storage_flag), environ)
-        return run_explain(graph, options.explain, prefix, main_file, reporter=reporter,
+        return run_explain(graph, options.explain, prefix, main_file, events=Events([view]),
                            storage_options=storage_options_from_env(prefix, environ, storage_flag),
                            plan=plan, cache_from=sources)
     if options.dry_run:
-        return _dry_run(graph, options, description, main_file, environ, reporter, storage_flag)
+        return _dry_run(graph, options, description, main_file, environ, view, storage_flag)
     return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,
                          subscribers=[view], main_file=main_file, secret_flags=secret_flags).exit_code
 
 
 def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
-             environ: dict[str, str], reporter: ConsoleReporter, storage_flag: str | None = None) -> int:
-    from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
-
-    planned = api.decide(graph, api_options(options, storage_flag), environ=environ)
-    plan, prefix = planned.plan, planned.prefix
-    warn_drift(plan, prefix, planned.fs, ConsoleReporter(stderr=True) if options.json else reporter)
+             environ: dict[str, str], view: ConsoleView, storage_flag: str | None = None) -> int:
+    """The plan, reported as events to `view` (tools/dry_run.py); with --json, the plan as JSON on
+    stdout (its drift warnings on stderr)."""
     if options.json:
-        write_plan_json(plan, prefix, sys.stdout)
+        from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
+        from executor.tools.plan_json import write_plan_json
+
+        planned = api.decide(graph, api_options(options, storage_flag), environ=environ)
+        warn_drift(planned.plan, planned.prefix, planned.fs, Events([ConsoleView(ConsoleReporter(stderr=True))]))
+        write_plan_json(planned.plan, planned.prefix, sys.stdout)
     else:
-        from executor.tools.explain import print_dry_run_notes
+        from executor.tools.dry_run import dry_run
 
-        reporter.info(f"prefix: {prefix}")
-        reporter.print_plan(plan, prefix, title=description)
-        print_dry_run_notes(graph, plan, prefix, main_file, reporter, planned.storage_options)
-        from executor.engine.report import escape
-
-        if plan.standby:  # --cache-from: what is neither run nor copied, and why
-            reporter.info(escape(f"not needed here (every step that reads them is copied or complete): "
-                                 f"{', '.join(d.node.name for d in plan.standby.values())}"))
-        from executor.engine.regions import note_cross_region_reads
-
-        for mirror in plan.mirrors.values():  # mirrored inputs: what would be copied, from where, how much
-            reporter.info(escape(mirror.describe()))
-        reads = note_cross_region_reads(plan, prefix, planned.storage_options, reporter)
-        from executor.engine.transfers import check_transfer_budget
-
-        try:  # what a run would refuse, said now
-            check_transfer_budget(plan, reads, options.transfer_budget_gb)
-        except ExecutorError as e:
-            reporter.warning(escape(f"a run would be refused: {e}"))
+        planned = dry_run(graph, api_options(options, storage_flag), subscribers=[view], environ=environ,
+                          main_file=main_file, description=description)
     if options.graph:
         from executor.tools.draw import draw_plan
 
-        draw_plan(plan, options.graph)
+        draw_plan(planned.plan, options.graph)
         print(f"graph written to {options.graph}", file=sys.stderr if options.json else sys.stdout)
     return ExitCode.OK

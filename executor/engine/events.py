@@ -1,8 +1,11 @@
 """What a plan or a run reports as it goes: typed events, delivered to subscribers in order.
 
 The library prints nothing: `executor.plan`/`run`/`materialize` emit these to the subscribers their
-caller gives (none from a notebook: nothing is printed). The command line subscribes its console
-view (tools/console_view.py); a run subscribes its own run-file writer (engine/run_file.py).
+caller gives (none from a notebook: nothing is printed); the dry run, `--check` and `--explain`
+(executor/tools/dry_run.py, plan_file.py, explain.py) report through them too. The command line
+subscribes its console view (tools/console_view.py, rendering with tools/console_reporter.py); a run
+subscribes its own run-file writer (engine/run_file.py). Events carry data, never console markup:
+every text field is plain text (a step's name, an error, a path), and a renderer styles and escapes it.
 A subscriber is any callable taking an event; one that raises fails what the run was doing when it
 emitted (a step's start, say), as any other error there would.
 """
@@ -29,6 +32,7 @@ class PlanMade:
     description: Optional[str] = None
     fs: Any = field(default=None, repr=False, compare=False)
     storage_options: dict = field(default_factory=dict, repr=False, compare=False)
+    dry_run: bool = False  # a dry run's plan (tools/dry_run.py): nothing runs after it
     store: Any = field(default=None, repr=False, compare=False)
 
 
@@ -128,10 +132,107 @@ class MirrorCopied:
 
 @dataclass(frozen=True)
 class LogLine:
-    """A note (`info`) or a `warning` of the run itself; text may hold rich markup (escaped values)."""
+    """A note (`info`), a `warning` or an `error` of the call itself, as plain text (never markup)."""
 
-    level: str  # info | warning
+    level: str  # info | warning | error
     text: str
+
+
+@dataclass(frozen=True)
+class CrossRegionNoted:
+    """A step reads an input from another location than the prefix's (`location`, `bytes` or
+    `size_problem`), or the check could not tell whether it does (`why`): executor.engine.regions."""
+
+    step: str
+    url: str
+    location: Optional[str] = None
+    prefix_location: Optional[str] = None
+    bytes: Optional[int] = None
+    size_problem: Optional[str] = None
+    why: Optional[str] = None  # set: the check could not tell
+
+
+@dataclass(frozen=True)
+class DriftFound:
+    """A completed step whose code changed since its output was made (executor.tools.drift): `what`
+    names the changed code; `message` says what that means and the ways out, as plain text."""
+
+    step: str
+    step_id: str
+    what: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ChangeNoted:
+    """A step that runs because its id is new: what changed since its nearest earlier version."""
+
+    step: str
+    note: str
+
+
+@dataclass(frozen=True)
+class StandbyNoted:
+    """--cache-from: steps neither run nor copied, since every step reading them is copied or complete."""
+
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MirrorPlanned:
+    """A mirrored input a run would need (executor.engine.mirror): `complete` under the prefix,
+    `waiting` for another runner's copy, or to be copied from `source` (`bytes`, `files`; `also`:
+    other places holding it)."""
+
+    logical: str
+    path: str
+    complete: bool = False
+    waiting: bool = False
+    source: Optional[str] = None
+    bytes: Optional[int] = None
+    files: Optional[int] = None
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TransferRefusal:
+    """A dry run's finding: the run it plans would be refused before anything runs, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class IdsChecked:
+    """`--check`: the step ids against the committed ids file `path` (`changes`: one plain line each)."""
+
+    path: str
+    steps: int
+    changed: int = 0
+    added: int = 0
+    removed: int = 0
+    changes: tuple[str, ...] = ()
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.changed or self.added or self.removed)
+
+
+@dataclass(frozen=True)
+class IdsWritten:
+    """`--update-plan`: the ids file `path` was rewritten, or already `up_to_date`."""
+
+    path: str
+    steps: int
+    up_to_date: bool = False
+
+
+@dataclass(frozen=True)
+class StepExplained:
+    """`--explain`: why one step has its id, as plain lines (what changed, through which dependency)."""
+
+    step: str
+    lines: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -143,7 +244,8 @@ class RunFinished:
 
 
 Event = (PlanMade | RunStarted | StepStarted | StepWaiting | StepRetried | LeaseLost | StepFinished | MirrorCopied
-         | LogLine | RunFinished)
+         | LogLine | CrossRegionNoted | DriftFound | ChangeNoted | StandbyNoted | MirrorPlanned | TransferRefusal
+         | IdsChecked | IdsWritten | StepExplained | RunFinished)
 Subscriber = Callable[[Event], None]
 
 
@@ -163,6 +265,11 @@ class Events:
     def warning(self, text: str) -> None:
         self.emit(LogLine("warning", text))
 
+    def error(self, text: str) -> None:
+        self.emit(LogLine("error", text))
 
-__all__ = ["Event", "Events", "LeaseLost", "LogLine", "MirrorCopied", "PlanMade", "RunFinished", "RunStarted",
-           "StepFinished", "StepRetried", "StepStarted", "StepWaiting", "Subscriber"]
+
+__all__ = ["ChangeNoted", "CrossRegionNoted", "DriftFound", "Event", "Events", "IdsChecked", "IdsWritten", "LeaseLost",
+           "LogLine", "MirrorCopied", "MirrorPlanned", "PlanMade", "RunFinished", "RunStarted", "StandbyNoted",
+           "StepExplained", "StepFinished", "StepRetried", "StepStarted", "StepWaiting", "Subscriber",
+           "TransferRefusal"]

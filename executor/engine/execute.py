@@ -325,9 +325,7 @@ class Execution:
         self._submit(t, lease, takeover)
 
     def _note(self, message: str) -> None:
-        from executor.engine.report import escape
-
-        self.ctx.events.info(escape(message))
+        self.ctx.events.info(message)  # plain text: the console renderer escapes it
 
     def _stale_input(self, t: Tracked, status: Status) -> str | None:
         """The name of a dependency whose committed output differs from what `status` consumed."""

@@ -26,6 +26,7 @@ from executor.core.locations import Storage
 from executor.core.tree import is_config_dataclass
 from executor.core.urls import is_object_store, protocol_of, split_url
 from executor.engine import location
+from executor.engine.events import CrossRegionNoted
 from executor.engine.runner_region import runner_region
 
 GB = 10**9
@@ -165,11 +166,11 @@ def same_region(bucket_location_: str, region: str) -> bool:
     return here == where or here.startswith(where + "-")
 
 
-def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, reporter: Any) -> None:
+def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, events: Any) -> None:
     """Before anything runs: the runner's region (EXECUTOR_REGION, else the cloud's metadata server:
     runner_region.py) against the prefix's bucket location; a mismatch is refused naming both unless
     `allow` (--allow-cross-region). For a local prefix nothing is compared (and nothing asked); with
-    no region known, nothing is compared either."""
+    no region known, nothing is compared either. Warnings go to `events` (engine/events.py Events)."""
     if not is_object_store(prefix):
         return
     region, source = runner_region(environ)
@@ -177,24 +178,24 @@ def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, r
         return
     where, why = locate_bucket(prefix, storage)
     if where is None:
-        reporter.warning(f"region check: could not tell whether the prefix is in {region} ({source}): {why}")
+        events.warning(f"region check: could not tell whether the prefix is in {region} ({source}): {why}")
     elif not same_region(where, region):
         message = (f"this runner is in {region} ({source}) and the prefix {prefix} is in {where}: every "
                    f"read and write would cross regions")
         if not allow:
             raise ExecutorError(f"{message}; nothing was started. Use a prefix in {region}, or pass "
                                 f"--allow-cross-region")
-        reporter.warning(f"{message} (allowed by --allow-cross-region)")
+        events.warning(f"{message} (allowed by --allow-cross-region)")
 
 
-def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, reporter: Any) -> list[CrossRegionRead]:
-    """Print a note per cross-location read (and per input that could not be checked); returns the
-    reads, for the transfer budget (executor.engine.transfers)."""
-    from rich.markup import escape
-
+def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, events: Any) -> list[CrossRegionRead]:
+    """Emit a CrossRegionNoted event per cross-location read (and per input that could not be
+    checked) to `events` (executor.engine.events.Events); returns the reads, for the transfer budget
+    (executor.engine.transfers)."""
     reads, unknown = plan.cross_region if plan.cross_region is not None else survey(plan, prefix, storage)
     for read in reads:
-        reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
+        events.emit(CrossRegionNoted(read.step, read.url, read.location, read.prefix_location, read.bytes,
+                                     read.size_problem))
     for input_ in unknown:
-        reporter.warning(f"cross-region check: {escape(input_.describe())}")
+        events.emit(CrossRegionNoted(input_.step, input_.url, why=input_.why))
     return reads

@@ -137,13 +137,16 @@ def _run_options(args: Any, prefix: str) -> Any:
 
 
 def cmd_explain(args: Any) -> int:
+    from executor.engine.events import Events
+    from executor.tools.console_reporter import ConsoleReporter
+    from executor.tools.console_view import ConsoleView
     from executor.tools.explain import cache_from_plan, run_explain
 
     loaded = _load(args)
     prefix = default_prefix(args.prefix, loaded.path)
     plan, sources = cache_from_plan(loaded.graph, _run_options(args, prefix), os.environ)
-    return run_explain(loaded.graph, args.step, prefix, loaded.path, storage_options=args.storage_options,
-                       plan=plan, cache_from=sources)
+    return run_explain(loaded.graph, args.step, prefix, loaded.path, events=Events([ConsoleView(ConsoleReporter())]),
+                       storage_options=args.storage_options, plan=plan, cache_from=sources)
 
 
 def cmd_graph(args: Any) -> int:

@@ -1,10 +1,12 @@
-"""What the command line shows of a run: the subscriber `executor_main` gives `api.run_graph`.
+"""What the command line shows of a run, a dry run, `--check` and `--explain`: the subscriber it gives them.
 
-It turns the run's events into console lines (a Reporter: engine/report.py), swaps in the live view
-(engine/live.py) once steps are about to run, adds the drift warnings and the "what changed" notes
-to the plan, and when the run ends prints its table, the targets' logs where a pipe may have lost
-them, the run report's path (it writes the report: executor/tools/run_report.py) and a summary.
-The library attaches none of this: a run called from Python prints nothing.
+It turns events (executor/engine/events.py: data, never markup) into console lines drawn by a
+Reporter (console_reporter.py, which styles them and escapes every text from a step), swaps in the
+live view (console_live.py) once steps are about to run, adds the drift warnings and the "what changed"
+notes to a run's plan (emitted here, by drift.py and explain.py, to this view), and when the run
+ends prints its table, the targets' logs where a pipe may have lost them, the run report's path
+(it writes the report: executor/tools/run_report.py) and a summary. The library attaches none of
+this: a call from Python prints nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any, Callable
 
 from executor.core.outcome import Outcome
 from executor.core.plan import Action
-from executor.engine.events import (Event, LeaseLost, LogLine, MirrorCopied, PlanMade, RunFinished, StepFinished,
-                                    StepRetried, StepStarted, StepWaiting)
-from executor.engine.report import Reporter
+from executor.engine.events import (ChangeNoted, CrossRegionNoted, DriftFound, Event, Events, IdsChecked, IdsWritten,
+                                    LeaseLost, LogLine, MirrorCopied, MirrorPlanned, PlanMade, RunFinished,
+                                    StandbyNoted, StepExplained, StepFinished, StepRetried, StepStarted, StepWaiting,
+                                    TransferRefusal)
+from executor.tools.console_reporter import Reporter, escape
 
 NOTES_UP_TO = 50  # new ids a real run explains itself; past that the search for earlier versions costs
 
@@ -34,6 +38,7 @@ class ConsoleView:
         self.still_running_every_s, self.on_steps = still_running_every_s, on_steps
         self.echo_logs = (not sys.stdout.isatty()) if echo_logs is None else echo_logs
         self.planned: PlanMade | None = None
+        self._changes_shown = False  # the "what changed" heading, once
 
     def __call__(self, event: Event) -> None:
         handler = _HANDLERS.get(type(event))
@@ -42,16 +47,20 @@ class ConsoleView:
 
     # -- the plan ------------------------------------------------------------------------------
     def _plan_made(self, e: PlanMade) -> None:
+        self.planned = e
+        if e.dry_run:  # its drift warnings came before it; its notes come after it (tools/dry_run.py)
+            self.reporter.plain(f"prefix: {e.prefix}")
+            self.reporter.print_plan(e.plan, e.prefix, title=e.description)
+            return
         from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
 
-        self.planned = e
-        warn_drift(e.plan, e.prefix, e.fs, self.reporter)
-        self.reporter.info(f"prefix: {e.prefix}")
+        warn_drift(e.plan, e.prefix, e.fs, Events([self]))
+        self.reporter.plain(f"prefix: {e.prefix}")
         if not e.plan.needs_runner:
             return  # the end says what there was to do
         self.on_steps()
         if self.live:  # a live view on a terminal; "still running" lines elsewhere
-            from executor.engine.live import LiveReporter
+            from executor.tools.console_live import LiveReporter
 
             plain = self.reporter
             self.reporter = LiveReporter(console=plain.console, plan=e.plan,
@@ -63,13 +72,72 @@ class ConsoleView:
 
     def _what_changed(self, e: PlanMade) -> None:
         """A real run says what changed since the nearest earlier version, as a dry run does (issue 19.8)."""
-        from executor.tools.explain import print_dry_run_notes
+        from executor.tools.explain import note_changes
 
         new = sum(d.action == Action.RUN and d.observed.status is None for d in e.plan.decisions.values())
         if new > NOTES_UP_TO:
-            self.reporter.info(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
+            self.reporter.plain(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
         elif new:
-            print_dry_run_notes(e.graph, e.plan, e.prefix, self.main_file, self.reporter, e.storage_options)
+            note_changes(e.graph, e.plan, e.prefix, self.main_file, Events([self]), e.storage_options)
+
+    def _change_noted(self, e: ChangeNoted) -> None:
+        if not self._changes_shown:
+            self._changes_shown = True
+            self.reporter.plain("what changed since the nearest earlier version:")
+        self.reporter.plain(f"  {e.step}: {e.note}")
+
+    def _drift_found(self, e: DriftFound) -> None:
+        self.reporter.warning(e.message)
+
+    def _standby_noted(self, e: StandbyNoted) -> None:
+        self.reporter.plain(f"not needed here (every step that reads them is copied or complete): "
+                            f"{', '.join(e.steps)}")
+
+    def _mirror_planned(self, e: MirrorPlanned) -> None:
+        from executor.engine.mirror import human_bytes
+
+        if e.complete:
+            self.reporter.plain(f"mirror {e.logical}: complete at {e.path}")
+        elif e.waiting or e.source is None:
+            self.reporter.plain(f"mirror {e.logical}: being copied by another runner; waiting for it")
+        else:
+            others = f" (also at {', '.join(e.also)})" if e.also else ""
+            self.reporter.plain(f"mirror {e.logical}: copy {human_bytes(e.bytes or 0)} ({e.files} files) from "
+                                f"{e.source}{others} to {e.path}")
+
+    def _cross_region(self, e: CrossRegionNoted) -> None:
+        if e.why is not None:
+            self.reporter.warning(f"cross-region check: could not tell whether {e.step} reading {e.url} crosses "
+                                  f"regions: {e.why}")
+            return
+        from executor.engine.regions import CrossRegionRead
+
+        read = CrossRegionRead(e.step, e.url, e.location or "?", e.prefix_location or "?", e.bytes, e.size_problem)
+        self.reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
+
+    def _transfer_refusal(self, e: TransferRefusal) -> None:
+        self.reporter.warning(f"a run would be refused: {e.reason}")
+
+    # -- --check, --update-plan, --explain -----------------------------------------------------
+    def _ids_checked(self, e: IdsChecked) -> None:
+        from pathlib import Path
+
+        if e.ok:
+            self.reporter.plain(f"ids check ok: {e.steps} step ids match {Path(e.path).name}")
+            return
+        self.reporter.plain(f"ids check FAILED: step ids differ from {e.path} "
+                            f"({e.changed} changed, {e.added} added, {e.removed} removed)")
+        for line in e.changes:
+            self.reporter.plain("  " + line)
+        self.reporter.plain(e.fix)
+
+    def _ids_written(self, e: IdsWritten) -> None:
+        self.reporter.plain(f"{e.path} is up to date ({e.steps} steps)" if e.up_to_date
+                            else f"wrote {e.path} ({e.steps} steps); commit it with the change")
+
+    def _step_explained(self, e: StepExplained) -> None:
+        for line in e.lines:
+            self.reporter.plain(line)
 
     # -- steps ---------------------------------------------------------------------------------
     def _step_started(self, e: StepStarted) -> None:
@@ -101,20 +169,21 @@ class ConsoleView:
         self.reporter.lease_lost(e.node, e.reason)
 
     def _mirror_copied(self, e: MirrorCopied) -> None:
-        from executor.engine.report import escape
-
         if e.how == "failed":
-            self.reporter.warning(escape(e.error or f"mirror {e.logical}: not copied"))
+            self.reporter.warning(e.error or f"mirror {e.logical}: not copied")
         elif e.how == "copied":
             from executor.engine.mirror import human_bytes
 
-            self.reporter.info(escape(f"mirror {e.logical}: copied from {e.source} and checked "
-                                      f"({human_bytes(e.bytes or 0)}, {e.files} files, in {e.seconds or 0:.1f}s)"))
+            self.reporter.plain(f"mirror {e.logical}: copied from {e.source} and checked "
+                                f"({human_bytes(e.bytes or 0)}, {e.files} files, in {e.seconds or 0:.1f}s)")
         else:
-            self.reporter.info(escape(f"mirror {e.logical}: {e.how} at {e.path}"))
+            self.reporter.plain(f"mirror {e.logical}: {e.how} at {e.path}")
 
-    def _log_line(self, e: LogLine) -> None:
-        (self.reporter.warning if e.level == "warning" else self.reporter.info)(e.text)
+    def _log_line(self, e: LogLine) -> None:  # plain text: shown as written
+        if e.level == "warning":
+            self.reporter.warning(e.text)
+        else:
+            self.reporter.plain(f"error: {e.text}" if e.level == "error" else e.text)
 
     # -- the end -------------------------------------------------------------------------------
     def _run_finished(self, e: RunFinished) -> None:
@@ -127,7 +196,7 @@ class ConsoleView:
             return
         self.reporter.print_run_end(self.planned.plan, result.steps)
         if self.echo_logs:
-            from executor.engine.report import echo_step_logs
+            from executor.tools.console_reporter import echo_step_logs
             from executor.engine.runner.log_forwarding import forwarded
 
             echo_step_logs(self.reporter, result.graph, [s.step_id for s in result.steps if s.ran_here],
@@ -138,9 +207,9 @@ class ConsoleView:
         if result.failed:
             self.reporter.print_plan(self.planned.plan, self.planned.prefix, title=self.planned.description)
             self.reporter.info(f"[red]{len(result.failed)} step(s) failed or blocked[/]: "
-                               + ", ".join(s.name for s in result.failed))
+                               + escape(", ".join(s.name for s in result.failed)))
         else:
-            self.reporter.info(f"all {len(result.steps)} step(s) already succeeded; nothing to do ({seconds:.2f}s)")
+            self.reporter.plain(f"all {len(result.steps)} step(s) already succeeded; nothing to do ({seconds:.2f}s)")
 
     def _write_report(self, result: Any) -> str | None:
         from executor.engine.prefixes import OpenedPrefix, open_prefix
@@ -158,17 +227,21 @@ class ConsoleView:
     def _summary(self, result: Any, report_path: str | None) -> None:
         succeeded = sum(s.status == Outcome.SUCCEEDED for s in result.steps)
         ran_here = sum(s.ran_here for s in result.steps)
-        self.reporter.info(f"{succeeded}/{len(result.steps)} step(s) succeeded, {ran_here} ran here; "
+        self.reporter.plain(f"{succeeded}/{len(result.steps)} step(s) succeeded, {ran_here} ran here; "
                            f"run record: {result.run_file}" + (f"; report: {report_path}" if report_path else ""))
         failed = [s for s in result.steps if s.status.unsuccessful]
         if failed:
-            self.reporter.info("[bold red]failed or blocked:[/] " + ", ".join(
-                f"{s.step_id} ({s.error or ''})" for s in failed))
+            self.reporter.info("[bold red]failed or blocked:[/] " + escape(", ".join(
+                f"{s.step_id} ({s.error or ''})" for s in failed)))
 
 
 _HANDLERS: dict[type, Callable[[ConsoleView, Any], None]] = {
     PlanMade: ConsoleView._plan_made, StepStarted: ConsoleView._step_started,
     StepFinished: ConsoleView._step_finished, StepWaiting: ConsoleView._step_waiting,
     StepRetried: ConsoleView._step_retried, LeaseLost: ConsoleView._lease_lost, LogLine: ConsoleView._log_line,
-    MirrorCopied: ConsoleView._mirror_copied,
-    RunFinished: ConsoleView._run_finished}
+    MirrorCopied: ConsoleView._mirror_copied, RunFinished: ConsoleView._run_finished,
+    ChangeNoted: ConsoleView._change_noted, DriftFound: ConsoleView._drift_found,
+    StandbyNoted: ConsoleView._standby_noted, MirrorPlanned: ConsoleView._mirror_planned,
+    CrossRegionNoted: ConsoleView._cross_region, TransferRefusal: ConsoleView._transfer_refusal,
+    IdsChecked: ConsoleView._ids_checked, IdsWritten: ConsoleView._ids_written,
+    StepExplained: ConsoleView._step_explained}

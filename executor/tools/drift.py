@@ -20,6 +20,7 @@ from executor.core.errors import StatusError
 from executor.core.plan import Action, Decision, Plan
 from executor.core.record import EXECUTOR_DIR, record_key
 from executor.engine import outputs
+from executor.engine.events import DriftFound, Events
 from executor.engine.fingerprint import Fingerprint, code_fingerprint
 from executor.engine.provenance import function_fingerprint
 
@@ -138,15 +139,15 @@ def find_drift(plan: Plan, prefix: str, fs: Any, parallelism: int = 16) -> list[
     return [drift for drift in found if drift is not None]
 
 
-def warn_drift(plan: Plan, prefix: str, fs: Any, reporter: Any) -> list[Drift]:
-    """Print one warning per drifted step; never fails the run."""
+def warn_drift(plan: Plan, prefix: str, fs: Any, events: Events) -> list[Drift]:
+    """A DriftFound event per drifted step (a warning on the console); never fails the run."""
     try:
         drifts = find_drift(plan, prefix, fs)
     except Exception as e:  # noqa: BLE001 - a warning must never break a run
-        reporter.warning(f"could not check completed steps for code drift: {type(e).__name__}: {e}")
+        events.warning(f"could not check completed steps for code drift: {type(e).__name__}: {e}")
         return []
     for drift in drifts:
-        reporter.warning(drift.message())
+        events.emit(DriftFound(drift.name, drift.step_id, drift.what(), drift.message()))
     return drifts
 
 

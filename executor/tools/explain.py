@@ -17,6 +17,7 @@ from executor.core.exit_codes import ExitCode
 from executor.core.errors import StatusError
 from executor.engine import location
 from executor.engine import outputs
+from executor.engine.events import ChangeNoted, Events, StepExplained
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import DependencyChange, FieldChange, cascade_summary, diff_documents, short
 from executor.core.plan import Action, Plan
@@ -208,45 +209,47 @@ def one_line(graph: Graph, e: StepExplanation) -> str:
 
 # -- entry points ----------------------------------------------------------------------------------
 
-def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | None, *, reporter: Any = None,
+def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | None, *, events: Events,
                 storage_options: dict | None = None, plan: Plan | None = None,
                 cache_from: Sequence[str] = ()) -> int:
-    """Why each step named `name` has its id. With `cache_from` (and the `plan` a run with them
-    would act on): first what that run would do with the step (copy, and from where), and the
-    cache-from prefixes' records count as earlier versions too."""
-    say = _printer(reporter)
+    """Why each step named `name` has its id: a StepExplained event per step, to `events`. With
+    `cache_from` (and the `plan` a run with them would act on): first what that run would do with
+    the step (copy, and from where), and the cache-from prefixes' records count as earlier versions too."""
     nodes = graph.node_by_name(name)
     if not nodes:
         names = ", ".join(sorted({n.name for n in graph.nodes.values()}))
-        say(f"error: --explain {name!r} matches no step; steps are: {names}")
+        events.error(f"--explain {name!r} matches no step; steps are: {names}")
         return ExitCode.USAGE
     versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options,
                                       cache_from)
     for node in nodes:
-        if plan is not None:
-            say(cache_from_line(node, plan, cache_from, storage_options))
-        if node.digest in versions.by_digest:
-            found = versions.by_digest[node.digest]
-            where = {"storage": "on storage", "ids file": "in the ids file"}.get(found.source,
-                                                                                 f"under {found.source}")
-            say(f"{node.name}: id {node.step_id} is unchanged (found {where})")
-            if found.cut_off:
-                say(f"{node.name}: not run: {found.cut_off}; its output is an earlier one's")
-            continue
-        old = versions.nearest(node)
-        if old is None:
-            where = f"under {prefix}" if prefix else ""
-            plan = f" or in {plan_file_path(main_file).name}" if main_file else ""
-            say(f"{node.name}: new id {node.step_id}; no earlier version of this step found {where}{plan}")
-            continue
-        explanation = explain_node(graph, node, old, versions)
-        for line in render_explanation(graph, explanation):
-            say(line)
-        check = cutoff_check(graph, node, old)
-        if check:  # what a run will check before running it (executor.engine.cutoff)
-            say(f"{node.name}: {check.rstrip('; ')}")
-        say(cascade_summary(len(explanation.readdressed()), explanation.roots()))
+        lines = [cache_from_line(node, plan, cache_from, storage_options)] if plan is not None else []
+        events.emit(StepExplained(node.name, tuple(lines + explain_lines(graph, node, versions, prefix, main_file))))
     return ExitCode.OK
+
+
+def explain_lines(graph: Graph, node: StepNode, versions: EarlierVersions, prefix: str | None,
+                  main_file: str | None) -> list[str]:
+    """Why `node` has its id, as plain lines: unchanged (found where), new, or what changed since its
+    nearest earlier version and what a run will check before running it."""
+    if node.digest in versions.by_digest:
+        found = versions.by_digest[node.digest]
+        where = {"storage": "on storage", "ids file": "in the ids file"}.get(found.source, f"under {found.source}")
+        lines = [f"{node.name}: id {node.step_id} is unchanged (found {where})"]
+        if found.cut_off:
+            lines.append(f"{node.name}: not run: {found.cut_off}; its output is an earlier one's")
+        return lines
+    old = versions.nearest(node)
+    if old is None:
+        where = f"under {prefix}" if prefix else ""
+        ids_file = f" or in {plan_file_path(main_file).name}" if main_file else ""
+        return [f"{node.name}: new id {node.step_id}; no earlier version of this step found {where}{ids_file}"]
+    explanation = explain_node(graph, node, old, versions)
+    lines = list(render_explanation(graph, explanation))
+    check = cutoff_check(graph, node, old)
+    if check:  # what a run will check before running it (executor.engine.cutoff)
+        lines.append(f"{node.name}: {check.rstrip('; ')}")
+    return [*lines, cascade_summary(len(explanation.readdressed()), explanation.roots())]
 
 
 def cache_from_plan(graph: Graph, options: Any, environ: Mapping[str, str]) -> tuple[Plan | None, tuple[str, ...]]:
@@ -306,28 +309,17 @@ def cutoff_check(graph: Graph, node: StepNode, old: Version) -> str:
     return f"runs unless {names} {plural} unchanged (then cut off); "
 
 
-def print_dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, reporter: Any,
-                        storage_options: dict | None = None) -> None:
-    """The dry run's 'what changed' lines, printed after the plan table."""
+def note_changes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, events: Events,
+                 storage_options: dict | None = None) -> None:
+    """The "what changed" notes of a plan: a ChangeNoted event per new id with an earlier version."""
     try:
         notes = dry_run_notes(graph, plan, prefix, main_file, storage_options)
     except Exception as e:  # noqa: BLE001 - a hint must never break the dry run
-        reporter.warning(f"could not compare with earlier versions: {type(e).__name__}: {e}")
+        events.warning(f"could not compare with earlier versions: {type(e).__name__}: {e}")
         return
-    if notes:
-        say = _printer(reporter)
-        say("what changed since the nearest earlier version:")
-        for digest, note in notes.items():
-            say(f"  {graph.nodes[digest].name}: {note}")
-
-
-def _printer(reporter: Any):
-    if reporter is None:
-        return print
-    from rich.markup import escape
-
-    return lambda line: reporter.info(escape(line))
+    for digest, note in notes.items():
+        events.emit(ChangeNoted(graph.nodes[digest].name, note))
 
 
 __all__ = ["EarlierVersions", "StepExplanation", "Version", "cache_from_line", "cache_from_plan", "dry_run_notes",
-           "explain_node", "print_dry_run_notes", "run_explain"]
+           "explain_lines", "explain_node", "note_changes", "run_explain"]

@@ -18,6 +18,7 @@ from typing import Any
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph
+from executor.engine.events import Events, IdsChecked, IdsWritten
 from executor.tools.identity_diff import Change, DependencyChange, cascade_summary, diff_documents, short
 
 PLAN_SCHEMA = 1
@@ -147,22 +148,13 @@ def describe(comparison: PlanComparison, name_of: dict[str, str]) -> list[str]:
     return lines
 
 
-def _printer(reporter: Any):
-    """Plain lines through the reporter (escaped: paths like x[0] are not rich markup)."""
-    if reporter is None:
-        return print
-    from rich.markup import escape
-
-    return lambda line: reporter.info(escape(line))
-
-
 # -- the --check / --update-plan entry point ---------------------------------------------------------
 
-def run_check(graph: Graph, main_file: str | None, *, update: bool = False, reporter: Any = None) -> int:
-    """Compare (or with update=True rewrite) `<stem>.plan.json` beside the experiment file."""
-    say = _printer(reporter)
+def run_check(graph: Graph, main_file: str | None, *, events: Events, update: bool = False) -> int:
+    """Compare (or with update=True rewrite) `<stem>.plan.json` beside the experiment file: an
+    IdsChecked (IdsWritten) event to `events`, or an error line."""
     if not main_file:
-        say("error: --check needs an experiment file (run `python experiments/<name>.py --check`)")
+        events.error("--check needs an experiment file (run `python experiments/<name>.py --check`)")
         return ExitCode.USAGE
     path = plan_file_path(main_file)
     new = plan_document(graph, Path(main_file).stem)
@@ -170,30 +162,28 @@ def run_check(graph: Graph, main_file: str | None, *, update: bool = False, repo
         old = read_plan(path)
     except ExecutorError as e:
         if not update or "newer" in str(e):  # a newer schema is never overwritten
-            say(f"error: {e}")
+            events.error(str(e))
             return ExitCode.USAGE
         old = None  # a corrupt ids file is what --update-plan repairs
     if update:
         text = dumps(new)
-        if path.exists() and path.read_text() == text:
-            say(f"{path} is up to date ({len(new['steps'])} steps)")
-        else:
+        up_to_date = path.exists() and path.read_text() == text
+        if not up_to_date:
             path.write_text(text)
-            say(f"wrote {path} ({len(new['steps'])} steps); commit it with the change")
+        events.emit(IdsWritten(str(path), len(new["steps"]), up_to_date))
         return ExitCode.OK
     if old is None:
-        say(f"error: no ids file {path}; create it with `python {Path(main_file).name} --update-plan` "
-            f"and commit it")
+        events.error(f"no ids file {path}; create it with `python {Path(main_file).name} --update-plan` "
+                     f"and commit it")
         return ExitCode.USAGE
     comparison = compare_plans(old, new)
     if comparison.clean:
-        say(f"ids check ok: {len(new['steps'])} step ids match {path.name}")
+        events.emit(IdsChecked(str(path), len(new["steps"])))
         return ExitCode.OK
     name_of = {e["digest"]: e["name"] for e in (*old["steps"], *new["steps"])}
-    say(f"ids check FAILED: step ids differ from {path} "
-        f"({len(comparison.changed)} changed, {len(comparison.added)} added, {len(comparison.removed)} removed)")
-    for line in describe(comparison, name_of):
-        say("  " + line)
-    say(f"If this is intended, run `python {path.parent.name}/{Path(main_file).name} --update-plan` and commit "
-        f"{path.name}; if not, the fields above are what changed the ids.")
+    events.emit(IdsChecked(str(path), len(new["steps"]), len(comparison.changed), len(comparison.added),
+                           len(comparison.removed), tuple(describe(comparison, name_of)),
+                           f"If this is intended, run `python {path.parent.name}/{Path(main_file).name} "
+                           f"--update-plan` and commit {path.name}; if not, the fields above are what changed "
+                           f"the ids."))
     return ExitCode.CHANGED

@@ -67,7 +67,7 @@ def executor_run(n: int, prefix: Path, max_concurrent: int, profile: bool, quiet
 
     from executor import ExecutorStep, this_output_path
     from executor.cli import run
-    from executor.engine.report import ConsoleReporter
+    from executor.tools.console_reporter import ConsoleReporter
 
     steps = [ExecutorStep(f"bench/t{i}", trivial, Trivial(i, this_output_path())) for i in range(n)]
     sink = io.StringIO()
@@ -118,7 +118,7 @@ def main() -> None:
         again_started = time.perf_counter()
         from executor.cli import run
         from executor import ExecutorStep, this_output_path
-        from executor.engine.report import ConsoleReporter
+        from executor.tools.console_reporter import ConsoleReporter
         from rich.console import Console
 
         steps = [ExecutorStep(f"bench/t{i}", trivial, Trivial(i, this_output_path())) for i in range(args.steps)]

@@ -16,7 +16,7 @@ import executor
 from executor import ExecutorStep, open_file, output_path_of, this_output_path
 from executor.core.plan import Action
 from executor.engine.events import StepStarted
-from executor.engine.report import write_plan_json
+from executor.tools.plan_json import write_plan_json
 from executor.tools.verify import verify_path
 from executor.engine.prefixes import open_prefix
 from tests.cache.at_once import run_at_once

@@ -197,7 +197,7 @@ def test_the_live_panel_counts_a_cut_off_step_as_done_and_says_why():
 
     from rich.console import Console
 
-    from executor.engine.live import LiveReporter
+    from executor.tools.console_live import LiveReporter
 
     buffer = io.StringIO()
     reporter = LiveReporter(console=Console(file=buffer, force_terminal=True, width=200), still_running_every_s=60)

@@ -3,7 +3,9 @@
 The core imports neither the engine nor the tools; the engine never imports the tools or the
 command line; and no two executor modules import each other, even only for type checking.
 Steps and experiments use only the public surface, `from executor import ...` (executor.__all__),
-and Ray is imported behind the runner seam (executor/engine/runner/) only.
+Ray is imported behind the runner seam (executor/engine/runner/) only, and presentation lives in
+the tools: the core and the engine never import rich (they emit events carrying data; the console
+renderers in executor/tools/ draw them).
 """
 
 from __future__ import annotations
@@ -119,3 +121,11 @@ def test_ray_is_imported_only_behind_the_runner_seam():
     assert any(seam in p.parents for p in PACKAGE.rglob("*.py") if "ray" in imports_of(p))  # the check sees Ray
     outside = [str(p.relative_to(REPO)) for p in files if "ray" in imports_of(p)]
     assert not outside, f"only executor/engine/runner/ imports ray: {outside}"
+
+
+def test_the_core_and_the_engine_never_import_rich():
+    inside = [p for p in sorted(PACKAGE.rglob("*.py")) if _layer(module_name(p)) in ("core", "engine")]
+    assert len(inside) > 40
+    assert any("rich" in imports_of(p) for p in (PACKAGE / "tools").rglob("*.py"))  # the check sees rich
+    drawing = [str(p.relative_to(REPO)) for p in inside if "rich" in imports_of(p)]
+    assert not drawing, f"presentation belongs in executor/tools/ (console_reporter.py, console_live.py): {drawing}"

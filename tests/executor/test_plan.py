@@ -121,7 +121,7 @@ def test_the_json_plan_is_the_rows_on_any_stream(encoding):
     import io
     import json
 
-    from executor.engine.report import plan_rows, write_plan_json
+    from executor.tools.plan_json import plan_rows, write_plan_json
 
     graph, a, b, c, side = chain()
     snap = {graph.digest_of(a): status(graph, a, State.FAILED, error="échec: 検証 failed ☃"),
@@ -139,7 +139,7 @@ def test_a_json_plan_of_thousands_of_steps_is_one_document():
     import io
     import json
 
-    from executor.engine.report import write_plan_json
+    from executor.tools.plan_json import write_plan_json
 
     graph = build_graph([ExecutorStep(f"s{i}", fn, Cfg(value=i)) for i in range(2345)])  # rows go out 1,000 at a time
     stream = io.StringIO()

@@ -18,8 +18,10 @@ from executor.core.locations import Storage
 from executor.core.plan import Observed, PlanOptions, plan_steps
 from executor.core.record import State, Status
 from executor.engine import location
+from executor.engine.events import CrossRegionNoted, Events
 from executor.engine.regions import (CrossRegionRead, Undetermined, check_run_region, locate_bucket,
                                      note_cross_region_reads, same_region, survey)
+from executor.tools.console_view import ConsoleView
 from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, s3_emulator  # noqa: F401  (session fixture)
 
 NO_METADATA_SERVERS = {"AWS_EC2_METADATA_DISABLED": "true", "NO_GCE_CHECK": "true"}
@@ -37,7 +39,7 @@ def fn(config):
 
 
 class Reporter:
-    """What the engine's reporter is handed: info and warning lines."""
+    """What a console renderer is handed: info (markup) and warning (plain) lines."""
 
     def __init__(self):
         self.infos: list[str] = []
@@ -175,9 +177,11 @@ def test_a_read_crossing_either_way_is_noted_with_both_locations_and_its_size(bu
         buckets.fs().pipe_file(f"{buckets.us}/{key}", b"y" * 70)
         prefix, source, there, here, size = prefix_in(buckets.eu), f"s3://{buckets.us}/{key}", "US-WEST-2", \
             "EU-WEST-1", 70
-    reporter = Reporter()
-    reads = note_cross_region_reads(plan_of(reading(source)), prefix, buckets.storage, reporter)
+    emitted, reporter = [], Reporter()
+    reads = note_cross_region_reads(plan_of(reading(source)), prefix, buckets.storage, Events([emitted.append]))
     assert reads == [CrossRegionRead("r/copy", source, there, here, size)]
+    assert emitted == [CrossRegionNoted("r/copy", source, there, here, size)]  # data; the console styles it
+    ConsoleView(reporter)(emitted[0])
     assert reporter.infos == [f"[yellow]cross-region read:[/] r/copy reads {source} (0.00 GB) from {there}; "
                               f"the prefix is in {here}"]
     assert reporter.warnings == []
@@ -201,7 +205,8 @@ def test_with_the_prefix_location_unreadable_every_input_elsewhere_is_undetermin
 
 def test_an_input_whose_bucket_location_cannot_be_read_is_said_never_taken_for_the_same_region(buckets):
     source, reporter = f"s3://{buckets.missing}/data.bin", Reporter()
-    reads = note_cross_region_reads(plan_of(reading(source)), prefix_in(buckets.us), buckets.storage, reporter)
+    view = ConsoleView(reporter)
+    reads = note_cross_region_reads(plan_of(reading(source)), prefix_in(buckets.us), buckets.storage, Events([view]))
     assert reads == [] and reporter.infos == []
     assert reporter.warnings == [
         f"cross-region check: could not tell whether r/copy reading {source} crosses regions: the location of "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from executor.engine.live import LiveReporter
+from executor.tools.console_live import LiveReporter
 from tests.executor.test_flags import hello_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_a_targets_latest_attempt_log_is_echoed_into_a_pipe(tmp_path):
     import fsspec
 
     from executor.core.graph import build_graph
-    from executor.engine.report import ConsoleReporter, echo_step_logs
+    from executor.tools.console_reporter import ConsoleReporter, echo_step_logs
     from executor.engine.runner.capture import log_path
     from experiments import hello
 

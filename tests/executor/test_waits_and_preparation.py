@@ -34,7 +34,7 @@ from executor.cli import run
 from executor.core.outcome import Outcome
 from executor.core.record import Owner, State, Status, parse_status, status_key
 from executor.engine.events import RunStarted, StepStarted, StepWaiting
-from executor.engine.report import ConsoleReporter
+from executor.tools.console_reporter import ConsoleReporter
 from executor.engine.store.local import LocalStore, _generation
 
 

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 
 from executor import ExecutorStep, output_path_of, this_output_path
-from executor.engine.report import ConsoleReporter
+from executor.tools.console_reporter import ConsoleReporter
 
 
 def _fs():

@@ -68,7 +68,7 @@ def test_capture_tees_fd_level_output_and_appends(tmp_path, capfd):
 
 def test_live_reporter_degrades_to_lines_and_renders_on_terminal():
     from executor.core.graph import build_graph
-    from executor.engine.live import LiveReporter
+    from executor.tools.console_live import LiveReporter
     from executor.core.plan import PlanOptions, plan_steps
     from executor import ExecutorStep, this_output_path
     from tests.runner import stepfns

@@ -76,7 +76,7 @@ def test_forwarded_lines_and_the_runs_own_lines_never_share_a_line(ray_printer, 
     thread between them used to land inside a step's line (a piped run lost its ✔ line once in ~30)."""
     import sys
 
-    from executor.engine.report import ConsoleReporter
+    from executor.tools.console_reporter import ConsoleReporter
 
     log_forwarding.install()
     before = sys.getswitchinterval()

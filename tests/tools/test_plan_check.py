@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from executor.tools.loading import load_experiment
+from executor.engine.events import Events, IdsChecked
 from executor.tools.plan_file import PLAN_SCHEMA, plan_file_path, run_check
 
 from .toy import run_main
@@ -73,7 +74,9 @@ def test_missing_corrupt_and_newer_plan_files_are_usage_errors(toy):
 def test_committed_hello_plan_is_current():
     hello = REPO / "experiments" / "hello.py"
     graph = load_experiment(hello).graph
-    assert run_check(graph, str(hello)) == 0
+    said: list = []
+    assert run_check(graph, str(hello), events=Events([said.append])) == 0
+    assert [type(e) for e in said] == [IdsChecked] and said[0].ok and said[0].path == str(plan_file_path(hello))
 
 
 def test_check_directory_passes_for_hello_in_two_processes():

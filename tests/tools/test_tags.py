@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import threading
-from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from executor import api
 from executor.core.errors import ConfigEncodingError, ExecutorError
 from executor.core.graph import build_graph
 from executor.engine.store import open_store
+from executor.engine.events import Events, StepExplained
 from executor.tools.explain import run_explain
 from executor.tools.tags import TagTaken, list_tags, read_tag, tag, tag_history
 
@@ -101,10 +101,11 @@ def test_a_tagged_dependency_id_moves_only_when_the_tag_moves(two_outputs):
     assert identity["config"]["fields"]["input_path"] == {
         "tag": "corpus/raw@v1", "digest": read_tag(store, "corpus/raw@v1").digest, "sub": "data.txt"}
     # explain names the move (the earlier version is found on storage)
-    said: list[str] = []
-    assert run_explain(graph, "names/reader", prefix, None, reporter=SimpleNamespace(info=said.append)) == 0
+    said: list = []
+    assert run_explain(graph, "names/reader", prefix, None, events=Events([said.append])) == 0
     first_digest, moved_digest = (e.digest[:12] for e in tag_history(store, "corpus/raw@v1"))
-    text = "\n".join(said)
+    assert [type(e) for e in said] == [StepExplained] and said[0].step == "names/reader"
+    text = "\n".join(said[0].lines)
     assert f"tag corpus/raw@v1 moved from {first_digest}… to {moved_digest}… (config.input_path)" in text, text
 
     moved = _run([reader], prefix).step(reader)

@@ -1,22 +1,22 @@
-"""Reporters: what people (console, via rich) and machines (JSON) see of plans and runs."""
+"""The console renderer: what people see of plans and runs, drawn with rich (a plain line when piped).
+
+`ConsoleReporter` styles each event the console view (console_view.py) hands it; the engine only
+emits data (executor/engine/events.py), and every text from a step (its name, error, result, log)
+is escaped here, so `[red]x[/red]` in a step name shows as written. The JSON plan is plan_json.py.
+"""
 
 from __future__ import annotations
 
-import codecs
-import json
 import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, Protocol
-
-import orjson
+from typing import TYPE_CHECKING, Any, Protocol
 
 from executor.core.graph import StepNode
 from executor.core.outcome import Ending, ending
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
-from executor.engine import outputs
 from executor.engine.whole_lines import LockedFile, print_line
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ class Reporter(Protocol):
     """What the command line's console view (tools/console_view.py) calls: every method, no probing."""
 
     def info(self, message: str) -> None: ...
+    def plain(self, text: str) -> None: ...
     def warning(self, message: str) -> None: ...
     def print_plan(self, plan: Plan, prefix: str, title: str | None = None) -> None: ...
     def print_run_end(self, plan: Plan, steps: Sequence[Any]) -> None: ...
@@ -55,45 +56,6 @@ class Reporter(Protocol):
     def step_done_elsewhere(self, node: StepNode, status: Status | None) -> None: ...
     def step_cut_off(self, node: StepNode, reason: str) -> None: ...
     def lease_lost(self, node: StepNode, reason: str) -> None: ...
-
-
-def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
-    rows = []
-    for d in plan.decisions.values():
-        status = d.observed.status
-        rows.append({
-            "name": d.node.name, "step_id": d.node.step_id, "digest": d.node.digest,
-            "output_path": outputs.join(prefix, d.node.output_rel), "action": d.action.value,
-            "reason": d.reason, "dependencies": list(d.node.deps),
-            "lease": (None if status is None or status.owner is None or d.action != Action.WAIT else
-                      {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,
-                       "heartbeat_written_at": status.written_at}),
-        })
-        if d.sources:  # a copy: where from (best first) and how many bytes
-            rows[-1]["copy_from"] = [{"prefix": s.prefix, "run_id": s.run_id, "bytes": s.bytes} for s in d.sources]
-    return rows
-
-
-def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
-    """The plan as one JSON document, a step per line: 10,000 steps are 4 MB. Rows are encoded by
-    orjson (several times faster than json.dumps) and written a thousand at a time; a stream that
-    cannot take UTF-8 gets json.dumps' ASCII escapes instead."""
-    utf8 = codecs.lookup(getattr(out, "encoding", None) or "utf-8").name == "utf-8"  # StringIO: None
-    dumps = (lambda row: orjson.dumps(row).decode()) if utf8 else json.dumps
-    out.write(f'{{"schema": 1, "prefix": {json.dumps(prefix)}, "steps": [')
-    rows = plan_rows(plan, prefix)
-    for start in range(0, len(rows), 1000):
-        out.write(("\n" if start == 0 else ",\n") + ",\n".join([dumps(row) for row in rows[start:start + 1000]]))
-    out.write("\n]")
-    if plan.mirrors:  # mirrored inputs (executor.engine.mirror): complete here, or copied from where, how much
-        out.write(', "mirrors": ' + json.dumps(mirror_rows(plan)))
-    out.write("}\n")
-
-
-def mirror_rows(plan: Plan) -> list[dict[str, Any]]:
-    return [{"logical": m.logical, "path": m.rel, "complete": m.complete, "bytes": m.bytes_to_copy,
-             "sources": [{"url": c.url, "bytes": c.bytes, "files": len(c.files)} for c in m.candidates],
-             "read_by": list(m.readers)} for m in plan.mirrors.values()]
 
 
 def _short(value: object, limit: int = 80) -> str:
@@ -156,10 +118,20 @@ class ConsoleReporter:
             from rich.console import Console
 
             stream = sys.stderr if self._stderr else sys.stdout
-            self._console = Console(file=LockedFile(stream), highlight=False, soft_wrap=True)
+            self._console = Console(file=LockedFile(stream), highlight=False, soft_wrap=True, emoji=False)
         return self._console
 
+    def plain(self, text: str) -> None:
+        """A line of plain text (a step's name, error or log, a path), shown exactly as written."""
+        if self._console is None:
+            print_line(text, sys.stderr if self._stderr else sys.stdout)
+            return
+        from rich.text import Text
+
+        self.console.print(Text(text))
+
     def info(self, message: str) -> None:
+        """A line of the renderer's own rich markup (every value in it escaped)."""
         if self._console is None and not _RICH_SYNTAX.search(message):  # what rich would print anyway
             print_line(message, sys.stderr if self._stderr else sys.stdout)
             return

@@ -1,4 +1,5 @@
-"""A live view of a run: steps done / running / waiting, and how long each running step has taken.
+"""The live view of a run, a console renderer beside console_view.py: steps done / running / waiting,
+and how long each running step has taken.
 
 On a terminal a rich `Live` panel sits under the usual event lines; elsewhere (pipes, CI logs)
 the reporter degrades to the plain lines of `ConsoleReporter` plus a one-line tally after each
@@ -20,7 +21,7 @@ from rich.text import Text
 
 from executor.core.outcome import Outcome, outcome_of_action
 from executor.core.plan import Plan
-from executor.engine.report import ConsoleReporter
+from executor.tools.console_reporter import ConsoleReporter
 
 
 _TALLY_WORDS = {Outcome.SUCCEEDED: "done", Outcome.RUNNING: "running", Outcome.PENDING: "waiting",

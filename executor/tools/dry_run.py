@@ -1,0 +1,62 @@
+"""The dry run as events: the plan a run would act on, and what it would find and move; writes nothing.
+
+`dry_run` emits, in order: DriftFound per completed step whose code changed, PlanMade (dry_run=True),
+ChangeNoted per new id with an earlier version, StandbyNoted (--cache-from), MirrorPlanned per
+mirrored input, CrossRegionNoted per cross-location read and TransferRefusal when the run would be
+refused (executor/engine/events.py). The command line renders them (console_view.py); a library
+caller subscribes its own function and gets the same plan, nothing printed:
+`dry_run(steps, executor.Options(prefix=...), subscribers=[seen.append])`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from executor.core.errors import ExecutorError
+from executor.core.graph import Graph
+from executor.core.plan import Plan
+from executor.engine.events import Events, MirrorPlanned, PlanMade, StandbyNoted, Subscriber, TransferRefusal
+
+
+def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: Iterable[Subscriber] = (),
+            environ: Mapping[str, str] | None = None, main_file: str | None = None,
+            description: str | None = None) -> Any:
+    """Plan `steps` (ExecutorSteps, or their Graph) with `options` (executor.api.Options) and report
+    it to `subscribers`; writes nothing and returns the decided plan (executor.api.Decided)."""
+    from executor import api
+    from executor.engine.regions import note_cross_region_reads
+    from executor.engine.transfers import check_transfer_budget
+    from executor.tools.drift import warn_drift
+    from executor.tools.explain import note_changes
+
+    options, environ, events = options or api.Options(), api.environment(environ), Events(subscribers)
+    graph = steps if isinstance(steps, Graph) else api.graph_of(list(steps), options, environ)
+    planned = api.decide(graph, options, environ=environ)
+    plan, prefix = planned.plan, planned.prefix
+    warn_drift(plan, prefix, planned.fs, events)  # issue 7: completed outputs whose step code changed
+    events.emit(PlanMade(graph, plan, prefix, description, planned.fs, planned.storage_options, dry_run=True,
+                         store=planned.store))
+    note_changes(graph, plan, prefix, main_file, events, planned.storage_options)
+    if plan.standby:  # --cache-from: what is neither run nor copied, and why
+        events.emit(StandbyNoted(tuple(d.node.name for d in plan.standby.values())))
+    for event in mirrors_planned(plan):  # what would be copied, from where, how much
+        events.emit(event)
+    reads = note_cross_region_reads(plan, prefix, planned.storage_options, events)
+    try:  # what a run would refuse, said now
+        check_transfer_budget(plan, reads, options.transfer_budget_gb)
+    except ExecutorError as e:
+        events.emit(TransferRefusal(str(e)))
+    return planned
+
+
+def mirrors_planned(plan: Plan) -> list[MirrorPlanned]:
+    """A MirrorPlanned event per mirrored input of the plan (executor.engine.mirror.MirrorInput)."""
+    found = []
+    for m in plan.mirrors.values():
+        if m.complete or m.copied_elsewhere or not m.candidates:
+            found.append(MirrorPlanned(m.logical, m.rel, complete=m.complete, waiting=m.copied_elsewhere))
+            continue
+        first = m.candidates[0]
+        found.append(MirrorPlanned(m.logical, m.rel, source=first.url, bytes=first.bytes, files=len(first.files),
+                                   also=tuple(c.url for c in m.candidates[1:])))
+    return found

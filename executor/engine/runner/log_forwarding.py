@@ -66,6 +66,9 @@ class _Plain:
 def _print_plain(ray_worker: Any, data: dict, ignore_prefix: bool) -> None:
     """Ray's print_to_stdstream (its de-duplication, then its printer), into a stream without colour."""
     is_err = bool(data.get("is_err"))
+    if not all(hasattr(ray_worker, n) for n in ("print_worker_logs", "stdout_deduplicator", "stderr_deduplicator")):
+        ray_worker.print_to_stdstream(data, ignore_prefix=ignore_prefix)  # Ray's internals moved: its colours stay
+        return
     deduplicator = ray_worker.stderr_deduplicator if is_err else ray_worker.stdout_deduplicator
     batches = [data] if data.get("pid") == "autoscaler" else deduplicator.deduplicate(data)
     for batch in batches:

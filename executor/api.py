@@ -216,7 +216,8 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     options, environ = _options(options, overrides), environment(environ)
     graph = graph_of(_step_list(steps), options, environ)
     decided = decide(graph, options, environ=environ)
-    Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options))
+    Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options,
+                                      store=decided.store))
     return decided.result(graph)
 
 
@@ -241,8 +242,8 @@ def _open(options: Options, environ: Mapping[str, str]) -> tuple[str, Storage, A
     prefix = resolve_prefix(options.prefix, environ, main_file_path())
     storage = (storage_from(options.storage_options, prefix, source="Options(storage_options=...)")
                if options.storage_options is not None else storage_options_from_env(prefix, environ))
-    store, fs = open_prefix(prefix, storage)
-    return prefix, storage, store, fs
+    opened = open_prefix(prefix, storage)
+    return prefix, storage, opened.store, opened.fs
 
 
 class Decided(NamedTuple):
@@ -434,7 +435,8 @@ def run_graph(graph: Graph, options: Options, *, description: str | None = None,
     events = Events(subscribers)
     started = time.time()
     decided = decide(graph, options, environ=environ, write=True)
-    events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options))
+    events.emit(PlanMade(graph, decided.plan, decided.prefix, description, decided.fs, decided.storage_options,
+                         store=decided.store))
     call = _Call(description, main_file or main_file_path(), frozenset(secret_flags))
     try:
         result = _run_decided(graph, decided, options, events, environ, call)

@@ -23,7 +23,8 @@ from executor.core.record import Status
 
 @dataclass(frozen=True)
 class PlanMade:
-    """A plan, before anything runs; `fs` and `storage_options` are where it was read (never shown)."""
+    """A plan, before anything runs; `fs`, `storage_options` and `store` are where it was read (never
+    shown): the prefix as the run opened it, which a subscriber reuses instead of opening it again."""
 
     graph: Graph = field(repr=False)
     plan: Plan = field(repr=False)
@@ -32,6 +33,7 @@ class PlanMade:
     fs: Any = field(default=None, repr=False, compare=False)
     storage_options: dict = field(default_factory=dict, repr=False, compare=False)
     dry_run: bool = False  # a dry run's plan (tools/dry_run.py): nothing runs after it
+    store: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

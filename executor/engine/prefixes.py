@@ -2,11 +2,18 @@
 for a mis-spelled scheme; the one check the read-only commands make that a prefix holds outputs; the
 run's storage options (given, or env EXECUTOR_STORAGE_OPTIONS) as a Storage value, and the
 coordination store and fsspec filesystem they open. Read once per invocation and handed inward.
+
+An opened prefix is a value, `OpenedPrefix`: its URL, its storage options, its coordination store
+(probed once, when opened), its filesystem (opened on first use) and its read model (`view`). The
+command line opens the prefix a command reads once (`open_prefix`) and every tool it calls takes
+that value: no tool re-opens or re-probes the bucket.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
 
 from executor.core.errors import ExecutorError
@@ -37,16 +44,76 @@ def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_fi
     return outputs.normalize_prefix(prefix)
 
 
-def check_outputs(prefix: str, storage_options: Any = None) -> "PrefixView":
-    """The read model of a prefix a read-only command reads, once it is known to hold step outputs or
-    run files: a missing or empty prefix is most likely mistyped, and is one ExecutorError (exit 2)
-    saying so and how to point at the right one. A missing local prefix is not created."""
-    from executor.engine.prefix_view import PrefixView
+@dataclass(frozen=True, eq=False)
+class OpenedPrefix:
+    """A prefix opened once (see the module docstring): pass it, never its URL and options, to a tool."""
 
+    url: str  # normalized (executor.engine.outputs.normalize_prefix)
+    storage: Storage  # the options of every location the command touches, keyed by location
+    store: Any  # its CoordinationStore (retrying, probed when opened)
+    fs: Any  # its fsspec filesystem (a DeferredFilesystem: opened on first use)
+    given: Any = None  # the options as given (one object applies to each location's own protocol)
+
+    @cached_property
+    def view(self) -> "PrefixView":
+        """The read model of the prefix, over this store."""
+        from executor.engine.prefix_view import PrefixView
+
+        return PrefixView(self.store, self.url)
+
+    @property
+    def filesystem(self) -> Any:
+        """The real fsspec filesystem (opened now if not yet)."""
+        return location.opened(self.fs)
+
+    def locate(self, path: str) -> tuple["PrefixView", str]:
+        """The read model holding the output directory `path`, and its rel there: this prefix's own
+        view when `path` is under the prefix, else its parent folder's, opened with the same options
+        (a step given by a path elsewhere)."""
+        from executor.engine.prefix_view import PrefixView
+
+        path, root = path.rstrip("/"), self.url.rstrip("/")
+        if path.startswith(root + "/"):
+            return self.view, path[len(root) + 1:]
+        parent, _, name = path.rpartition("/")
+        return PrefixView.open(parent or "/", self.options_for_elsewhere), name
+
+    @property
+    def options_for_elsewhere(self) -> Any:
+        """The options to open another location with: as given (one object of options applies to
+        each location's own protocol), else this prefix's Storage (keyed by location)."""
+        return self.given if self.given is not None else self.storage
+
+    def __repr__(self) -> str:  # the options may hold credentials
+        return f"OpenedPrefix({self.url!r})"
+
+
+def open_prefix(prefix: str, storage: Storage | Mapping[str, Any] | None = None) -> OpenedPrefix:
+    """The prefix opened once: its coordination store (retrying, probed) and fsspec filesystem with
+    the options `storage` has for it (a Storage, or options as `storage_from` takes them)."""
+    given = None if isinstance(storage, Storage) else storage
+    storage = storage_from(storage, prefix)
+    store, fs = location.open_location(prefix, storage)
+    return OpenedPrefix(prefix, storage, store, fs, given)
+
+
+def open_outputs(prefix: str | None, storage: Any, environ: Mapping[str, str]) -> OpenedPrefix:
+    """The prefix a read-only command reads (resolve_prefix: `prefix`, else EXECUTOR_PREFIX, else
+    cache/), opened once and checked to hold outputs (check_outputs: the one answer otherwise)."""
+    opened = open_prefix(resolve_prefix(prefix, environ), storage)
+    check_outputs(opened)
+    return opened
+
+
+def check_outputs(opened: OpenedPrefix) -> "PrefixView":
+    """The read model of an opened prefix a read-only command reads, once it is known to hold step
+    outputs or run files: a missing or empty prefix is most likely mistyped, and is one ExecutorError
+    (exit 2) saying so and how to point at the right one. A missing local prefix is not created."""
+    prefix = opened.url
     if outputs.is_local(prefix) and not os.path.isdir(prefix):
         raise ExecutorError(f"no stepgraph outputs under {prefix}: it does not exist; is the prefix right? "
                             f"({WHERE_FROM})")
-    view = PrefixView.open(prefix, storage_options)
+    view = opened.view
     if (_holds_a_status_file(prefix) if outputs.is_local(prefix) else view.list_steps()) or view.has_runs():
         return view
     raise ExecutorError(f"no stepgraph outputs under {prefix}: it holds no step outputs or run files; is the prefix "
@@ -69,9 +136,3 @@ def storage_options_from_env(prefix: str, environ: Mapping[str, str], flag_value
     whatever the prefix; one object of options applies to the prefix's protocol (to nothing for a
     local or memory:// prefix), an object keyed by location to every URL it covers."""
     return storage_from(location.storage_options_from(flag_value, environ), prefix)
-
-
-def open_prefix(prefix: str, storage: Storage) -> tuple[Any, Any]:
-    """The coordination store (retrying, probed) and the fsspec filesystem for a prefix, with the
-    options `storage` has for it: executor.engine.location.open_location."""
-    return location.open_location(prefix, storage)

@@ -19,7 +19,8 @@ from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph
 from executor.core.plan import Action, Decision, Observed
 from executor.core.record import State, parse_status, record_key, status_key
-from executor.engine import location, outputs
+from executor.engine import outputs
+from executor.engine.prefixes import OpenedPrefix
 from executor.tools.drift import accepted_key, compare
 
 ACCEPTANCE_SCHEMA = 1
@@ -33,8 +34,8 @@ class Acceptance:
     document: dict[str, Any]
 
 
-def accept_drift(graph: Graph, name: str, prefix: str, *, reason: str, accepted_by: dict[str, Any],
-                 storage_options: Any = None, now: float | None = None) -> Acceptance:
+def accept_drift(graph: Graph, name: str, opened: OpenedPrefix, *, reason: str, accepted_by: dict[str, Any],
+                 now: float | None = None) -> Acceptance:
     """Record that the drift of step `name` (its code today vs. its record) does not change its output.
     Raises ExecutorError (nothing written) when there is no drift to accept, or it is accepted already."""
     from executor.tools.adopt import pick_node
@@ -43,7 +44,7 @@ def accept_drift(graph: Graph, name: str, prefix: str, *, reason: str, accepted_
     if not reason or not reason.strip():
         raise ExecutorError("accept-drift needs --reason TEXT: why this edit does not change the step's output")
     node = pick_node(graph, name)
-    store, fs = location.open_location(prefix, storage_options)
+    prefix, store, fs = opened.url, opened.store, opened.fs
     found = store.read(status_key(node.output_rel))
     try:
         status = parse_status(found.data, status_key(node.output_rel)) if found is not None else None

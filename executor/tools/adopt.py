@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from executor.engine import location
+from executor.engine.prefixes import OpenedPrefix
 from executor.engine import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph, StepNode
@@ -63,20 +63,20 @@ def _kind(identity: dict[str, Any] | None) -> str | None:
     return kind.rsplit(".", 1)[-1] if isinstance(kind, str) else None
 
 
-def adopt(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | None, declared_by: dict[str, Any],
-          storage_options: dict | None = None, now: float | None = None, force: bool = False,
+def adopt(graph: Graph, name: str, from_ref: str, opened: OpenedPrefix, *, reason: str | None,
+          declared_by: dict[str, Any], now: float | None = None, force: bool = False,
           dry_run: bool = False) -> Adoption:
-    """Write the alias. Raises ExecutorError (nothing written) when the adoption is not safe."""
+    """Write the alias under the opened prefix. Raises ExecutorError (nothing written) when the
+    adoption is not safe."""
     now = time.time() if now is None else now
     node = pick_node(graph, name)
-    return _adopt_node(node, from_ref, prefix, reason=reason, declared_by=declared_by,
-                       storage_options=storage_options, now=now, force=force, dry_run=dry_run)
+    return _adopt_node(node, from_ref, opened, reason=reason, declared_by=declared_by, now=now, force=force,
+                       dry_run=dry_run)
 
 
-def _adopt_node(node: StepNode, from_ref: str, prefix: str, *, reason: str | None, declared_by: dict[str, Any],
-                storage_options: dict | None, now: float, force: bool, dry_run: bool) -> Adoption:
-    store = location.open_location(prefix, storage_options)[0]
-    fs = location.open_filesystem(prefix, storage_options)
+def _adopt_node(node: StepNode, from_ref: str, opened: OpenedPrefix, *, reason: str | None,
+                declared_by: dict[str, Any], now: float, force: bool, dry_run: bool) -> Adoption:
+    prefix, store, fs = opened.url, opened.store, opened.filesystem
     old, target = _completed_output(store, prefix, from_ref, node)
     new_key = status_key(node.output_rel)
     existing = store.read(new_key)
@@ -153,22 +153,20 @@ def _declare(store: Any, fs: Any, prefix: str, node: StepNode, old: Status, alia
     return record_path
 
 
-def adopt_chain(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: str | None,
-                declared_by: dict[str, Any], storage_options: dict | None = None, now: float | None = None,
+def adopt_chain(graph: Graph, name: str, from_ref: str, opened: OpenedPrefix, *, reason: str | None,
+                declared_by: dict[str, Any], now: float | None = None,
                 force: bool = False, dry_run: bool = False) -> tuple[list[Adoption], list[str]]:
     """Adopt `name`, then every dependent whose earlier output consumed the adopted ones.
     Returns (adoptions, notes on dependents that could not be adopted and why)."""
     import json
 
-    from executor.tools.overview import step_rels
-
     now = time.time() if now is None else now
-    first = adopt(graph, name, from_ref, prefix, reason=reason, declared_by=declared_by,
-                  storage_options=storage_options, now=now, force=force, dry_run=dry_run)
+    first = adopt(graph, name, from_ref, opened, reason=reason, declared_by=declared_by, now=now, force=force,
+                  dry_run=dry_run)
     adoptions, notes = [first], []
     old_digest = {first.node.digest: first.alias_of["digest"]}  # new digest -> the digest it now stands for
-    store, fs = location.open_location(prefix, storage_options)
-    rels = step_rels(prefix, storage_options)
+    prefix, store, fs = opened.url, opened.store, opened.filesystem
+    rels = list(opened.view.list_steps())
     for node in graph.nodes.values():  # topological order: a dependent after what it depends on
         if node.digest in old_digest or not any(d in old_digest for d in node.deps):
             continue
@@ -191,9 +189,8 @@ def adopt_chain(graph: Graph, name: str, from_ref: str, prefix: str, *, reason: 
                          f"identity; it will run")
             continue
         try:
-            adoption = _adopt_node(node, found, prefix, reason=f"{reason} (dependent of {first.node.name})",
-                                   declared_by=declared_by, storage_options=storage_options, now=now, force=False,
-                                   dry_run=dry_run)
+            adoption = _adopt_node(node, found, opened, reason=f"{reason} (dependent of {first.node.name})",
+                                   declared_by=declared_by, now=now, force=False, dry_run=dry_run)
         except ExecutorError as e:
             notes.append(f"{node.name}: not adopted: {e}")
             continue

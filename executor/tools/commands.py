@@ -17,6 +17,7 @@ from typing import Any
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import ExecutorError, StatusError
 from executor.engine.prefix_view import PrefixView
+from executor.engine.prefixes import OpenedPrefix, check_outputs, open_outputs, open_prefix, resolve_prefix
 from executor.engine.progress import human_bytes
 from executor.core.record import Absent, State, status_key
 from executor.engine.store import StoreError
@@ -29,9 +30,20 @@ def default_prefix(prefix: str | None, experiment: str | None = None) -> str:
     """--prefix, else EXECUTOR_PREFIX, else cache/ in the project holding the experiment (or the
     working directory), as a run of that experiment would choose: executor.engine.prefixes decides
     (a mis-spelled `gs:/bucket` is refused there, with the right spelling)."""
-    from executor.engine.prefixes import resolve_prefix
-
     return resolve_prefix(prefix, os.environ, experiment)
+
+
+def opened_prefix(args: Any, experiment: str | None = None) -> OpenedPrefix:
+    """The prefix a command reads (default_prefix), opened once with --storage-options (else
+    EXECUTOR_STORAGE_OPTIONS): the one value the command hands every tool it calls."""
+    return open_prefix(default_prefix(args.prefix, experiment), args.storage_options)
+
+
+def _resolved(experiment: str) -> str:
+    """An experiment file's absolute path, as loading names it (its project picks the default prefix)."""
+    from pathlib import Path
+
+    return str(Path(experiment).resolve())
 
 
 def loads_experiment(args: Any) -> bool:
@@ -42,12 +54,10 @@ def _is_experiment(target: str | None) -> bool:
     return bool(target) and target.endswith(".py")
 
 
-def require_outputs(prefix: str, storage_options: dict | None) -> PrefixView:
-    """The read model of the prefix a read-only command reads; a missing prefix, or one with no step
-    output and no run file, is most likely mistyped: one answer for every command (exit 2)."""
-    from executor.engine.prefixes import check_outputs
-
-    return check_outputs(prefix, storage_options)
+def require_outputs(args: Any) -> OpenedPrefix:
+    """The prefix a read-only command reads, opened; a missing prefix, or one with no step output and
+    no run file, is most likely mistyped: one answer for every command (exit 2)."""
+    return open_outputs(args.prefix, args.storage_options, os.environ)
 
 
 def _ago(then: float | None, now: float) -> str:
@@ -65,11 +75,17 @@ def _when(then: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(then)) if then else "?"
 
 
-def _step_path(args: Any, ref: str) -> str:
-    """A step's output directory from its name, step id or path (see executor/tools/step_ref.py)."""
-    from executor.tools.step_ref import step_path
+def _step_path(args: Any, ref: str) -> tuple[str, OpenedPrefix]:
+    """A step's output directory from its name, step id or path (see executor/tools/step_ref.py),
+    and the prefix it is under, opened: the folder holding it when `ref` is a path or URL (the
+    default prefix is then neither resolved nor opened), else the command's prefix."""
+    from executor.tools.step_ref import given_path, step_path
 
-    return step_path(default_prefix(args.prefix), ref, args.storage_options)
+    path = given_path(ref)
+    if path is not None:
+        return path, open_prefix(path.rsplit("/", 1)[0] or "/", args.storage_options)
+    opened = opened_prefix(args)
+    return step_path(opened, ref), opened
 
 
 # -- run, explain, graph ----------------------------------------------------------------------------
@@ -97,17 +113,17 @@ def cmd_run(args: Any) -> int:
     raise ExecutorError(f"{file} never called executor_main(...)")
 
 
-def _load(args: Any, path: str | None = None):
-    """The experiment's graph; a command with --prefix resolves output_of_tag(...) from that prefix's tags."""
+def _load(args: Any, path: str | None = None, opened: OpenedPrefix | None = None):
+    """The experiment's graph; a command with --prefix resolves output_of_tag(...) from that prefix's
+    tags (from `opened` when the command opened it already, else opened on the first tag read)."""
     from executor.tools.loading import load_experiment
 
     path = path or args.experiment
     tags = None
     if hasattr(args, "prefix"):  # ids and check read no prefix
-        from executor.engine import location
         from executor.tools.tags import tag_lookup
 
-        tags = tag_lookup(lambda: location.open_store(default_prefix(args.prefix, path), args.storage_options))
+        tags = tag_lookup(lambda: (opened or opened_prefix(args, path)).store)
     return load_experiment(path, args.experiment_args, tags)
 
 
@@ -167,13 +183,14 @@ def cmd_adopt(args: Any) -> int:
     from executor.engine.provenance import git_state, user_and_host
     from executor.tools.adopt import adopt_chain
 
-    loaded = _load(args)
-    prefix = default_prefix(args.prefix, loaded.path)
+    opened = opened_prefix(args, _resolved(args.experiment))  # opened once: the load's tags and each adoption
+    loaded = _load(args, opened=opened)
+    prefix = opened.url
     declared_by = {**user_and_host(), "git": git_state(os.path.dirname(loaded.path)), "command": "adopt"}
-    adoptions, notes = adopt_chain(loaded.graph, args.name, args.from_, prefix, reason=args.reason,
-                                   declared_by=declared_by, storage_options=args.storage_options, force=args.force,
+    adoptions, notes = adopt_chain(loaded.graph, args.name, args.from_, opened, reason=args.reason,
+                                   declared_by=declared_by, force=args.force,
                                    dry_run=args.dry_run) if args.with_dependents else (
-        [_adopt_one(loaded.graph, args, prefix, declared_by)], [])
+        [_adopt_one(loaded.graph, args, opened, declared_by)], [])
     verb = "would adopt" if args.dry_run else "adopted"
     for result in adoptions:
         print(f"{verb}: {result.node.step_id} is now an alias of {result.alias_of['step_id']} "
@@ -196,22 +213,21 @@ def cmd_adopt(args: Any) -> int:
     return ExitCode.OK
 
 
-def _adopt_one(graph: Any, args: Any, prefix: str, declared_by: dict) -> Any:
+def _adopt_one(graph: Any, args: Any, opened: OpenedPrefix, declared_by: dict) -> Any:
     from executor.tools.adopt import adopt
 
-    return adopt(graph, args.name, args.from_, prefix, reason=args.reason, declared_by=declared_by,
-                 storage_options=args.storage_options, force=args.force, dry_run=args.dry_run)
+    return adopt(graph, args.name, args.from_, opened, reason=args.reason, declared_by=declared_by,
+                 force=args.force, dry_run=args.dry_run)
 
 
 def cmd_accept_drift(args: Any) -> int:
     from executor.engine.provenance import git_state, user_and_host
     from executor.tools.accept_drift import accept_drift
 
-    loaded = _load(args)
-    prefix = default_prefix(args.prefix, loaded.path)
+    opened = opened_prefix(args, _resolved(args.experiment))
+    loaded = _load(args, opened=opened)
     accepted_by = {**user_and_host(), "git": git_state(os.path.dirname(loaded.path)), "command": "accept-drift"}
-    accepted = accept_drift(loaded.graph, args.name, prefix, reason=args.reason, accepted_by=accepted_by,
-                            storage_options=args.storage_options)
+    accepted = accept_drift(loaded.graph, args.name, opened, reason=args.reason, accepted_by=accepted_by)
     print(f"accepted: {accepted.name}: {accepted.changed} does not change its output ({args.reason})")
     print(f"record: {accepted.path}. The drift warning stops for this code; a later edit warns again")
     return ExitCode.OK
@@ -223,11 +239,11 @@ def cmd_verify(args: Any) -> int:
     from executor.tools.verify import verify_path
 
     if args.path:
-        path = _step_path(args, args.path)
+        path, opened = _step_path(args, args.path)
     else:
-        path = default_prefix(args.prefix)
-        require_outputs(path, args.storage_options)
-    results = verify_path(path, args.storage_options)
+        opened = require_outputs(args)
+        path = opened.url
+    results = verify_path(opened, path)
     if not results:
         from executor.engine.prefixes import WHERE_FROM
 
@@ -250,7 +266,8 @@ def cmd_verify(args: Any) -> int:
     print(f"{verified} step(s) verified, {problems} problem(s)")
     from executor.tools.names_commands import print_taints
 
-    print_taints(default_prefix(args.prefix), args.storage_options, {r.step_id for r in results if r.step_id})
+    at_prefix = opened if opened.url == default_prefix(args.prefix) else opened_prefix(args)  # a path elsewhere
+    print_taints(at_prefix.view, {r.step_id for r in results if r.step_id})
     return ExitCode.FAILED if problems else ExitCode.OK
 
 
@@ -259,14 +276,15 @@ def cmd_verify(args: Any) -> int:
 def cmd_gc(args: Any) -> int:
     from executor.tools.gc import collect, experiment_outputs, sweep
 
-    loaded = [_load(args, path) for path in args.experiments]  # with the flags after --, as they ran
-    prefix = default_prefix(args.prefix, loaded[0].path)
-    require_outputs(prefix, args.storage_options)
+    opened = opened_prefix(args, _resolved(args.experiments[0]))  # opened and probed once, for every part of gc
+    loaded = [_load(args, path, opened) for path in args.experiments]  # with the flags after --, as they ran
+    check_outputs(opened)
+    prefix = opened.url
     roots: dict[str, str] = {}
     for experiment in loaded:
         for rel, why in experiment_outputs(experiment.path, experiment.graph).items():
             roots.setdefault(rel, why)
-    report = collect(prefix, roots, args.pin, args.storage_options,
+    report = collect(opened, roots, args.pin,
                      say=lambda message: print(f"gc: {message}", file=sys.stderr, flush=True))
     print(f"prefix {prefix}: {len(report.kept_present)} output(s) reachable from "
           f"{len(args.experiments)} experiment(s) and {len(args.pin)} pin(s); "
@@ -274,7 +292,7 @@ def cmd_gc(args: Any) -> int:
     if report.claims or report.claims_kept:  # issue 48: claims on shard results (executor/tools/gc.py)
         print(f"shard claims: {report.claims_kept} held by reachable outputs, {len(report.claims)} not")
     now = time.time()
-    commands_by_run = _run_commands(prefix, args.storage_options) if report.garbage else {}
+    commands_by_run = _run_commands(opened.view) if report.garbage else {}
     for o in report.garbage:
         run_id = o.row.run_id if o.row else None
         print(f"    {human_bytes(o.size):>10}  {o.state.value:<9}  {_ago(o.last_written, now):>12}  {o.rel}")
@@ -285,7 +303,7 @@ def cmd_gc(args: Any) -> int:
             print(f"nothing deleted; add --delete (outputs older than --grace-hours {args.grace_hours:g}) to delete. "
                   f"Outputs of runs with other flags are kept only when those flags follow --")
         return ExitCode.OK
-    sweep(report, grace_hours=args.grace_hours, now=now, storage_options=args.storage_options)
+    sweep(report, opened, grace_hours=args.grace_hours, now=now)
     for rel in report.deleted:
         print(f"deleted {rel}")
     for rel, why in report.spared.items():
@@ -299,11 +317,11 @@ def cmd_gc(args: Any) -> int:
     return ExitCode.FAILED if report.failed else ExitCode.OK
 
 
-def _run_commands(prefix: str, storage_options: dict | None) -> dict[str, str]:
+def _run_commands(view: PrefixView) -> dict[str, str]:
     """run id -> its command line, so gc shows which flags made an unreachable output."""
     from executor.tools.overview import command_text
 
-    return {r.run_id: command_text(r) for r in PrefixView.open(prefix, storage_options).runs() if r.run_id}
+    return {r.run_id: command_text(r) for r in view.runs() if r.run_id}
 
 
 # -- status, ps, repair ---------------------------------------------------------------------------
@@ -313,29 +331,30 @@ def cmd_status(args: Any) -> int:
     from executor.tools import overview
 
     if args.target and not _is_experiment(args.target):
-        return _step_status(args, _step_path(args, args.target))
+        return _step_status(*_step_path(args, args.target), args)
     if args.target:
-        loaded = _load(args, args.target)
-        prefix = default_prefix(args.prefix, loaded.path)
+        opened = opened_prefix(args, _resolved(args.target))
+        loaded = _load(args, args.target, opened)
         names = {n.output_rel: n.name for n in loaded.graph.nodes.values()}
-        rows = PrefixView.open(prefix, args.storage_options).steps(names, names=names, timings=True)
+        rows = opened.view.steps(names, names=names, timings=True)
     else:
-        prefix = default_prefix(args.prefix)
-        rows = require_outputs(prefix, args.storage_options).steps(timings=True)
+        opened = require_outputs(args)
+        rows = opened.view.steps(timings=True)
+    prefix = opened.url
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
     else:
         print(f"prefix {prefix}")
         overview.print_step_table(rows)
-        overview.print_mirror_copies(PrefixView.open(prefix, args.storage_options).mirror_copies())
+        overview.print_mirror_copies(opened.view.mirror_copies())
     return ExitCode.FAILED if any(r.is_problem for r in rows) else ExitCode.OK
 
 
 def cmd_runs(args: Any) -> int:
     from executor.tools import overview
 
-    prefix = default_prefix(args.prefix)
-    rows = require_outputs(prefix, args.storage_options).runs(limit=max(0, args.limit))
+    opened = require_outputs(args)
+    prefix, rows = opened.url, opened.view.runs(limit=max(0, args.limit))
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
     elif not rows:
@@ -353,8 +372,9 @@ def cmd_completion(args: Any) -> int:
     return ExitCode.OK
 
 
-def _step_status(args: Any, path: str) -> int:
-    detail = _step_view(path, args).step_at(path.rsplit("/", 1)[-1], rows=(), runs=())
+def _step_status(path: str, opened: OpenedPrefix, args: Any) -> int:
+    view, rel = opened.locate(path)
+    detail = view.step_at(rel, rows=(), runs=())
     row, status = detail.row, detail.status
     if status is None and row.state is not Absent.NO_STATUS:
         raise StatusError(f"{row.status_path}: {row.problem}. If no runner is using it, delete it "
@@ -376,11 +396,6 @@ def _step_status(args: Any, path: str) -> int:
     else:
         _print_record(detail.record)
     return code
-
-
-def _step_view(path: str, args: Any) -> PrefixView:
-    """The read model rooted at the step's parent folder (the step's output dir is its last part)."""
-    return PrefixView.open(path.rsplit("/", 1)[0] or "/", args.storage_options)
 
 
 def _print_status(status: Any, now: float) -> None:
@@ -427,8 +442,8 @@ def _print_record(record: Any) -> None:
 
 
 def cmd_ps(args: Any) -> int:
-    prefix = default_prefix(args.prefix)
-    view = require_outputs(prefix, args.storage_options)
+    opened = require_outputs(args)
+    prefix, view = opened.url, opened.view
     rows = view.steps()  # one listing, one read_many
     for row in rows:
         if row.state is Absent.CORRUPT:
@@ -449,9 +464,9 @@ def cmd_ps(args: Any) -> int:
 
 def cmd_repair(args: Any) -> int:
     """Delete a step's status, read first through the read model: a RUNNING one only with --force."""
-    path = _step_path(args, args.delete_status)
-    view = _step_view(path, args)
-    row = view.steps([path.rsplit("/", 1)[-1]])[0]
+    path, opened = _step_path(args, args.delete_status)
+    view, rel = opened.locate(path)
+    row = view.steps([rel])[0]
     if row.state is Absent.NO_STATUS:
         print(f"{row.status_path}: no status file; nothing to repair")
         return ExitCode.OK
@@ -475,10 +490,9 @@ def cmd_repair(args: Any) -> int:
 def cmd_report(args: Any) -> int:
     from executor.tools.run_report import find_run, write_report
 
-    prefix = default_prefix(args.prefix)
-    view = require_outputs(prefix, args.storage_options)
-    run = find_run(view, args.run)
-    print(f"run report: {write_report(prefix, run.path, args.storage_options, store=view.store)}")
+    opened = require_outputs(args)
+    run = find_run(opened.view, args.run)
+    print(f"run report: {write_report(opened, run.path)}")
     return ExitCode.OK
 
 

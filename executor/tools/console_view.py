@@ -217,10 +217,14 @@ class ConsoleView:
             self.reporter.plain(f"all {len(result.steps)} step(s) already succeeded; nothing to do ({seconds:.2f}s)")
 
     def _write_report(self, result: Any) -> str | None:
+        from executor.engine.prefixes import OpenedPrefix, open_prefix
         from executor.tools.run_report import write_report  # here: a plan or a no-op re-run writes no report
 
         try:
-            return write_report(result.prefix, result.run_file, self.planned.storage_options, fs=self.planned.fs)
+            planned = self.planned  # the run's prefix, already opened: the report re-opens nothing
+            opened = (OpenedPrefix(planned.prefix, planned.storage_options, planned.store, planned.fs)
+                      if planned.store is not None else open_prefix(planned.prefix, planned.storage_options))
+            return write_report(opened, result.run_file)
         except Exception as e:  # noqa: BLE001 - the report is a convenience; the run file holds the facts
             self.reporter.warning(f"could not write the run report: {type(e).__name__}: {e}")
             return None

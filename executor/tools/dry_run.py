@@ -35,7 +35,8 @@ def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: I
     planned = api.decide(graph, options, environ=environ)
     plan, prefix = planned.plan, planned.prefix
     warn_drift(plan, prefix, planned.fs, events)  # issue 7: completed outputs whose step code changed
-    events.emit(PlanMade(graph, plan, prefix, description, planned.fs, planned.storage_options, dry_run=True))
+    events.emit(PlanMade(graph, plan, prefix, description, planned.fs, planned.storage_options, dry_run=True,
+                         store=planned.store))
     note_changes(graph, plan, prefix, main_file, events, planned.storage_options)
     forecast = forecast_event(graph, plan, prefix, planned.storage_options)
     if forecast:  # issue 48: shards incremental data steps expect to reuse

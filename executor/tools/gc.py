@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 from executor.engine import location
 from executor.engine import outputs
 from executor.core.errors import StatusError
+from executor.engine.prefixes import OpenedPrefix
 from executor.core.graph import Graph
 from executor.tools.plan_file import plan_file_path, read_plan
 from executor.core.record import EXECUTOR_DIR, Absent, State, Status, parse_status, status_key
@@ -103,17 +104,16 @@ def _silent(message: str) -> None:
     pass
 
 
-def list_outputs(prefix: str, storage_options: dict | None = None, *,
-                 say: Callable[[str], None] = _silent) -> list[StepOutput]:
+def list_outputs(opened: OpenedPrefix, *, say: Callable[[str], None] = _silent) -> list[StepOutput]:
     """Every step output directory under the prefix with its size, newest write and status. `say`
     hears, before each of its two long reads, what it is about to do (the command line prints it)."""
-    return list_prefix(prefix, storage_options, say=say)[0]
+    return list_prefix(opened, say=say)[0]
 
 
-def list_prefix(prefix: str, storage_options: dict | None = None, *,
+def list_prefix(opened: OpenedPrefix, *,
                 say: Callable[[str], None] = _silent) -> tuple[list[StepOutput], list[ShardClaim]]:
     """list_outputs, and the shard claims found by the same listing."""
-    fs = location.open_filesystem(prefix, storage_options)
+    prefix, fs = opened.url, opened.filesystem
     root = location.bare_path(prefix)
     say(f"listing every object under {prefix}…")  # one call, maybe long
     # files only, on every backend (a missing folder lists nothing; a missing bucket failed the probe above)
@@ -149,7 +149,7 @@ def list_prefix(prefix: str, storage_options: dict | None = None, *,
                 owner.shard_addresses.add(inside[len(SHARD_INDEX) + 1:].removesuffix(".json"))
     found_steps = sorted(steps.values(), key=lambda o: o.rel)
     say(f"reading {len(found_steps)} status(es)…")
-    for output, row in zip(found_steps, PrefixView.open(prefix, storage_options).steps([o.rel for o in found_steps])):
+    for output, row in zip(found_steps, opened.view.steps([o.rel for o in found_steps])):
         output.row = row
     return found_steps, claims
 
@@ -165,24 +165,23 @@ def experiment_outputs(experiment_file: str, graph: Graph | None) -> dict[str, s
     return keep
 
 
-def reachable_outputs(prefix: str, roots: dict[str, str], pins: Iterable[str],
-                      storage_options: dict | None = None) -> dict[str, str]:
+def reachable_outputs(opened: OpenedPrefix, roots: dict[str, str], pins: Iterable[str]) -> dict[str, str]:
     """Output rels to keep -> why: the roots, pinned ids, and what those were adopted from."""
     keep: dict[str, str] = dict(roots)
     for pin in pins:
         keep.setdefault(pin.strip("/"), "pinned")
-    for row in PrefixView.open(prefix, storage_options).steps(list(keep)):  # one read_many
+    for row in opened.view.steps(list(keep)):  # one read_many
         alias_of = (row.status.alias_of or {}) if row.status else {}
         if alias_of.get("output_rel"):
             keep.setdefault(alias_of["output_rel"], f"adopted by {row.rel}")
     return keep
 
 
-def collect(prefix: str, roots: dict[str, str], pins: Iterable[str] = (),
-            storage_options: dict | None = None, *, say: Callable[[str], None] = _silent) -> GcReport:
+def collect(opened: OpenedPrefix, roots: dict[str, str], pins: Iterable[str] = (), *,
+            say: Callable[[str], None] = _silent) -> GcReport:
     """roots: output rels to keep -> why (see experiment_outputs); `say`: as for list_outputs."""
-    report = GcReport(prefix, reachable_outputs(prefix, roots, pins, storage_options))
-    found, claims = list_prefix(prefix, storage_options, say=say)
+    report = GcReport(opened.url, reachable_outputs(opened, roots, pins))
+    found, claims = list_prefix(opened, say=say)
     for output in found:
         (report.kept_present if output.rel in report.reachable else report.garbage).append(output)
     held = _held(report.kept_present)
@@ -196,10 +195,10 @@ def _held(found: Iterable[StepOutput]) -> dict[str, str]:
     return {address: o.rel for o in found for address in o.shard_addresses}
 
 
-def sweep(report: GcReport, *, grace_hours: float, now: float, storage_options: dict | None = None) -> GcReport:
-    """Delete the garbage older than the grace period that no runner holds. Returns the report."""
-    view = PrefixView.open(report.prefix, storage_options)
-    fs = location.open_filesystem(report.prefix, storage_options)
+def sweep(report: GcReport, opened: OpenedPrefix, *, grace_hours: float, now: float) -> GcReport:
+    """Delete the garbage older than the grace period that no runner holds, through the prefix the
+    report was collected from. Returns the report."""
+    view, fs = opened.view, opened.filesystem
     for output in report.garbage:
         age_h = (now - output.last_written) / 3600
         if age_h < grace_hours:

@@ -10,8 +10,9 @@ to `load_experiment`, see executor/cli.py) and, instead of running, parses the e
 flags, builds the graph and hands it back. Flags are parsed and steps built inside that call,
 while the module is registered, so string annotations in the experiment resolve; its classes are
 named by the file as when it runs as a script (executor/core/naming.py), so the ids come out
-identical. Loads on several threads at once are independent. The file's folder is appended to
-`sys.path` if missing (as a script's folder is on its path) and left there. An experiment that
+identical. Loads on several threads at once are independent. The file's folder is on `sys.path`
+while the file loads (as a script's folder is on its path: its own imports resolve), and taken off
+again when the last load that put it there ends; a folder already on the path stays. An experiment that
 never reaches `executor_main` (its call is not under `if __name__ == "__main__":`, or it exits
 first) is a clear error.
 """
@@ -19,18 +20,44 @@ first) is a clear error.
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import sys
+import threading
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.naming import LOADED_SCRIPT_PREFIX
 
 _numbers = itertools.count(1)  # each load's own module name (next() is atomic)
+_path_lock = threading.Lock()
+_loads_on_path: dict[str, int] = {}  # folder this module put on sys.path -> loads still using it
+
+
+@contextlib.contextmanager
+def _folder_on_path(folder: str) -> Iterator[None]:
+    """`folder` on sys.path for the block; taken off after the last block that added it (loads on
+    other threads may overlap). A folder that was on the path already is left as it is."""
+    with _path_lock:
+        ours = folder in _loads_on_path or folder not in sys.path
+        if ours:
+            if folder not in sys.path:
+                sys.path.append(folder)
+            _loads_on_path[folder] = _loads_on_path.get(folder, 0) + 1
+    try:
+        yield
+    finally:
+        if ours:
+            with _path_lock:
+                _loads_on_path[folder] -= 1
+                if not _loads_on_path[folder]:
+                    del _loads_on_path[folder]
+                    if folder in sys.path:
+                        sys.path.remove(folder)
 
 
 @dataclass(frozen=True)
@@ -99,12 +126,11 @@ def load_experiment(path: str | Path, argv: Sequence[str] = (), tags: Any = None
     name = f"{LOADED_SCRIPT_PREFIX}{next(_numbers)}.{file.stem}"
     module = types.ModuleType(name)
     module.__file__ = str(file)
-    if str(file.parent) not in sys.path:
-        sys.path.append(str(file.parent))  # the file's own imports, as `python experiments/foo.py` has them
     token = cli.LOADER.set(capture)
     sys.modules[name] = module  # a name of its own: string annotations resolve while the file loads
     try:
-        exec(code, module.__dict__)
+        with _folder_on_path(str(file.parent)):  # the file's own imports, as `python experiments/foo.py` has them
+            exec(code, module.__dict__)
     except _Captured as captured:
         return LoadedExperiment(str(file), captured.graph, captured.description)
     except SystemExit as e:

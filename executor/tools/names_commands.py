@@ -12,23 +12,25 @@ from typing import Any
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode
 from executor.engine.prefix_view import PrefixView
+from executor.engine.prefixes import OpenedPrefix
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _view(args: Any) -> PrefixView:
-    """The prefix's read model (--prefix, else EXECUTOR_PREFIX, else cache/: `resolve_prefix`, the one
+def _opened(args: Any) -> OpenedPrefix:
+    """The prefix, opened once (--prefix, else EXECUTOR_PREFIX, else cache/: `resolve_prefix`, the one
     place it is chosen), with the one answer every command gives a missing or empty prefix."""
-    from executor.engine.prefixes import check_outputs, resolve_prefix
+    from executor.engine.prefixes import open_outputs
 
-    return check_outputs(resolve_prefix(args.prefix, os.environ), args.storage_options)
+    return open_outputs(args.prefix, args.storage_options, os.environ)
 
 
-def _rel(args: Any, view: PrefixView, ref: str) -> str:
+def _rel(opened: OpenedPrefix, ref: str) -> str:
     """The output rel under the prefix of the step `ref` names (name, step id or path)."""
     from executor.tools.step_ref import step_path
 
-    path = step_path(view.prefix, ref, args.storage_options)
+    view = opened.view
+    path = step_path(opened, ref)
     if not path.startswith(view.prefix + "/"):
         raise ExecutorError(f"{ref!r} ({path}) is not under the prefix {view.prefix}; pass --prefix")
     return path[len(view.prefix) + 1:]
@@ -44,8 +46,8 @@ def _who() -> dict[str, Any]:
 def cmd_tag(args: Any) -> int:
     from executor.tools.tags import tag
 
-    view = _view(args)
-    entry = tag(view.store, _rel(args, view, args.step), args.tag, by=_who(), at=time.time(),
+    opened = _opened(args)
+    entry = tag(opened.store, _rel(opened, args.step), args.tag, by=_who(), at=time.time(),
                 force=args.force, reason=args.reason)
     moved = f" (moved from {entry.moved_from[:12]}…: {entry.reason})" if entry.moved_from else ""
     print(f"{entry.tag} -> {entry.step_id} (digest {entry.digest[:16]}…){moved}")
@@ -55,7 +57,7 @@ def cmd_tag(args: Any) -> int:
 def cmd_tags(args: Any) -> int:
     from executor.tools.tags import list_tags
 
-    tags = list_tags(_view(args).store)
+    tags = list_tags(_opened(args).store)
     if args.json:
         print(json.dumps([t.to_json() for t in tags], indent=1))
         return ExitCode.OK
@@ -70,9 +72,9 @@ def cmd_tags(args: Any) -> int:
 def cmd_lineage(args: Any) -> int:
     from executor.tools.lineage import lineage_down, lineage_up
 
-    view = _view(args)
-    rel = _rel(args, view, args.step)
-    found = lineage_down(view, rel) if args.down else lineage_up(view, rel, args.storage_options)
+    opened = _opened(args)
+    view, rel = opened.view, _rel(opened, args.step)
+    found = lineage_down(view, rel) if args.down else lineage_up(view, rel, opened.storage)
     if args.json:
         print(json.dumps({"direction": "down" if args.down else "up", "nodes": [n.to_json() for n in found.nodes],
                           "cost": found.cost}, indent=1))
@@ -96,12 +98,12 @@ def cmd_untaint(args: Any) -> int:
 def _taint(args: Any, action: str) -> int:
     from executor.tools.taint import TaintEvent, record_event, taint_output
 
-    view = _view(args)
+    opened = _opened(args)
     if _DIGEST.match(args.step):
         event = TaintEvent(action, args.reason, _who(), time.time())
-        found = record_event(view.store, args.step, event)
+        found = record_event(opened.store, args.step, event)
     else:
-        found = taint_output(view.store, _rel(args, view, args.step), action, args.reason, by=_who(), at=time.time())
+        found = taint_output(opened.store, _rel(opened, args.step), action, args.reason, by=_who(), at=time.time())
     who = found.last.step_id or found.digest
     if action == "taint":
         print(f"tainted {who}: plans under this prefix (and those reading it with --cache-from) re-run it and "
@@ -111,11 +113,11 @@ def _taint(args: Any, action: str) -> int:
     return ExitCode.OK
 
 
-def print_taints(prefix: str, storage_options: Any, step_ids: set[str]) -> int:
+def print_taints(view: PrefixView, step_ids: set[str]) -> int:
     """`verify`'s lines on the tainted outputs among `step_ids` (one listing of taints/); their count."""
     from executor.tools.taint import read_taints
 
-    tainted = [t for t in read_taints(PrefixView.open(prefix, storage_options).store).values()
+    tainted = [t for t in read_taints(view.store).values()
                if t.tainted and t.last.step_id in step_ids]
     for t in tainted:
         print(f"⚠ {t.last.step_id}: tainted ({t.last.reason}, by {t.last.by.get('user', '?')}); plans re-run it "

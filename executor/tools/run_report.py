@@ -18,7 +18,7 @@ from typing import Any
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.plan import Action, Plan
 from executor.core.record import EXECUTOR_DIR, Absent
-from executor.engine import location, outputs
+from executor.engine.prefixes import OpenedPrefix
 from executor.engine.prefix_view import PrefixView, RunRow
 from executor.tools.draw import COLORS, render_svg
 
@@ -270,10 +270,10 @@ def render_report(run_file: dict[str, Any], views: list[StepView]) -> str:
             "</body></html>\n")
 
 
-def write_report(prefix: str, run_path: str, storage_options: Any = None, fs: Any = None, store: Any = None) -> str:
-    """Build the report of the run file at `run_path` and write it beside it; returns its path.
-    Reads through the read model (`store`: the prefix's store, opened here if None)."""
-    view = PrefixView(store or location.open_store(prefix, storage_options), prefix)
+def write_report(opened: OpenedPrefix, run_path: str) -> str:
+    """Build the report of the run file at `run_path` under the opened prefix and write it beside it;
+    returns its path. Reads through the prefix's read model."""
+    prefix, view = opened.url, opened.view
     key = run_path[len(prefix.rstrip("/")) + 1:] if run_path.startswith(prefix.rstrip("/") + "/") else run_path
     found = view.runs(keys=[key])
     if not found:
@@ -283,7 +283,6 @@ def write_report(prefix: str, run_path: str, storage_options: Any = None, fs: An
     run_file = dict(found[0].document or {})
     page = render_report(run_file, collect(view, run_file))
     target = run_path.removesuffix(".json") + ".html"
-    fs = fs or outputs.filesystem(prefix, storage_options)
-    with fs.open(target, "wb") as f:
+    with opened.filesystem.open(target, "wb") as f:
         f.write(page.encode())
     return target

@@ -14,6 +14,7 @@ from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR, status_key
 from executor.core.urls import has_scheme
 from executor.engine import outputs
+from executor.engine.prefixes import OpenedPrefix
 
 
 def strip_status_suffix(ref: str) -> str:
@@ -26,22 +27,27 @@ def looks_like_path(ref: str) -> bool:
     return ref.startswith(("/", "./", "../", "~")) or Path(ref).is_dir()
 
 
-def step_path(prefix: str, ref: str, storage_options: dict | None = None) -> str:
-    """The output path of the step `ref` names (see the module docstring)."""
+def given_path(ref: str) -> str | None:
+    """The output path `ref` spells out (a URL, a file:// path or a folder), normalized; None when it
+    names a step by name or step id, to be looked up under a prefix."""
     ref = strip_status_suffix(ref)
-    if has_scheme(ref):  # a URL (aliases resolved) or a file:// path
-        return outputs.normalize_prefix(ref)
-    if looks_like_path(ref):
-        return outputs.normalize_prefix(ref)
+    return outputs.normalize_prefix(ref) if has_scheme(ref) or looks_like_path(ref) else None
+
+
+def step_path(opened: OpenedPrefix, ref: str) -> str:
+    """The output path of the step `ref` names under the opened prefix (see the module docstring)."""
+    given = given_path(ref)
+    if given is not None:
+        return given
+    ref = strip_status_suffix(ref)
     from executor.engine.prefixes import check_outputs
 
-    store = check_outputs(prefix, storage_options).store  # a missing or empty prefix: the one answer, with the fix
+    prefix = opened.url
+    store = check_outputs(opened).store  # a missing or empty prefix: the one answer, with the fix
     rel = ref.strip("/")
     if store.read(status_key(rel)) is not None:
         return outputs.join(prefix, rel)
-    from executor.tools.overview import step_rels
-
-    rels = step_rels(prefix, storage_options)
+    rels = list(opened.view.list_steps())
     named = [r for r in rels if r.rsplit("-", 1)[0] == rel]
     if len(named) == 1:
         return outputs.join(prefix, named[0])

@@ -20,7 +20,8 @@ from executor.engine import location
 from executor.engine import outputs
 from executor.engine.progress import Progress, human_bytes
 from executor.core.record import EXECUTOR_DIR, Absent, State, Status, record_key, status_key
-from executor.engine.prefix_view import PrefixView, StepDetail
+from executor.engine.prefix_view import StepDetail
+from executor.engine.prefixes import OpenedPrefix
 
 CHUNK = 1 << 20
 STATUS_FILE, RECORD_FILE = status_key("").lstrip("/"), record_key("").lstrip("/")  # as a step's problems name them
@@ -133,16 +134,19 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
 
 class Views:
     """Read models of the folders that hold the steps being verified, one per folder: a step's
-    status and record are read through them (engine/prefix_view.py), never by path."""
+    status and record are read through them (engine/prefix_view.py), never by path. The opened
+    prefix's own view serves the steps directly under it."""
 
-    def __init__(self, storage_options: Any = None):
-        self.storage_options, self._views = storage_options, {}
+    def __init__(self, opened: OpenedPrefix):
+        self.opened, self._views = opened, {}
 
     def detail_of(self, step_path: str) -> StepDetail:
         parent, _, name = step_path.rstrip("/").rpartition("/")
         if parent not in self._views:
-            self._views[parent] = PrefixView.open(parent or "/", self.storage_options)
-        return self._views[parent].step_at(name, rows=(), runs=())
+            self._views[parent] = self.opened.locate(step_path)[0]
+        view = self._views[parent]
+        rel = step_path.rstrip("/")[len(view.prefix) + 1:] if view is self.opened.view else name
+        return view.step_at(rel, rows=(), runs=())
 
 
 def verify_one(fs: fsspec.AbstractFileSystem, step_path: str, views: Views,
@@ -214,11 +218,13 @@ def step_directories(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
     return [f"{base}/{s}" if s else base for s in sorted(steps)]
 
 
-def verify_path(path: str, storage_options: dict | None = None) -> list[StepVerification]:
-    """Verify one step directory, or every completed step under a prefix."""
-    fs = location.open_filesystem(path, storage_options)
+def verify_path(opened: OpenedPrefix, path: str | None = None) -> list[StepVerification]:
+    """Verify one step directory (`path`), or every completed step under the opened prefix."""
+    path = opened.url if path is None else path
     if outputs.is_local(path):
         path = outputs.normalize_prefix(path)
+    under = path == opened.url or path.startswith(opened.url.rstrip("/") + "/")
+    fs = opened.filesystem if under else location.open_filesystem(path, opened.options_for_elsewhere)
     steps = step_directories(fs, path)
     progress = Progress("verify", total=len(steps), unit="steps")  # a line every few seconds, on stderr
     hashed = 0
@@ -230,7 +236,7 @@ def verify_path(path: str, storage_options: dict | None = None) -> list[StepVeri
         progress.update(0)
 
     results = []
-    views = Views(storage_options)
+    views = Views(opened)
     for step in steps:
         results.append(verify_one(fs, step, views, on_bytes=on_bytes))
         progress.update()

@@ -18,6 +18,7 @@ from executor.core.plan import Action
 from executor.engine.events import StepStarted
 from executor.tools.plan_json import write_plan_json
 from executor.tools.verify import verify_path
+from executor.engine.prefixes import open_prefix
 from tests.cache.at_once import run_at_once
 from tests.cache.graph import MIB, build
 
@@ -71,7 +72,7 @@ def test_targets_are_copied_checked_and_verified_and_upstream_is_left(source, tm
     assert notes["result"]["first"] == f"{output_dir(b, 'cache/notes')}/a.txt"
     assert notes["config"]["output_path"] == str(output_dir(b, "cache/notes"))
     assert not list((b / "cache").glob("raw-*")) and not list((b / "cache").glob("upper-*"))  # not needed
-    checked = verify_path(str(b))
+    checked = verify_path(open_prefix(str(b)))
     assert len(checked) == 2 and all(v.ok for v in checked)
     again = run(b, cache_from=(str(a),))  # now complete here: skipped, nothing read from A
     assert {s.decision for s in again.steps} == {"skip"}
@@ -97,7 +98,7 @@ def test_a_changed_byte_makes_that_step_run_and_the_rest_copy(source, tmp_path):
     upper = result.step("cache/upper")
     assert (upper.decision, upper.status, upper.ran_here) == ("copy", "succeeded", False)
     assert not list((b / "cache").glob("raw-*"))
-    assert all(v.ok for v in verify_path(str(b)))
+    assert all(v.ok for v in verify_path(open_prefix(str(b))))
 
 
 def test_a_missing_file_makes_that_step_run(source, tmp_path):
@@ -108,7 +109,7 @@ def test_a_missing_file_makes_that_step_run(source, tmp_path):
     assert result.ok
     assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
     assert (output_dir(b, "cache/notes") / "sub" / "b.txt").read_text() == "sub/b.txt: abc\n"
-    assert all(v.ok for v in verify_path(str(b)))
+    assert all(v.ok for v in verify_path(open_prefix(str(b))))
 
 
 def test_the_next_source_is_tried_when_the_first_is_damaged(source, tmp_path):
@@ -168,7 +169,7 @@ def test_two_runners_racing_for_the_same_copies_make_one_copy_each_and_both_succ
     assert len(results) == 2 and all(r.ok for r in results), [r.steps for r in results]
     copies = [e.name for e in started if isinstance(e, StepStarted)]
     assert sorted(copies) == ["cache/notes", "cache/report"]  # each output copied once, by one runner
-    assert all(v.ok for v in verify_path(str(b)))
+    assert all(v.ok for v in verify_path(open_prefix(str(b))))
 
 
 def test_a_rejected_copy_leaves_nothing_behind(source, tmp_path):
@@ -220,7 +221,7 @@ def test_a_source_deleted_after_planning_is_not_used(source, tmp_path):
     result = run(b, cache_from=(str(a),), subscribers=[delete_after_planning])
     assert result.ok
     assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
-    assert all(v.ok for v in verify_path(str(b)))
+    assert all(v.ok for v in verify_path(open_prefix(str(b))))
 
 
 def test_a_copy_forced_to_run_again_gets_the_inputs_it_reads(source, tmp_path):

@@ -13,6 +13,7 @@ import executor
 from executor.core.locations import Storage
 from executor.engine import location
 from executor.tools.verify import verify_path
+from executor.engine.prefixes import open_prefix
 from tests.cache.graph import build
 from tests.emulators import gcs_emulator, running_s3_server_process, s3_emulator  # noqa: F401  (session fixtures)
 
@@ -54,7 +55,7 @@ def test_copies_between_two_s3_endpoints_with_their_own_keys(source_prefix, keye
     copied = records(prefix, keyed)
     assert {r["extra"]["copied_from"]["prefix"] for r in copied.values()} == {source_prefix}
     assert {e["checksum"]["algorithm"] for r in copied.values() for e in r["manifest"]} == {"s3-etag-md5"}
-    checked = verify_path(prefix, keyed)
+    checked = verify_path(open_prefix(prefix, keyed))
     assert len(checked) == 2 and all(v.ok for v in checked), [v.render() for v in checked]
     with pytest.raises(Exception):  # the first endpoint's keys do not open the second's bucket: routing mattered
         location.url_to_fs(prefix, Storage({"s3://": two_endpoints[0].storage_options}))[0].ls(prefix)
@@ -70,7 +71,7 @@ def test_a_changed_object_in_the_bucket_makes_that_step_run(keyed, tmp_path):
                           cache_from=(source,), environ={})  # bucket -> local disk
     assert result.ok
     assert {s.name: s.ran_here for s in result.steps} == {"cache/report": False, "cache/notes": True}
-    assert all(v.ok for v in verify_path(str(tmp_path / "local")))
+    assert all(v.ok for v in verify_path(open_prefix(str(tmp_path / "local"))))
 
 
 def test_copies_from_gcs_to_s3_checking_the_gcs_checksums(gcs_emulator, s3_emulator):  # noqa: F811
@@ -85,5 +86,5 @@ def test_copies_from_gcs_to_s3_checking_the_gcs_checksums(gcs_emulator, s3_emula
                           cache_from=(source,), environ={})
     assert result.ok and {(s.decision, s.ran_here) for s in result.steps} == {("copy", False)}
     assert {r["extra"]["copied_from"]["prefix"] for r in records(prefix, keyed).values()} == {source}
-    checked = verify_path(prefix, keyed)
+    checked = verify_path(open_prefix(prefix, keyed))
     assert len(checked) == 2 and all(v.ok for v in checked), [v.render() for v in checked]

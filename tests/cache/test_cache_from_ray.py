@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from executor.tools.verify import verify_path
+from executor.engine.prefixes import open_prefix
 from tests.cache.test_cache_from_cli import hello_a  # noqa: F401  (fixture)
 from tests.executor.test_hello_ray import HELLO, REPO
 
@@ -25,5 +26,5 @@ def test_on_the_ray_runner_the_copy_runs_and_verify_is_clean(hello_a, tmp_path, 
     [record] = b.glob("hello/summary-*/.executor/record.json")
     assert json.loads(record.read_text())["extra"]["copied_from"]["prefix"] == str(hello_a)
     assert [p.name for p in b.glob("hello/*")] == [record.parent.parent.name]  # nothing upstream made
-    checked = verify_path(str(b))
+    checked = verify_path(open_prefix(str(b)))
     assert len(checked) == 1 and checked[0].ok

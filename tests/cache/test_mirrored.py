@@ -362,6 +362,7 @@ RUNNER = '''\
 import json, pathlib, sys, time
 import executor
 from executor.engine.events import LogLine
+from executor.engine.prefixes import open_prefix
 from tests.cache.mirror_graph import build
 
 gate = pathlib.Path(sys.argv[3])  # imports done: wait for the others, so the five plan and copy at once
@@ -546,7 +547,7 @@ def test_gc_and_verify_take_no_mirror_for_a_step_output(regions, tmp_path):
 
     prefix = tmp_path / "p"
     assert run(prefix, [regions[0]]).ok
-    assert sorted(o.rel.split("-")[0] for o in list_outputs(str(prefix))) == [
+    assert sorted(o.rel.split("-")[0] for o in list_outputs(open_prefix(str(prefix)))) == [
         "mirrored/count", "mirrored/other", "mirrored/total"]
-    checked = verify_path(str(prefix))
+    checked = verify_path(open_prefix(str(prefix)))
     assert len(checked) == 3 and all(v.ok and v.verified for v in checked), [v.render() for v in checked]

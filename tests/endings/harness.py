@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from executor.tools.verify import verify_path
+from executor.engine.prefixes import open_prefix
 from tests.leases.harness import Backend
 
 GATED = Path(__file__).with_name("gated.py")
@@ -101,7 +102,7 @@ def assert_clean(backend: Backend, driver: Driver, code: int | None) -> dict[str
     if code is not None:
         mine = [r for r in run_files(backend) if r["invocation"]["pid"] == driver.pid]
         assert len(mine) == 1 and mine[0].get("exit_code") == code, (mine, driver.output()[-3000:])
-    results = verify_path(backend.prefix, backend.options or None)
+    results = verify_path(open_prefix(backend.prefix, backend.options or None))
     bad = {r.path: [p.render() for p in r.problems] for r in results if not r.ok}
     assert not bad, f"committed outputs differ from their manifests: {bad}"
     return found

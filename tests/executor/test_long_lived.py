@@ -227,13 +227,15 @@ def _wait_for(condition: Any) -> None:
 
 def test_two_experiments_load_on_two_threads_without_touching_module_globals(tmp_path):
     """Two loads in flight at once, the first to start ending first: with globals swapped and
-    restored per load, the second would restore the first's stand-in for executor_main."""
+    restored per load, the second would restore the first's stand-in for executor_main. Their folder
+    is on sys.path while either loads (the first to end must not take it from the second) and not
+    after."""
     from executor.tools.loading import load_experiment
 
     (tmp_path / "rendezvous.py").write_text(RENDEZVOUS)
     for who in ("left", "right"):
         (tmp_path / f"{who}.py").write_text(EXPERIMENT.format(who=who))
-    before = (executor.executor_main, sys.modules["__main__"], list(sys.argv))
+    before = (executor.executor_main, sys.modules["__main__"], list(sys.argv), list(sys.path))
     loaded: dict[str, Any] = {}
 
     def load(who: str) -> None:
@@ -254,7 +256,8 @@ def test_two_experiments_load_on_two_threads_without_touching_module_globals(tmp
         sys.modules.pop("rendezvous", None)
     for who in ("left", "right"):
         assert [n.name for n in loaded[who].graph.nodes.values()] == [f"{who}/step"], loaded
-    assert (executor.executor_main, sys.modules["__main__"], list(sys.argv)) == before
+    # the files' folder was on sys.path while they loaded (both import rendezvous.py beside them), not after
+    assert (executor.executor_main, sys.modules["__main__"], list(sys.argv), list(sys.path)) == before
     # named by their files, as when run as scripts: `python left.py` gives the same id
     done = subprocess.run([sys.executable, str(tmp_path / "left.py"), "--dry-run", "--json", "--prefix",
                            str(tmp_path / "p")], capture_output=True, text=True, timeout=120,

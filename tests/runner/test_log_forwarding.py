@@ -29,7 +29,7 @@ def batch(lines, is_err):
 
 
 def test_markers_are_swallowed_and_awaited_and_piped_output_is_plain(ray_printer, capsys):
-    log_forwarding.plain_when_piped()  # pytest's captured stdout is not a terminal
+    assert log_forwarding.plain_when_piped()  # pytest's captured stdout is not a terminal
     log_forwarding.install()
     log_forwarding.install()  # idempotent
     key = log_forwarding.output_key("s/x-abc", 1)
@@ -48,7 +48,7 @@ def test_markers_are_swallowed_and_awaited_and_piped_output_is_plain(ray_printer
 
 def test_without_the_setting_ray_colours_its_prefixes(ray_printer, capsys):
     ray_printer.emit(batch(["hello"], False))
-    assert "\x1b[" in capsys.readouterr().out  # what plain_when_piped turns off
+    assert "\x1b[" in capsys.readouterr().out  # what the installed printer takes out when piped
 
 
 def test_a_batchs_lines_are_printed_before_its_marker_counts_as_seen(ray_printer, monkeypatch):
@@ -58,13 +58,13 @@ def test_a_batchs_lines_are_printed_before_its_marker_counts_as_seen(ray_printer
     log_forwarding.install()
     key = log_forwarding.output_key("s/x-abc", 7)
     seen_when_printed = []
-    real_print = worker.print_to_stdstream
+    real_print = worker.print_worker_logs  # Ray's printer, whether the lines go through its colours or not
 
-    def print_and_note(data, **kwargs):
+    def print_and_note(data, *args, **kwargs):
         seen_when_printed.append(log_forwarding.forwarded("s/x-abc", 7))
-        real_print(data, **kwargs)
+        real_print(data, *args, **kwargs)
 
-    monkeypatch.setattr(worker, "print_to_stdstream", print_and_note)
+    monkeypatch.setattr(worker, "print_worker_logs", print_and_note)
     for is_err in (False, True):
         ray_printer.emit(batch([f"last line {is_err}", log_forwarding.MARKER + key], is_err))
     assert seen_when_printed == [False, False] and log_forwarding.forwarded("s/x-abc", 7)
@@ -78,7 +78,6 @@ def test_forwarded_lines_and_the_runs_own_lines_never_share_a_line(ray_printer, 
 
     from executor.tools.console_reporter import ConsoleReporter
 
-    log_forwarding.plain_when_piped()
     log_forwarding.install()
     before = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: the race every run

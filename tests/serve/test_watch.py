@@ -17,6 +17,7 @@ from executor.core.record import Owner, State, Status
 from executor.engine.store import open_store
 from executor.tools.serve.source import PrefixSource
 from executor.tools.serve.watch import Watcher
+from executor.engine.prefixes import open_prefix
 
 
 class CountingStore:
@@ -63,7 +64,7 @@ def renew(prefix: Path, step_id: str, **changes) -> None:
 
 
 def watcher_on(prefix: Path) -> tuple[Watcher, CountingStore]:
-    source = PrefixSource(str(prefix))
+    source = PrefixSource(open_prefix(str(prefix)))
     counting = CountingStore(source.view.store)
     source.view.store = counting
     return Watcher(source, interval_s=0.01), counting
@@ -103,7 +104,7 @@ def test_a_page_catches_up_on_what_changed_after_it_was_rendered(tmp_path):
 
 def test_what_the_watcher_holds_does_not_grow_with_updates(tmp_path):
     ids = sorted(write_steps(tmp_path, 50))
-    watcher = Watcher(PrefixSource(str(tmp_path)), interval_s=0.01)  # (a counting store would grow)
+    watcher = Watcher(PrefixSource(open_prefix(str(tmp_path))), interval_s=0.01)  # (a counting store would grow)
 
     async def rounds(n: int) -> None:
         subscription = watcher.subscribe()  # a page that never reads: it is dropped, not queued forever
@@ -137,7 +138,7 @@ def test_a_failed_update_keeps_the_picture_and_pages_show_only_the_errors_kind(t
 
     ids = write_steps(tmp_path, 3)
     messages: list[str] = []
-    watcher = Watcher(PrefixSource(str(tmp_path)), interval_s=0.01, on_error=messages.append)
+    watcher = Watcher(PrefixSource(open_prefix(str(tmp_path))), interval_s=0.01, on_error=messages.append)
     asyncio.run(watcher.refresh())
 
     class Unreachable:

@@ -110,9 +110,11 @@ def kept(output: str) -> list[str]:
 
 
 def main(work: str) -> None:
-    from executor.engine.runner.ray_env import prepare_loopback_environment
+    from executor.engine.runner.ray_env import LOOPBACK_ENV, prepare_loopback_environment
 
     prepare_loopback_environment()
+    for key, value in LOOPBACK_ENV.items():  # this driver script's own process: Cluster(...) reads them here
+        os.environ.setdefault(key, value)
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # a loaded machine starts nodes slowly
     os.environ["PYTHONPATH"] = f"{REPO}:{os.environ.get('PYTHONPATH', '')}"
     from steps.data.synthetic import generate_corpus

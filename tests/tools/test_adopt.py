@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.engine.prefixes import open_prefix
 from executor.tools.adopt import adopt
 from executor.core.errors import ExecutorError
 from executor.tools.loading import load_experiment
@@ -59,13 +60,13 @@ def test_adopt_refuses_unsafe_declarations(ran_toy):
     graph = load_experiment(ran_toy.path).graph
     who = {"user": "t", "host": "h", "pid": 1}
     with pytest.raises(ExecutorError, match="no status"):
-        adopt(graph, "toy/raw", "toy/raw-000000000000", ran_toy.prefix, reason=None, declared_by=who)
+        adopt(graph, "toy/raw", "toy/raw-000000000000", open_prefix(ran_toy.prefix), reason=None, declared_by=who)
     with pytest.raises(ExecutorError, match="already has a status"):  # the new id already ran
-        adopt(graph, "toy/train", old["toy/raw"], ran_toy.prefix, reason=None, declared_by=who)
+        adopt(graph, "toy/train", old["toy/raw"], open_prefix(ran_toy.prefix), reason=None, declared_by=who)
     with pytest.raises(ExecutorError, match="nothing to adopt"):
-        adopt(graph, "toy/raw", old["toy/raw"], ran_toy.prefix, reason=None, declared_by=who)
+        adopt(graph, "toy/raw", old["toy/raw"], open_prefix(ran_toy.prefix), reason=None, declared_by=who)
     with pytest.raises(ExecutorError, match="no step named"):
-        adopt(graph, "toy/nope", old["toy/raw"], ran_toy.prefix, reason=None, declared_by=who)
+        adopt(graph, "toy/nope", old["toy/raw"], open_prefix(ran_toy.prefix), reason=None, declared_by=who)
 
     status = Path(ran_toy.prefix, old["toy/report"], ".executor", "status.json")
     failed = json.loads(status.read_text()) | {"state": "FAILED", "error": "boom"}
@@ -73,7 +74,7 @@ def test_adopt_refuses_unsafe_declarations(ran_toy):
     ran_toy.write(VOCAB="8192")
     graph = load_experiment(ran_toy.path).graph
     with pytest.raises(ExecutorError, match="FAILED, not SUCCESS"):
-        adopt(graph, "toy/report", old["toy/report"], ran_toy.prefix, reason=None, declared_by=who)
+        adopt(graph, "toy/report", old["toy/report"], open_prefix(ran_toy.prefix), reason=None, declared_by=who)
 
 
 def test_adopt_requires_a_reason_and_refuses_another_step_or_config_type_unless_forced(ran_toy):

@@ -10,6 +10,7 @@ import pytest
 
 from executor.tools.loading import load_experiment
 from executor.core.record import Owner, State, Status
+from executor.engine.prefixes import open_prefix
 
 from .toy import run_main
 
@@ -108,9 +109,9 @@ def test_gc_on_an_s3_prefix(s3_emulator):
                   written_at=time.time())
     fs.pipe_file(outputs.join(prefix, status_key("a/busy-0123456789ab")), busy.to_bytes())
     fs.pipe_file(outputs.join(prefix, "runs/x.json"), b"{}")
-    report = collect(prefix, {}, ["a/pinned-0123456789ab"], options)
+    report = collect(open_prefix(prefix, options), {}, ["a/pinned-0123456789ab"])
     assert sorted(o.rel for o in report.garbage) == ["a/busy-0123456789ab", "a/old-0123456789ab"]
-    sweep(report, grace_hours=0, now=time.time() + 1, storage_options=options)
+    sweep(report, open_prefix(prefix, options), grace_hours=0, now=time.time() + 1)
     assert report.deleted == ["a/old-0123456789ab"] and "a/busy-0123456789ab" in report.spared
     left = {p.split("/", 2)[2] for p in fs.find(prefix)}
     assert "runs/x.json" in left and "a/busy-0123456789ab/.executor/status.json" in left
@@ -179,8 +180,8 @@ def test_gc_on_an_object_store_lists_the_bytes_a_deletion_frees(backend, request
         return {path: info["size"] for path, info in fs.find(prefix, detail=True).items()}
 
     before = stored()
-    report = collect(prefix, {"a/kept-0123456789ab": "root"}, [], options)
-    sweep(report, grace_hours=0, now=time.time() + 1, storage_options=options)
+    report = collect(open_prefix(prefix, options), {"a/kept-0123456789ab": "root"}, [])
+    sweep(report, open_prefix(prefix, options), grace_hours=0, now=time.time() + 1)
     freed = {path: size for path, size in before.items() if path not in stored()}
     assert report.deleted == ["a/marked-0123456789ab", "a/named-0123456789ab"]
     assert report.garbage_bytes == sum(freed.values())

@@ -12,6 +12,7 @@ import pytest
 from executor.core.record import Absent, Owner, State, Status, status_key
 from executor.engine import location
 from executor.tools.gc import _mtime, collect, list_outputs, reachable_outputs, sweep
+from executor.engine.prefixes import open_prefix
 
 HOUR = 3600.0
 
@@ -59,7 +60,7 @@ def test_each_step_output_is_listed_with_its_own_files_size_and_newest_write(tmp
     (prefix / "mirror/.executor/k/status.json").write_text("{}")
     _status(prefix, "", State.SUCCESS)  # the prefix itself is never an output to collect
 
-    found = {o.rel: o for o in list_outputs(str(prefix))}
+    found = {o.rel: o for o in list_outputs(open_prefix(str(prefix)))}
     assert sorted(found) == ["a/one-1", "a/one-1/inner-2"]
     one, inner = found["a/one-1"], found["a/one-1/inner-2"]
     one_status = len((prefix / status_key("a/one-1")).read_bytes())
@@ -69,7 +70,7 @@ def test_each_step_output_is_listed_with_its_own_files_size_and_newest_write(tmp
     assert one.state is State.SUCCESS and one.status.written_at == 50.0
     assert one.last_written == 300.0  # the newer of the files and the status
     assert inner.last_written == 900.0  # its status says it was written later than any file's time
-    assert list_outputs(str(tmp_path / "nothing-here")) == []
+    assert list_outputs(open_prefix(str(tmp_path / "nothing-here"))) == []
 
 
 def test_reachable_are_the_roots_the_pins_and_what_they_were_adopted_from(tmp_path):
@@ -78,11 +79,11 @@ def test_reachable_are_the_roots_the_pins_and_what_they_were_adopted_from(tmp_pa
     _status(prefix, "a/old-1", State.SUCCESS)
     _status(prefix, "a/pinned-3", State.SUCCESS, alias_of={"step_id": "a/older-0", "output_rel": "a/older-0"})
     _status(prefix, "a/plain-4", State.SUCCESS, alias_of={"step_id": "x"})  # no output_rel: nothing more
-    keep = reachable_outputs(str(prefix), {"a/new-2": "step new of e.py", "a/plain-4": "step plain of e.py"},
+    keep = reachable_outputs(open_prefix(str(prefix)), {"a/new-2": "step new of e.py", "a/plain-4": "step plain of e.py"},
                              ["/a/pinned-3/", "a/missing-5"])
     assert keep == {"a/new-2": "step new of e.py", "a/plain-4": "step plain of e.py", "a/pinned-3": "pinned",
                     "a/missing-5": "pinned", "a/old-1": "adopted by a/new-2", "a/older-0": "adopted by a/pinned-3"}
-    keep = reachable_outputs(str(prefix), {"a/old-1": "step old of e.py"}, ["a/old-1"])
+    keep = reachable_outputs(open_prefix(str(prefix)), {"a/old-1": "step old of e.py"}, ["a/old-1"])
     assert keep == {"a/old-1": "step old of e.py"}  # the first reason stays
 
 
@@ -91,7 +92,7 @@ def test_collect_parts_reachable_from_garbage_and_counts_its_bytes(tmp_path):
     for rel, size in (("a/kept-1", 10), ("a/gone-2", 20), ("a/gone-3", 30)):
         _status(prefix, rel, State.SUCCESS)
         _file(prefix, f"{rel}/data", size, 100.0)
-    report = collect(str(prefix), {"a/kept-1": "root"})
+    report = collect(open_prefix(str(prefix)), {"a/kept-1": "root"})
     assert [o.rel for o in report.kept_present] == ["a/kept-1"]
     assert [o.rel for o in report.garbage] == ["a/gone-2", "a/gone-3"]
     assert report.garbage_bytes == sum(o.size for o in report.garbage) > 50
@@ -106,13 +107,13 @@ def test_collect_prints_nothing_and_tells_its_caller_before_each_long_read(tmp_p
     for rel in ("a/kept-1", "a/gone-2"):
         _status(prefix, rel, State.SUCCESS)
     heard: list[str] = []
-    report = collect(str(prefix), roots={"a/kept-1": "root"}, pins=(), storage_options=None, say=heard.append)
+    report = collect(open_prefix(str(prefix)), roots={"a/kept-1": "root"}, pins=(), say=heard.append)
     assert [o.rel for o in report.garbage] == ["a/gone-2"]
     assert heard == [f"listing every object under {prefix}…", "reading 2 status(es)…"]
-    assert [o.rel for o in list_outputs(prefix=str(prefix), storage_options=None, say=heard.append)] == [
+    assert [o.rel for o in list_outputs(opened=open_prefix(str(prefix)), say=heard.append)] == [
         "a/gone-2", "a/kept-1"]  # every argument by name, as the docstrings name them
     assert heard[2:] == heard[:2]
-    collect(str(prefix), {})  # nobody listening
+    collect(open_prefix(str(prefix)), {})  # nobody listening
     assert capfd.readouterr() == ("", "")
 
 def test_a_sweep_deletes_old_garbage_and_says_why_it_keeps_the_rest(tmp_path):
@@ -127,13 +128,13 @@ def test_a_sweep_deletes_old_garbage_and_says_why_it_keeps_the_rest(tmp_path):
     _status(prefix, "a/started-4", State.SUCCESS, written_at=now - 48 * HOUR)
     _file(prefix, "a/started-4/data", 3, now - 48 * HOUR)
     _file(prefix, "runs/r.json", 3, now - 48 * HOUR)
-    report = collect(str(prefix), {})
+    report = collect(open_prefix(str(prefix)), {})
     assert [o.rel for o in report.garbage] == ["a/nostatus-3", "a/old-1", "a/started-4", "a/young-2"]
     assert report.garbage[0].state is Absent.NO_STATUS
     # a runner takes a/started-4 between the listing and the sweep: the re-read keeps it
     _status(prefix, "a/started-4", State.RUNNING, written_at=now - 48 * HOUR)
 
-    sweep(report, grace_hours=24, now=now)
+    sweep(report, open_prefix(str(prefix)), grace_hours=24, now=now)
     assert report.deleted == ["a/nostatus-3", "a/old-1"]
     assert report.spared == {"a/started-4": "RUNNING: a live lease (never deleted)",
                              "a/young-2": "written 2.0 h ago, within the 24 h grace period"}
@@ -151,7 +152,7 @@ def test_the_grace_period_is_measured_from_the_last_write_exactly(tmp_path):
     _file(prefix, "a/inside-2/data", 3, now - 30 * HOUR)
     _status(prefix, "a/almost-0", State.SUCCESS, written_at=now - 24 * HOUR + 10)  # 10 s short of 24 h
     _file(prefix, "a/almost-0/data", 3, now - 30 * HOUR)
-    report = sweep(collect(str(prefix), {}), grace_hours=24, now=now)
+    report = sweep(collect(open_prefix(str(prefix)), {}), open_prefix(str(prefix)), grace_hours=24, now=now)
     assert report.deleted == ["a/edge-1"]  # exactly 24 h old: out of the grace period
     assert sorted(report.spared) == ["a/almost-0", "a/inside-2"]  # a/almost-0, kept first, stops nothing
     assert report.spared["a/inside-2"] == "written 23.5 h ago, within the 24 h grace period"
@@ -168,7 +169,7 @@ def test_what_the_listing_counts_for_an_output_without_a_status(tmp_path, rel, f
     prefix = tmp_path / "p"
     for name, size, mtime in files:
         _file(prefix, f"{rel}/{name}", size, mtime)
-    [output] = list_outputs(str(prefix))
+    [output] = list_outputs(open_prefix(str(prefix)))
     assert output.rel == rel and output.state is Absent.NO_STATUS
     assert (output.files, output.size, output.newest_mtime) == listed
     assert output.last_written == listed[2]  # no status to say later
@@ -182,7 +183,7 @@ def test_a_deletion_takes_the_status_away_before_the_files(tmp_path, monkeypatch
     for rel in ("a/old-1", "a/old-2"):
         _status(prefix, rel, state)
         _file(prefix, f"{rel}/data", 3, 1.0)
-    report = collect(str(prefix), {})
+    report = collect(open_prefix(str(prefix)), {})
     fs_type = type(location.open_filesystem(str(prefix)))
     rm = fs_type.rm
 
@@ -192,7 +193,7 @@ def test_a_deletion_takes_the_status_away_before_the_files(tmp_path, monkeypatch
         return rm(self, path, recursive=recursive, maxdepth=maxdepth)
 
     monkeypatch.setattr(fs_type, "rm", refuse_the_first)
-    sweep(report, grace_hours=0, now=10 * HOUR)
+    sweep(report, open_prefix(str(prefix)), grace_hours=0, now=10 * HOUR)
     assert report.failed == {"a/old-1": f"PermissionError: storage refused to delete {prefix}/a/old-1"}
     assert report.deleted == ["a/old-2"] and not (prefix / "a/old-2").exists()
     assert not (prefix / status_key("a/old-1")).exists()
@@ -203,7 +204,7 @@ def test_a_sweep_takes_the_grace_period_and_the_time_by_name(tmp_path):
     """Both are floats: passed by position, a swap would go unnoticed and delete what the grace keeps."""
     prefix = tmp_path / "p"
     _status(prefix, "a/old-1", State.SUCCESS)
-    report = collect(str(prefix), {})
+    report = collect(open_prefix(str(prefix)), {})
     with pytest.raises(TypeError):
-        sweep(report, 24, 10 * HOUR)  # type: ignore[misc]
+        sweep(report, open_prefix(str(prefix)), 24, 10 * HOUR)  # type: ignore[misc]
     assert (prefix / status_key("a/old-1")).exists()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from executor.core.record import Owner, State, Status
+from executor.engine.prefixes import open_prefix
 from executor.tools import gc
 from steps import shard_reuse
 from tests.steps.test_incremental_shards import SHARDS, _shard_docs, corpora, run_step, tokenize_step, write_corpus  # noqa: F401
@@ -38,10 +39,10 @@ def test_gc_keeps_the_shard_results_a_live_output_holds_and_collects_the_rest(co
     (prefix / shard_reuse.CLAIMS_DIR / "tokenized" / f"{live}.json").write_bytes(
         Status(State.RUNNING, live, "tokenized", 0, 1, Owner("r", "h", 1, ""), time.time()).to_bytes())
 
-    report = gc.collect(str(prefix), {Path(grown).name: "the grown corpus"})
+    report = gc.collect(open_prefix(str(prefix)), {Path(grown).name: "the grown corpus"})
     assert [o.rel for o in report.garbage] == [Path(first).name]
     assert sorted(c.address for c in report.claims) == sorted(only_first | {live})
-    gc.sweep(report, grace_hours=0, now=time.time() + 60)
+    gc.sweep(report, open_prefix(str(prefix)), grace_hours=0, now=time.time() + 60)
     assert report.deleted == [Path(first).name] and not Path(first).exists()
     assert sorted(Path(rel).stem for rel in report.deleted_claims) == sorted(only_first)
     assert report.spared_claims == {f"{shard_reuse.CLAIMS_DIR}/tokenized/{live}.json": "RUNNING: a live lease (never deleted)"}

@@ -7,6 +7,7 @@ from executor import api
 from executor.core.graph import build_graph
 from executor.engine.prefix_view import PrefixView
 from executor.engine.store import open_store
+from executor.engine.prefixes import open_prefix
 from executor.tools.adopt import adopt
 from executor.tools.lineage import lineage_down, lineage_up
 from executor.tools.tags import tag
@@ -32,7 +33,7 @@ def test_lineage_up_and_down_across_an_adoption_a_cache_copy_and_a_tag(tmp_path)
     # get new ids and run here, reading the adopted output
     raw2, tok2, train2 = pipeline("old  text")
     _run([raw], here, cache_from=(source,))  # the old raw copied here from source
-    adoption = adopt(build_graph([train2]), "names/raw", ids["names/raw"], here, reason="whitespace", declared_by=WHO,
+    adoption = adopt(build_graph([train2]), "names/raw", ids["names/raw"], open_prefix(here), reason="whitespace", declared_by=WHO,
                      force=True)
     assert adoption is not None
     again = _run([train2], here)

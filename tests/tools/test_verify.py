@@ -10,6 +10,7 @@ import pytest
 from executor.engine import outputs
 from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
 from executor.tools.verify import verify_path, verify_step
+from executor.engine.prefixes import open_prefix
 
 from .toy import run_main
 
@@ -29,7 +30,7 @@ def test_verify_local_prefix_detects_deleted_modified_and_extra_files(ran_toy):
     (raw / "stray.bin").write_bytes(b"xx")
     code, out = run_main("verify", ran_toy.prefix)
     assert code == 1, out
-    assert _problems(verify_path(ran_toy.prefix)) == {("missing", "shard-0.txt"), ("changed", "raw.txt"),
+    assert _problems(verify_path(open_prefix(ran_toy.prefix))) == {("missing", "shard-0.txt"), ("changed", "raw.txt"),
                                                       ("extra", "stray.bin")}
     assert "sha256" in out and "3 problem(s)" in out
 
@@ -63,11 +64,11 @@ def test_verify_object_store_prefix_detects_deleted_and_modified_objects(backend
     record = json.loads(outputs.filesystem(prefix, options).cat_file(f"{path}/.executor/record.json"))
     assert {e["checksum"]["algorithm"] for e in record["manifest"]} == {algorithm}  # object metadata
 
-    assert _problems(verify_path(prefix, options)) == set()
+    assert _problems(verify_path(open_prefix(prefix, options))) == set()
     fs = outputs.filesystem(prefix, options)
     fs.rm(f"{path}/b.bin")
     fs.pipe_file(f"{path}/a.bin", b"A" + b"a" * 99)  # same size: caught by the ETag
-    assert _problems(verify_path(prefix, options)) == {("missing", "b.bin"), ("changed", "a.bin")}
+    assert _problems(verify_path(open_prefix(prefix, options))) == {("missing", "b.bin"), ("changed", "a.bin")}
 
     code, out = run_main("verify", path, "--storage-options", json.dumps(options))
     assert code == 1 and "missing  b.bin" in out and "changed  a.bin" in out, out

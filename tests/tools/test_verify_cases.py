@@ -19,6 +19,7 @@ import pytest
 from executor.core.record import Owner, State, Status, record_key, status_key
 from executor.engine import outputs
 from executor.tools.verify import Problem, current_checksum, step_directories, verify_path
+from executor.engine.prefixes import open_prefix
 
 from .test_verify import _completed_step
 from .toy import run_main
@@ -63,7 +64,7 @@ def test_each_kind_of_step_directory(tmp_path):
     (prefix / "runs/.executor").mkdir()  # history is no step, whatever it holds
     (prefix / "runs/.executor/status.json").write_text("{}")
 
-    results = _by_path(verify_path(str(prefix)))
+    results = _by_path(verify_path(open_prefix(str(prefix))))
     assert sorted(results) == ["s/badrecord-000000000008", "s/failed-000000000004", "s/good-000000000001",
                                "s/lowerdigest-000000000009", "s/nopath-00000000000a", "s/norecord-000000000006",
                                "s/otherdigest-000000000007", "s/running-000000000003", "s/torn-000000000005",
@@ -101,7 +102,7 @@ def test_each_problem_with_a_file_says_what_changed(tmp_path):
     (path / "same.txt").write_bytes(b"abd")
     (path / "new.bin").write_bytes(b"xy")
     (path / "newdir").mkdir()  # an empty folder is no file
-    [result] = verify_path(str(path))
+    [result] = verify_path(open_prefix(str(path)))
     assert [(p.kind, p.file, p.detail) for p in result.problems] == [
         ("missing", "gone.txt", "recorded 5 bytes"),
         ("changed", "same.txt", f"sha256 {hashlib.sha256(b'abc').hexdigest()[:16]}… -> "
@@ -137,7 +138,7 @@ def test_what_verify_says_of_each_file(tmp_path, case):
     path = Path(_completed_step(str(tmp_path / "p"), {}, "s/x-000000000001", committed))
     for name, data in since.items():
         (path / name).unlink() if data is None else (path / name).write_bytes(data)
-    [result] = verify_path(str(path))
+    [result] = verify_path(open_prefix(str(path)))
     assert [(p.kind, p.file, p.detail) for p in result.problems] == expected
     assert result.files == len(committed) and result.verified
 
@@ -147,11 +148,11 @@ def test_an_adopted_step_is_verified_through_the_output_it_points_at(tmp_path):
     source = Path(_completed_step(str(prefix), {}, "s/old-000000000001", {"a.txt": b"aaa"}))
     _status(prefix, "s/new-000000000002", State.SUCCESS,
             alias_of={"step_id": "s/old-000000000001", "output_rel": "s/old-000000000001"})
-    [adopted] = verify_path(str(prefix / "s/new-000000000002"))
+    [adopted] = verify_path(open_prefix(str(prefix / "s/new-000000000002")))
     assert adopted.path == str(source) and adopted.ok and adopted.files == 1
     assert adopted.note == "adopted by s/new-000000000002; verified the output it points at"
     (source / "a.txt").unlink()
-    [adopted] = verify_path(str(prefix / "s/new-000000000002"))
+    [adopted] = verify_path(open_prefix(str(prefix / "s/new-000000000002")))
     assert [(p.kind, p.file) for p in adopted.problems] == [("missing", "a.txt")]
 
 
@@ -200,7 +201,7 @@ def test_what_verify_says_of_an_adopted_step_by_what_it_points_at(tmp_path, case
     _status(prefix, NEW, State.SUCCESS, alias_of={"step_id": points_at, "output_rel": points_at})
     if change:
         change(prefix)
-    [result] = verify_path(str(prefix / NEW))
+    [result] = verify_path(open_prefix(str(prefix / NEW)))
     assert result.path == str(prefix / looked_at) and result.note == note
     assert [(p.kind, p.file) for p in result.problems] == [(kind, file) for kind, file, _ in problems]
     assert all(p.detail.startswith(detail) for p, (_, _, detail) in zip(result.problems, problems)), result.problems
@@ -213,7 +214,7 @@ def test_a_relative_path_is_verified_from_the_working_directory(tmp_path, monkey
     _completed_step(str(tmp_path / "p"), {}, "s/x-000000000001", {"a.txt": b"a"})
     monkeypatch.chdir(tmp_path)
     for path in ("p", "./p/", "p/s/x-000000000001"):
-        [result] = verify_path(path)
+        [result] = verify_path(open_prefix(path))
         assert result.path == str(tmp_path / "p/s/x-000000000001") and result.verified and result.ok, path
 
 
@@ -227,7 +228,7 @@ def test_verify_reads_only_and_says_the_same_each_time(tmp_path):
         return {f: (f.is_file() and f.read_bytes(), f.stat().st_mtime_ns) for f in prefix.rglob("*")}
 
     before = tree()
-    runs = [{p for r in verify_path(str(prefix)) for p in r.problems} for _ in range(2)]  # problems are values
+    runs = [{p for r in verify_path(open_prefix(str(prefix))) for p in r.problems} for _ in range(2)]  # problems are values
     assert runs[0] == runs[1] == {Problem("changed", "a.txt", f"sha256 {hashlib.sha256(b'a').hexdigest()[:16]}… -> "
                                                               f"{hashlib.sha256(b'A').hexdigest()[:16]}…"),
                                   Problem("extra", "c.txt", "1 bytes, not in the manifest")}
@@ -251,7 +252,7 @@ def test_progress_counts_the_bytes_hashed_and_the_steps_done(tmp_path, capsys, m
     prefix = tmp_path / "p"
     _completed_step(str(prefix), {}, "s/a-000000000001", {"a.txt": b"abc", "b.txt": b"de"})
     _completed_step(str(prefix), {}, "s/b-000000000002", {"c.txt": b"f"})
-    assert all(r.ok for r in verify_path(str(prefix)))
+    assert all(r.ok for r in verify_path(open_prefix(str(prefix))))
     lines = capsys.readouterr().err.splitlines()
     shown = [re.match(r"\[verify \((\d+) B hashed\)\] (\d+)/2 steps", line).groups() for line in lines]
     assert shown == [("3", "0"), ("5", "0"), ("5", "1"), ("6", "1"), ("6", "2")], lines  # a line per update
@@ -313,7 +314,7 @@ def test_a_checksum_that_cannot_be_computed_here_is_unverifiable_not_changed(tmp
     prefix = tmp_path / "p"
     _completed_step(str(prefix), {}, "s/x-000000000001", {"a.txt": b"aaa"})
     _edit_manifest_entry(prefix, "s/x-000000000001", checksum=checksum)
-    [result] = verify_path(str(prefix))
+    [result] = verify_path(open_prefix(str(prefix)))
     assert [(p.kind, p.file, p.detail) for p in result.problems] == [
         ("unverifiable", "a.txt", f"cannot compute a {algorithm} checksum here")]
 
@@ -325,9 +326,9 @@ def test_a_crc32c_checksum_without_google_crc32c_installed_is_unverifiable(tmp_p
     _completed_step(str(prefix), {}, "s/x-000000000001", {"a.txt": b"aaa"})
     value = base64.b64encode(google_crc32c.Checksum(b"aaa").digest()).decode()
     _edit_manifest_entry(prefix, "s/x-000000000001", checksum={"algorithm": "crc32c", "value": value})
-    assert verify_path(str(prefix))[0].ok  # computed here: the local listing carries no crc32c
+    assert verify_path(open_prefix(str(prefix)))[0].ok  # computed here: the local listing carries no crc32c
     monkeypatch.setitem(sys.modules, "google_crc32c", None)  # what `import` finds where it is not installed
-    [result] = verify_path(str(prefix))
+    [result] = verify_path(open_prefix(str(prefix)))
     assert [(p.kind, p.file, p.detail) for p in result.problems] == [
         ("unverifiable", "a.txt", "cannot compute a crc32c checksum here")]
 
@@ -337,7 +338,7 @@ def test_a_manifest_entry_without_a_size_is_changed_whatever_the_file_holds(tmp_
     prefix = tmp_path / "p"
     _completed_step(str(prefix), {}, "s/x-000000000001", {"a.txt": data})
     _edit_manifest_entry(prefix, "s/x-000000000001", size=None)  # the checksum still matches
-    [result] = verify_path(str(prefix))
+    [result] = verify_path(open_prefix(str(prefix)))
     assert [(p.kind, p.file, p.detail) for p in result.problems] == [
         ("changed", "a.txt", f"size None -> {len(data)} bytes")]
 
@@ -347,5 +348,5 @@ def test_a_prefix_that_holds_nothing_verifies_nothing(tmp_path, missing):
     prefix = tmp_path / "empty"
     if not missing:
         prefix.mkdir()
-    assert verify_path(str(prefix)) == []
+    assert verify_path(open_prefix(str(prefix))) == []
     assert outputs.is_local(str(prefix))

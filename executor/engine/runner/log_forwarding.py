@@ -1,7 +1,9 @@
 """Step output Ray forwards to the driver's console: plain when piped, complete before the step's ✔.
 
 Ray prints each worker line behind an ANSI-coloured "(task pid=N)" prefix; when the driver's stdout
-is not a terminal, RAY_COLOR_PREFIX=0 turns the colour codes off. Ray forwards asynchronously, so a
+is not a terminal (and the user did not set RAY_COLOR_PREFIX), the printer installed here takes
+the colour codes out of what Ray prints, as RAY_COLOR_PREFIX=0 would, without setting the variable
+in the process's environment. Ray forwards asynchronously, so a
 finished task's last lines could arrive after the driver printed its ✔ line: each attempt ends its
 stdout and stderr with a marker line, the driver's log handler swallows markers and notes them, and
 the Ray handle waits (bounded) for both before it reports the outcome.
@@ -10,15 +12,18 @@ the Ray handle waits (bounded) for both before it reports the outcome.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
+from typing import Any
 
 from executor.engine import whole_lines
 
 MARKER = "::stepgraph-end-of-output::"
 WAIT_S = 3.0  # a lost marker (a log monitor restart) delays one ✔ line by this much, never more
 
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _seen: set[tuple[str, bool]] = set()
 _changed = threading.Condition()
 
@@ -39,10 +44,35 @@ def _installed() -> bool:
     return getattr(_current_printer(), "stepgraph", False)
 
 
-def plain_when_piped() -> None:
-    """Before Ray prints anything: no colour codes in front of forwarded lines unless on a terminal."""
-    if not sys.stdout.isatty():
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+def plain_when_piped() -> bool:
+    """Whether forwarded lines are printed without colour codes: the driver's stdout is no terminal
+    and RAY_COLOR_PREFIX (Ray's own setting) is not set."""
+    return "RAY_COLOR_PREFIX" not in os.environ and not sys.stdout.isatty()
+
+
+class _Plain:
+    """A stream that writes what it is given without ANSI colour codes."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(_COLOUR.sub("", text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _print_plain(ray_worker: Any, data: dict, ignore_prefix: bool) -> None:
+    """Ray's print_to_stdstream (its de-duplication, then its printer), into a stream without colour."""
+    is_err = bool(data.get("is_err"))
+    if not all(hasattr(ray_worker, n) for n in ("print_worker_logs", "stdout_deduplicator", "stderr_deduplicator")):
+        ray_worker.print_to_stdstream(data, ignore_prefix=ignore_prefix)  # Ray's internals moved: its colours stay
+        return
+    deduplicator = ray_worker.stderr_deduplicator if is_err else ray_worker.stdout_deduplicator
+    batches = [data] if data.get("pid") == "autoscaler" else deduplicator.deduplicate(data)
+    for batch in batches:
+        ray_worker.print_worker_logs(batch, _Plain(sys.stderr if is_err else sys.stdout), ignore_prefix)
 
 
 def output_key(step_id: str, attempt: int) -> str:
@@ -72,7 +102,10 @@ def install() -> None:
         keep = [line for line in lines if MARKER not in line]
         if keep:  # printed before the markers are noted: a batch's last lines come before its ✔
             with whole_lines.LOCK:  # Ray prints a line's text and newline in two writes
-                ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
+                if plain_when_piped():
+                    _print_plain(ray_worker, {**data, "lines": keep}, ignore_prefix)
+                else:
+                    ray_worker.print_to_stdstream({**data, "lines": keep}, ignore_prefix=ignore_prefix)
                 for stream in (sys.stdout, sys.stderr):
                     stream.flush()
         if len(keep) != len(lines):

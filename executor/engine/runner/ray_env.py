@@ -5,17 +5,25 @@ Everything here runs on the driver before or while Ray starts: the environment t
 embedded cluster on 127.0.0.1 (no cloud-metadata probes, no usage stats), free ports so several embedded clusters can
 share a machine, starting one (retried once on a loaded machine), and which local code a remote
 cluster has to be sent. Ray is imported inside functions only: some settings must precede it.
+
+The loopback settings are Ray's environment variables, which Ray reads from `os.environ` while
+`ray.init` starts the cluster (no argument takes them) and which its processes (GCS, raylet, and
+through the raylet every worker) inherit then. They are given for the duration of that call only,
+those the user did not set, and taken away after it (`loopback_environment`): the process's
+environment is the same after a run as before it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
+import threading
 import site
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from executor.core.errors import ExecutorError
 
@@ -48,14 +56,30 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
                             f"(`ray status` on its head node).") from None
 
 
-def prepare_loopback_environment() -> None:
-    """Settings that keep an embedded Ray cluster on 127.0.0.1 and off every other address.
+_ENVIRONMENT_LOCK = threading.Lock()  # two starts on two threads: one restores what it set, not the other's
 
-    Must run before ray.init. Ray probes cloud metadata addresses unless a bootstrap config
-    exists in $HOME, so one is created when missing.
+
+@contextlib.contextmanager
+def loopback_environment(settings: Mapping[str, str] = LOOPBACK_ENV) -> Iterator[dict[str, str]]:
+    """`settings` the process's environment lacks, in it for the block (ray.init, which reads them
+    there and hands them to the processes it starts), then taken out again; values the user set
+    are left as they are. Yields the ones it added."""
+    with _ENVIRONMENT_LOCK:
+        added = {key: value for key, value in settings.items() if key not in os.environ}
+        os.environ.update(added)
+        try:
+            yield added
+        finally:
+            for key, value in added.items():
+                if os.environ.get(key) == value:
+                    del os.environ[key]
+
+
+def prepare_loopback_environment() -> None:
+    """What keeps an embedded Ray cluster on 127.0.0.1 and off every other address, besides the
+    variables `loopback_environment` gives ray.init: Ray probes cloud metadata addresses unless a
+    bootstrap config exists in $HOME, so one is created when missing. Must run before ray.init.
     """
-    for key, value in LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
     bootstrap = Path(os.path.expanduser("~")) / "ray_bootstrap_config.yaml"
     if not bootstrap.exists():
         try:
@@ -118,10 +142,9 @@ def local_code_paths() -> list[str]:
 
 def no_uv_runtime_env() -> None:
     """Ray ships a `uv run` driver's project to workers unless RAY_ENABLE_UV_RUN_RUNTIME_ENV=0
-    (LOOPBACK_ENV). Ray reads that variable once, into a private constant, at `import ray`; when
-    ray was imported before the variable was set, only the constant can still say so (no public
-    API does)."""
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    (LOOPBACK_ENV). Ray reads that variable once, into a private constant, at `import ray`; only
+    the constant can say so after that (no public API does), so it is set, and the process's
+    environment is left alone."""
     from ray._private import ray_constants
 
     ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
@@ -160,9 +183,10 @@ def start_embedded(num_cpus: int | None, object_store_memory: int | None,
         if patch:
             parameter.RayParams.__init__ = init_with_free_agent_port
         try:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                     object_store_memory=object_store_memory, _node_ip_address="127.0.0.1",
-                     dashboard_port=dashboard_port, _metrics_export_port=metrics_port, resources=resources)
+            with loopback_environment():
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                         object_store_memory=object_store_memory, _node_ip_address="127.0.0.1",
+                         dashboard_port=dashboard_port, _metrics_export_port=metrics_port, resources=resources)
             return
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when its node times out
             ray.shutdown()

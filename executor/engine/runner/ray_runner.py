@@ -48,7 +48,7 @@ class RayRunner:
                  resources: dict[str, float] | None = None,
                  notify: Callable[[str], None] | None = None):
         if not address:
-            prepare_loopback_environment()  # before `import ray`: it reads some settings at import
+            prepare_loopback_environment()  # its variables are given to ray.init only (ray_env.loopback_environment)
         no_uv_runtime_env()  # under `uv run`, Ray would ship the project and demand it be the working dir
         import ray
 
@@ -57,7 +57,6 @@ class RayRunner:
         self.retry_backoff_s, self.capture_logs = retry_backoff_s, capture_logs
         self.notify = notify or (lambda message: print(message, file=sys.stderr))
         self.shipped: list[str] = []
-        log_forwarding.plain_when_piped()
         self.started_here = LIBRARY_RAY.enter(lambda: self._start(address, ship_code, num_cpus,
                                                                   object_store_memory, resources))
         try:

@@ -35,7 +35,7 @@ def url_of(host: str, port: int, token: str) -> str:
 def serve(args: Any, say: Callable[[str], None] = print) -> int:
     from executor.core.exit_codes import ExitCode
     from executor.core.extras import require_extra
-    from executor.tools.commands import default_prefix, require_outputs
+    from executor.tools.commands import require_outputs
 
     require_extra("serve", "stepgraph serve", "jinja2")
     from executor.tools.serve.auth import make_token, read_token_file
@@ -45,9 +45,9 @@ def serve(args: Any, say: Callable[[str], None] = print) -> int:
     if args.interval <= 0:
         raise ExecutorError(f"--interval must be a positive number of seconds, not {args.interval}")
     token = read_token_file(args.token_file) if args.token_file else make_token()
-    prefix = default_prefix(args.prefix)
-    require_outputs(prefix, args.storage_options)  # a missing or empty prefix: exit 2, as its --help says
-    watcher = Watcher(PrefixSource(prefix, args.storage_options), interval_s=args.interval,
+    opened = require_outputs(args)  # opened once; a missing or empty prefix: exit 2, as its --help says
+    prefix = opened.url
+    watcher = Watcher(PrefixSource(opened), interval_s=args.interval,
                       on_error=lambda message: print(f"warning: reading {prefix}: {message}", file=sys.stderr))
     if not is_loopback(args.host):
         print(f"warning: serving on {args.host}, beyond this machine's loopback: anyone who can reach it and "

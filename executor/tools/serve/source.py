@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from executor.core.errors import StatusError
 from executor.core.record import parse_run_file
-from executor.engine import location, outputs
-from executor.engine.prefix_view import LogRef, PrefixView, RunRow, StepDetail, StepRow
+from executor.engine.prefixes import OpenedPrefix
+from executor.engine.prefix_view import LogRef, RunRow, StepDetail, StepRow
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -24,10 +24,8 @@ LOG_TAIL_BYTES = 64 * 1024
 class PrefixSource:
     """The prefix as the server reads it: listings with generations, then reads of listed keys."""
 
-    def __init__(self, prefix: str, storage_options: Mapping[str, Any] | None = None):
-        self.prefix = outputs.normalize_prefix(prefix)
-        store, self.fs = location.open_location(self.prefix, dict(storage_options or {}))
-        self.view = PrefixView(store, self.prefix)
+    def __init__(self, opened: OpenedPrefix):
+        self.prefix, self.fs, self.view = opened.url, opened.fs, opened.view
 
     # -- steps and runs: the read model -----------------------------------------------------------
     def list_steps(self) -> dict[str, str]:

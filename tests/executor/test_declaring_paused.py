@@ -77,8 +77,12 @@ def test_python_file_declares_its_steps_as_the_user_left_the_collector(experimen
 def test_the_tools_load_an_experiment_with_the_collector_paused_and_give_it_back(experiment, capsys):
     from executor.tools.loading import load_experiment
 
-    assert gc.isenabled()
-    loaded = load_experiment(experiment)
-    assert len(loaded.graph.nodes) == 3
-    assert "declared with the collector: False" in capsys.readouterr().out
-    assert gc.isenabled()
+    was = gc.isenabled()  # (a test running executor_main in this process may have left it paused)
+    gc.enable()
+    try:
+        loaded = load_experiment(experiment)
+        assert len(loaded.graph.nodes) == 3
+        assert "declared with the collector: False" in capsys.readouterr().out
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -71,13 +71,14 @@ def write_statuses(prefix: str, plan: dict, fingerprint: str, pythonpath: str | 
 
 
 def timed_rss(cmd: list[str], pythonpath: str | None) -> tuple[float, float, float, str]:
-    """Wall and CPU (user + sys) seconds, peak RSS (MB) and stdout of one run of `cmd`."""
+    """Wall and CPU (user + sys) seconds, peak RSS (MB) and stdout of one run of `cmd`, run in the
+    checkout timed (`python -m executor` puts the working directory first on the path)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         began = time.perf_counter()
-        process = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        process = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=pythonpath or REPO)
         _, status, usage = os.wait4(process.pid, 0)  # this child's own rusage (ru_maxrss in KiB on Linux)
         wall = time.perf_counter() - began
         process.returncode = os.waitstatus_to_exitcode(status)

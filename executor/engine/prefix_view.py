@@ -2,14 +2,11 @@
 
 Everything that shows a prefix (`status`, `runs`, `ps`, `report`, `gc`, `serve`) reads it through
 this module, and this module reads only through the coordination store's protocol (`read`,
-`read_many`, `list_generations`; a local store's `scan`, whose listing reads each status anyway): no
-paths built by hand, no error messages parsed. Reads only.
+`read_many`, `list_generations`): no paths built by hand, no error messages parsed. Reads only.
 
     view = PrefixView.open(prefix, storage)            # or PrefixView(store, prefix)
-    view.list_steps()             -> {output rel: status generation}: ONE listing (a local one reads)
-    view.steps()                  -> [StepRow]: every status under the prefix (a listing + read_many;
-                                     on a local disk the listing's reads: each status read once)
-    view.listed_steps(known)      -> (list_steps(), [StepRow] of those not at `known`'s generation)
+    view.list_steps()             -> {output rel: status generation}: ONE listing, no reads
+    view.steps()                  -> [StepRow]: every status under the prefix (a listing + read_many)
     view.steps(rels, names=...)   -> [StepRow] of those output dirs (no status: Absent.NO_STATUS)
     view.steps(timings=True)      -> the same, a SUCCESS row's timing from its record.json
     view.refresh(rows)            -> [StepRow]: ONE listing; re-reads only statuses whose
@@ -274,33 +271,10 @@ class PrefixView:
               timings: bool = False) -> list[StepRow]:
         """A row per output rel (every status under the prefix if None); `names`: rel -> step name
         (from an experiment; otherwise the step id's part before its hash)."""
-        if rels is None:
-            rows = self.listed_steps()[1]
-        else:
-            rels = list(rels)
-            read = self.store.read_many([status_key(rel) for rel in rels])
-            rows = [self._row(rel, versioned, names) for rel, versioned in zip(rels, read)]
+        rels = list(self.list_steps() if rels is None else rels)
+        read = self.store.read_many([status_key(rel) for rel in rels])
+        rows = [self._row(rel, versioned, names) for rel, versioned in zip(rels, read)]
         return self._with_timings(rows) if timings else rows
-
-    def listed_steps(self, known: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[StepRow]]:
-        """ONE listing: (list_steps(), the rows of the statuses whose generation is not `known`'s
-        (rel -> generation; every status if None)), both in rel order. Where a listing reads each
-        status (a local disk: a generation is a digest of the bytes) the rows are made from the
-        bytes it read; elsewhere those statuses are read after it (one read_many)."""
-        known = known or {}
-        scan = getattr(self.store, "scan", None)  # LocalStore.scan: the listing's own reads
-        if scan is None:
-            listed = self.list_steps()
-            return listed, self.steps([rel for rel, generation in listed.items() if known.get(rel) != generation])
-        listed, rows = {}, []
-        for key, versioned in scan("", STATUS_SUFFIX):
-            if key.endswith(STATUS_SUFFIX) and not key.startswith(RUNS_DIR):
-                rel = key[: -len(STATUS_SUFFIX)]
-                listed[rel] = versioned.generation
-                if known.get(rel) != versioned.generation:
-                    rows.append(self._row(rel, versioned, None))
-        rows.sort(key=lambda row: row.rel)
-        return dict(sorted(listed.items())), rows
 
     def mirror_copies(self) -> list[dict[str, Any]]:
         """Each mirrored input's copy under the prefix (executor.engine.mirror): where it is, its state, and
@@ -325,8 +299,10 @@ class PrefixView:
         """Every status under the prefix, from one listing, reading only those whose generation
         changed (or that are new) since `previous`; rows of removed statuses are gone."""
         known = {row.rel: row for row in previous}
-        listed, changed = self.listed_steps({rel: row.generation for rel, row in known.items()})
-        fresh = {row.rel: row for row in (self._with_timings(changed) if timings else changed)}
+        listed = self.list_steps()
+        changed = [rel for rel, generation in listed.items()
+                   if rel not in known or known[rel].generation != generation]
+        fresh = {row.rel: row for row in self.steps(changed, timings=timings)}
         return [fresh.get(rel) or known[rel] for rel in listed]
 
     def leases(self, rows: Iterable[StepRow] | None = None) -> list[Lease]:

@@ -15,7 +15,6 @@ import pytest
 
 from executor.core.record import Owner, State, Status
 from executor.engine.store import open_store
-from executor.engine.store.local import LocalStore
 from executor.tools.serve.source import PrefixSource
 from executor.tools.serve.watch import Watcher
 
@@ -86,36 +85,6 @@ def test_an_update_lists_twice_and_reads_only_what_changed(tmp_path):
     assert watcher.step(ids[42]).state == State.SUCCESS
     store.keys.clear()
     assert not asyncio.run(watcher.refresh()) and store.keys == []  # nothing changed: nothing read
-
-
-class ReadCountingLocalStore(LocalStore):
-    """The local store, counting each status file it reads (its listing's reads included)."""
-
-    def __init__(self, root):
-        super().__init__(root)
-        self.reads = Counter()
-
-    def _read(self, key, root):
-        self.reads[key] += 1
-        return super()._read(key, root)
-
-
-def test_on_a_local_disk_an_update_reads_each_status_once(tmp_path):
-    """A local listing reads every status (its generation is a digest of the bytes): the rows come
-    from those reads, so the first picture of 100,000 steps is not read twice (issue 50)."""
-    ids = sorted(write_steps(tmp_path, 50))
-    source = PrefixSource(str(tmp_path))
-    store = source.view.store = ReadCountingLocalStore(str(tmp_path))
-    watcher = Watcher(source, interval_s=0.01)
-    asyncio.run(watcher.refresh())
-    assert len(watcher.steps) == 50 and set(store.reads.values()) == {1} and len(store.reads) == 50
-    store.reads.clear()
-    renew(tmp_path, ids[7], state=State.SUCCESS)
-    change = asyncio.run(watcher.refresh())
-    assert change.steps == {ids[7]} and watcher.step(ids[7]).state == State.SUCCESS
-    assert set(store.reads.values()) == {1} and len(store.reads) == 50
-    assert [row.rel for row in source.view.steps()] == ids  # every row, in order, each read once
-    assert set(store.reads.values()) == {2}
 
 
 def test_a_page_catches_up_on_what_changed_after_it_was_rendered(tmp_path):

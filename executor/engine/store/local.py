@@ -198,17 +198,10 @@ class LocalStore:
     def list_generations(self, prefix: str, suffix: str) -> dict[str, str]:
         """Keys are matched as strings, like object stores: prefix "b-" finds "b-2/status.json".
         The matching objects are found by one walk, then read by read_many (on threads)."""
-        return {key: versioned.generation for key, versioned in self.scan(prefix, suffix)}
-
-    def scan(self, prefix: str, suffix: str) -> Iterator[tuple[str, Versioned]]:
-        """(key, what was read) of each object list_generations lists, in the walk's order, one at a
-        time: a generation here is a digest of the bytes, so a listing reads every object anyway,
-        and a reader that wants the bytes too (a live view's first picture) reads nothing twice."""
         start = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         keys = _walk_keys(str(self._path(start)), start + "/" if start else "", prefix, suffix)
-        for key, versioned in zip(keys, self.read_many(keys)):
-            if versioned is not None:
-                yield key, versioned
+        return {key: versioned.generation for key, versioned in zip(keys, self.read_many(keys))
+                if versioned is not None}
 
 
 def _walk_keys(top: str, base: str, prefix: str, suffix: str) -> list[str]:

@@ -37,11 +37,6 @@ class PrefixSource:
     def steps(self, rels: Iterable[str]) -> list[StepRow]:
         return self.view.steps(list(rels))
 
-    def listed_steps(self, known: Mapping[str, str]) -> tuple[dict[str, str], list[StepRow]]:
-        """One listing, and the rows of the statuses not at `known`'s generation (rel -> generation):
-        on a local disk from the listing's own reads (each status read once)."""
-        return self.view.listed_steps(known)
-
     def list_runs(self) -> dict[str, str]:
         """One listing of runs/: run file key -> generation."""
         return self.view.list_runs()

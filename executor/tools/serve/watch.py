@@ -1,8 +1,7 @@
 """The server's picture of its prefix, kept current at the cost of one listing per update.
 
 A refresh lists the status files and the run files with their generations (the read model's
-listings), reads only the keys whose generation changed since the last refresh (a local listing
-reads every status: those rows come from its reads, never a second read), and tells every
+listings), reads only the keys whose generation changed since the last refresh, and tells every
 subscriber (an open page) which steps and runs changed. A page's read waits (up to FRESH_WAIT_S)
 for a picture no older than the interval, so the first load after a run shows that run's end.
 Steps a run planned that never started (blocked, or the run stopped first) have no status; they
@@ -129,14 +128,14 @@ class Watcher:
     def _refresh_blocking(self) -> Change:
         """One listing of statuses and one of runs/; reads of only what changed or appeared."""
         number = self.refreshes + 1
-        listed, rows = self.source.listed_steps({rel: row.generation for rel, row in self.steps.items()})
-        changed = [row.rel for row in rows]
+        listed = self.source.list_steps()
+        changed = [rel for rel, gen in listed.items() if rel not in self.steps or self.steps[rel].generation != gen]
         removed = []
         for rel in [rel for rel in self.steps if rel not in listed]:
             removed.append(self.steps.pop(rel).step_id)
             self.by_step_id.pop(removed[-1], None)
             self.changed_in.pop(rel, None)
-        for row in rows:
+        for row in self.source.steps(changed):
             if row.generation is None:  # deleted between the listing and the read
                 self.steps.pop(row.rel, None)
                 continue

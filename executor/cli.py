@@ -227,9 +227,8 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
     if "--help" in argv or "-h" in argv:
         _help(config)
         return ExitCode.OK
-    pause = collector.PlanningPause() if owns_process else None
-    if pause is not None:
-        pause.pause()  # from here to the first step, including the steps' declaration
+    # from here (or from the start of `stepgraph run FILE`) to the first step, the steps' declaration included
+    pause = collector.PlanningPause().carried_on() if owns_process else None
     view = ConsoleView(reporter or ConsoleReporter(), main_file=main_file, live=reporter is None,
                        on_steps=pause.resume if pause is not None else lambda: None,
                        still_running_every_s=float(environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30))

@@ -105,6 +105,8 @@ def select(graph: Graph, only: str | None) -> list[str]:
     """Digests to consider: the targets' closure, or the --only matches' closure."""
     matched = graph.targets if only is None else match_steps(graph, only, "--only")
     wanted = graph.closure(matched)
+    if len(wanted) == len(graph.nodes):  # every step (a whole experiment's targets): in order already
+        return list(graph.nodes)
     return [d for d in graph.nodes if d in wanted]
 
 
@@ -115,6 +117,8 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
                snapshot: dict[str, Observed], observed: Observed) -> Decision:
     """SKIP, unless a dependency's committed output is no longer the one this output consumed."""
     consumed = status.inputs or {}  # statuses written before content tracking have none: trusted
+    if not consumed:
+        return Decision(node, Action.SKIP, _skip_reason(graph, status, ()), observed)
     rerunning = []
     for dep in node.deps:
         if dep not in consumed:
@@ -132,6 +136,8 @@ def _succeeded(graph: Graph, node: StepNode, status: Status, decisions: dict[str
 
 
 def _skip_reason(graph: Graph, status: Status, rerunning: Sequence[str]) -> str:
+    if not (rerunning or status.alias_of or status.copied_from):
+        return "succeeded"
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
     if status.alias_of and status.alias_of.get("cut_off"):  # an early cutoff (executor.engine.cutoff)
         alias = f" ({status.alias_of['cut_off']}; output of {status.alias_of['step_id']})"
@@ -160,6 +166,7 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
     if options.force_run and not forced & set(selected):
         raise GraphError(f"--force-run {options.force_run!r} matches no step selected by --only {options.only!r}")
     decisions: dict[str, Decision] = {}
+    not_running: set[str] = set()  # the digests decided BLOCKED or STOP so far
     for digest in selected:
         node = graph.nodes[digest]
         observed = snapshot.get(digest) or NOT_OBSERVED
@@ -170,11 +177,11 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
                 f"but this step's digest is {digest[:16]}… (a 48-bit id collision, or a hand-made "
                 f"override_output_path clash); refusing to touch it")
         failed_dep = None
-        for dep in node.deps:
-            dep_decision = decisions.get(dep)
-            if dep_decision is not None and dep_decision.action in _NOT_RUNNING:
-                failed_dep = dep_decision
-                break
+        if not_running:
+            for dep in node.deps:
+                if dep in not_running:
+                    failed_dep = decisions[dep]
+                    break
         if failed_dep is not None and not (status and status.state == State.SUCCESS):
             root = failed_dep.node.name
             decision = Decision(node, Action.BLOCKED, f"dependency {root} "
@@ -200,6 +207,8 @@ def _plan_steps(graph: Graph, snapshot: dict[str, Observed], options: PlanOption
             decision = Decision(node, Action.STOP, f"failed: {status.error or 'unknown error'} "
                                 "(--force-failed false leaves it)", observed)
         decisions[digest] = decision
+        if decision.action in _NOT_RUNNING:
+            not_running.add(digest)
     return _set_aside_upstream_of_copies(graph, decisions, options.only, forced)
 
 
@@ -210,7 +219,7 @@ def _set_aside_upstream_of_copies(graph: Graph, decisions: dict[str, Decision], 
     or failed before), is not wanted (a target, an --only match, --force-run) and is read only by
     such copies that stay complete (or by steps set aside themselves) goes to Plan.standby ("not
     needed here"). Any other missing step runs, as ever (`repair --delete-status` makes a step re-run)."""
-    if not any(d.action == Action.SKIP and d.observed.status.copied_from for d in decisions.values()):
+    if not any(d.action is Action.SKIP and d.observed.status.copied_from for d in decisions.values()):
         return Plan(decisions)  # no copy here: nothing to set aside (a first run, a no-op re-run)
     aside = {digest for digest, d in decisions.items()
              if d.action == Action.RUN and digest not in forced

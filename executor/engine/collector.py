@@ -7,7 +7,11 @@ of a 10,000-step plan. `executor_main` owns its process, so it pauses the collec
 and, before any step runs (for hours, perhaps), freezes what planning built out of the collector's
 sight and lets it run as usual. Garbage without cycles is freed as always meanwhile. As the process
 exits it freezes everything once more, so that the interpreter's last collection does not walk
-what the exit drops anyway. All of this is the command line's (executor/cli.py); the library API
+what the exit drops anyway. `stepgraph run FILE` owns its process from the start: it pauses the
+collector before the file runs, so that steps declared at the file's top level (before its
+`executor_main` call: 100,000 steps cost 1.5 s of collections while declared) are declared without
+it, and the file's executor_main carries that pause on (`LOADING`) rather than starting its own.
+All of this is the command line's (executor/cli.py, executor/tools/commands.py); the library API
 (`executor.run` in a notebook) leaves the collector alone: freezing would keep its caller's garbage
 cycles forever.
 """
@@ -15,6 +19,7 @@ cycles forever.
 from __future__ import annotations
 
 import atexit
+import contextvars
 import gc
 
 
@@ -29,6 +34,16 @@ class PlanningPause:
         self.paused = gc.isenabled()
         gc.disable()
 
+    def carried_on(self) -> "PlanningPause":
+        """executor_main's pause: the one `stepgraph run FILE` started before the file ran (still
+        paused, or resumed if an earlier executor_main call of the file ran steps), else a new one,
+        paused now."""
+        started = LOADING.get()
+        if started is not None:
+            return started
+        self.pause()
+        return self
+
     def resume(self) -> None:
         """Before steps run (the console view calls it): freeze what planning built, collect as usual
         from here. A no-op unless pause() paused the collector."""
@@ -36,6 +51,12 @@ class PlanningPause:
             self.paused = False
             gc.freeze()
             gc.enable()
+
+
+# The pause `stepgraph run FILE` started before running the file (executor/tools/commands.py): a
+# contextvar, so that it reaches the file's executor_main call and nothing on another thread.
+LOADING: contextvars.ContextVar[PlanningPause | None] = contextvars.ContextVar("stepgraph_loading_pause",
+                                                                               default=None)
 
 
 def freeze_for_exit() -> None:

@@ -95,6 +95,8 @@ def cmd_run(args: Any) -> int:
     import runpy
     from pathlib import Path
 
+    from executor.engine import collector
+
     file = Path(args.experiment)
     if not file.is_file():
         raise ExecutorError(f"experiment file {args.experiment} does not exist")
@@ -104,11 +106,18 @@ def cmd_run(args: Any) -> int:
     saved = (list(sys.argv), list(sys.path))
     sys.argv = [str(file), *flags]
     sys.path.insert(0, str(file.resolve().parent))
+    # This command owns the process: the collector is paused while the file declares its steps; the file's
+    # executor_main carries the pause on and resumes it before any step runs (executor/engine/collector.py).
+    pause = collector.PlanningPause()
+    pause.pause()
+    token = collector.LOADING.set(pause)
     try:
         runpy.run_path(str(file), run_name="__main__")
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (ExitCode.OK if e.code is None else ExitCode.USAGE)
     finally:
+        collector.LOADING.reset(token)
+        pause.resume()  # if no step ran (a dry run, an error): the collector as it was, what was built frozen
         sys.argv[:], sys.path[:] = saved
     raise ExecutorError(f"{file} never called executor_main(...)")
 

@@ -46,12 +46,12 @@ _HOME = {
     "register_encoding": "executor.core.encodings",
     **dict.fromkeys(("ConfigEncodingError", "ExecutorError", "GraphError", "StatusError"), "executor.core.errors"),
     **dict.fromkeys(("Location", "Storage"), "executor.core.locations"),
-    **dict.fromkeys(("current_storage", "open_file", "url_to_fs"), "executor.engine.location"),
-    "map_shards": "executor.engine.parallel",
-    **dict.fromkeys(("ClaimSettings", "claim_once"), "executor.engine.claims"),
-    "cache_from_outputs": "executor.engine.shard_sources",
+    **dict.fromkeys(("current_storage", "open_file", "url_to_fs"), "executor.engine.prefix.location"),
+    "map_shards": "executor.engine.worker.parallel",
+    **dict.fromkeys(("ClaimSettings", "claim_once"), "executor.engine.worker.claims"),
+    "cache_from_outputs": "executor.engine.worker.shard_sources",
     "current_node": "executor.engine.runner.here",
-    "Progress": "executor.engine.progress",
+    "Progress": "executor.engine.worker.progress",
     **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "hashed_unless_default", "mirrored",
                      "output_of_tag", "output_path_of", "prefix_path", "secret", "this_output_path"), "executor.core.step"),
     **dict.fromkeys(("StoreError", "TransientStoreError"), "executor.engine.store"),
@@ -66,11 +66,11 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from executor.core.locations import Location, Storage
     from executor.core.step import (ExecutorStep, Resources, execution_only, hashed_unless_default, mirrored,
                                     output_of_tag, output_path_of, prefix_path, secret, this_output_path)
-    from executor.engine.location import current_storage, open_file, url_to_fs
-    from executor.engine.claims import ClaimSettings, claim_once
-    from executor.engine.shard_sources import cache_from_outputs
-    from executor.engine.parallel import map_shards
-    from executor.engine.progress import Progress
+    from executor.engine.prefix.location import current_storage, open_file, url_to_fs
+    from executor.engine.worker.claims import ClaimSettings, claim_once
+    from executor.engine.worker.shard_sources import cache_from_outputs
+    from executor.engine.worker.parallel import map_shards
+    from executor.engine.worker.progress import Progress
     from executor.engine.runner.here import current_node
     from executor.engine.store import StoreError, TransientStoreError
 

@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 from executor.core import exit_codes
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.tools import command_help, commands, doctor, names_commands
 from executor.tools.serve import cmd_serve
 

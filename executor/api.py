@@ -31,13 +31,13 @@ from executor.core.plan import Action, Decision, Plan, PlanOptions, plan_steps
 from executor.core.outcome import Outcome, outcome_of_action
 from executor.core.record import Owner
 from executor.core.step import ExecutorStep, Resources
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
 from executor.core.locations import Storage, storage_from
 from executor.core.urls import protocol_of
-from executor.engine.prefixes import open_prefix, resolve_prefix, storage_options_from_env
-from executor.engine.legacy_carry import carry_over
-from executor.engine.snapshot import read_snapshot
+from executor.engine.prefix.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.run.legacy_carry import carry_over
+from executor.engine.run.snapshot import read_snapshot
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ class Decided(NamedTuple):
 def _lease_settings(options: Options) -> Any:
     """The run's lease settings, checked (heartbeat under half the TTL) by every plan as a run checks
     them: a dry run refuses what a run would refuse. An ExecutorError naming both flags."""
-    from executor.engine.lease import LeaseSettings
+    from executor.engine.run.lease import LeaseSettings
 
     try:
         return LeaseSettings(options.lease_ttl, options.heartbeat_interval)
@@ -317,7 +317,7 @@ def _tainted(graph: Graph, snapshot: Any, store: Any, options: Options, environ:
              prefix: str, storage: Storage) -> dict[str, str]:
     """digest -> why it is not reused: tainted here or in a --cache-from prefix, or derived from such an
     output (executor.tools.taint). One listing of taints/ per prefix; nothing more where it is empty."""
-    from executor.engine.location import open_store
+    from executor.engine.prefix.location import open_store
     from executor.tools.taint import all_taints, tainted_steps, through_tags, under_legacy_ids
 
     sources = _cache_from(options, environ, prefix)
@@ -330,14 +330,14 @@ def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapp
     """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
     mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
     run without them), copies get the rest."""
-    from executor.engine.transfers import GB, copy_bytes
+    from executor.engine.transfers.budget import GB, copy_bytes
 
     cache_from = _cache_from(options, environ, prefix)
 
     def with_copies(reserved: int) -> Plan:
         if not cache_from:  # no source, no read: a run without --cache-from plans as before
             return planned
-        from executor.engine.cache_from import plan_copies
+        from executor.engine.transfers.cache_from import plan_copies
 
         return plan_copies(graph, planned, cache_from, storage, only=options.only, force_run=options.force_run,
                            budget_gb=options.transfer_budget_gb, reserved_bytes=reserved, refused=tainted)
@@ -354,13 +354,13 @@ def _needed_transfers(plan: Plan, options: Options, environ: Mapping[str, str], 
                       storage: Storage, store: Any) -> tuple[dict[str, Any], int]:
     """What the plan's running steps need moved, as Plan fields (its mirrored inputs, its cross-region
     survey), and their bytes: the part of the transfer budget those steps need."""
-    from executor.engine.regions import survey
+    from executor.engine.transfers.regions import survey
 
     reads, unknown = survey(plan, prefix, storage)
     needed: dict[str, Any] = {"cross_region": (reads, unknown)}
     reserved = sum(r.bytes for r in reads if r.bytes is not None)
     if any(d.action == Action.RUN and d.node.mirrored for d in plan.decisions.values()):
-        from executor.engine.mirror import mirror_sources_list, plan_mirrors, planned_bytes
+        from executor.engine.transfers.mirror import mirror_sources_list, plan_mirrors, planned_bytes
 
         sources = mirror_sources_list(options.mirror_sources, environ)
         needed["mirrors"] = plan_mirrors(plan, store, sources, storage)
@@ -371,7 +371,7 @@ def _needed_transfers(plan: Plan, options: Options, environ: Mapping[str, str], 
 def _cache_from(options: Options, environ: Mapping[str, str], prefix: str) -> tuple[str, ...]:
     if not options.cache_from and not environ.get("EXECUTOR_CACHE_FROM"):
         return ()
-    from executor.engine.cache_from import cache_from_list
+    from executor.engine.transfers.cache_from import cache_from_list
 
     return cache_from_list(options.cache_from, environ, prefix)
 
@@ -453,9 +453,9 @@ def _run_decided(graph: Graph, decided: Decided, options: Options, events: Event
         with gc_paused():
             return RunResult(decided.prefix, tuple(_ended_as_planned(decided.prefix, d)
                                                    for d in decided.plan.decisions.values()), graph)
-    from executor.engine.signals import SignalGuard
+    from executor.engine.run.signals import SignalGuard
 
-    with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/signals.py)
+    with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/run/signals.py)
         return _execute(graph, decided.result(graph), options, events, guard, environ, call)
 
 
@@ -507,10 +507,10 @@ def _check_runner(runner: _RunnerSlot, planned: PlanResult, options: Options) ->
 def _execute(graph: Graph, planned: PlanResult, options: Options, events: Events, guard: Any,
              environ: Mapping[str, str], call: _Call) -> RunResult:
     # imported here: a plan or a no-op re-run needs none of the machinery that runs steps
-    from executor.engine.execute import Execution
-    from executor.engine.regions import check_run_region, note_cross_region_reads
-    from executor.engine.signals import signum_of
-    from executor.engine.transfers import check_transfer_budget
+    from executor.engine.run.execute import Execution
+    from executor.engine.transfers.regions import check_run_region, note_cross_region_reads
+    from executor.engine.run.signals import signum_of
+    from executor.engine.transfers.budget import check_transfer_budget
 
     prefix = planned.prefix
     outputs.check_writable(prefix)
@@ -543,13 +543,13 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
                  call: _Call, environ: Mapping[str, str], planned_bytes: int) -> Any:
     import secrets
 
-    from executor.engine.mirror import mirror_sources_list
+    from executor.engine.transfers.mirror import mirror_sources_list
 
-    from executor.engine.execute import RunContext
-    from executor.engine.lease import LeaseKeeper, StalenessWatch
-    from executor.engine.provenance import invocation
-    from executor.engine.signals import reason_for
-    from executor.engine.transfers import TransferLedger
+    from executor.engine.run.execute import RunContext
+    from executor.engine.run.lease import LeaseKeeper, StalenessWatch
+    from executor.engine.run.provenance import invocation
+    from executor.engine.run.signals import reason_for
+    from executor.engine.transfers.budget import TransferLedger
 
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
     info = invocation(call.main_file, call.secret_flags)
@@ -569,7 +569,7 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
 def _begin_run_file(planned: PlanResult, ctx: Any, events: Events, guard: Any, call: _Call) -> Any:
     """The run file, written before any step starts and subscribed first to the run's events (it
     writes its final version at RunFinished, before the caller's subscribers see that event)."""
-    from executor.engine.run_file import RunFile
+    from executor.engine.run.run_file import RunFile
 
     experiment = Path(call.main_file).stem if call.main_file else "experiment"
     run_file = RunFile.begin(planned, ctx.owner.run_id, experiment, call.description, call.main_file,
@@ -610,8 +610,8 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     import json
 
     from executor.core.record import State, record_key
-    from executor.engine import location
-    from executor.engine.results import decode_result
+    from executor.engine.prefix import location
+    from executor.engine.prefix.results import decode_result
 
     options = _options(options, overrides)
     graph = graph_of([step], options, environment(environ))

@@ -16,11 +16,12 @@ from typing import Any, Callable, Literal, Optional, Sequence
 from executor import api, flags
 from executor.core import exit_codes
 from executor.core.exit_codes import ExitCode
-from executor.engine import collector, location
+from executor.engine.run import collector
+from executor.engine.prefix import location
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, build_graph
 from executor.core.step import ExecutorStep
-from executor.engine.prefixes import resolve_prefix, storage_options_from_env
+from executor.engine.prefix.prefixes import resolve_prefix, storage_options_from_env
 from executor.engine.events import Events
 from executor.tools.console_reporter import ConsoleReporter, Reporter
 from executor.tools.console_view import ConsoleView
@@ -195,7 +196,7 @@ def executor_main(steps: Sequence[ExecutorStep] | Callable[[Any], Sequence[Execu
     loader = LOADER.get()
     if loader is not None:  # the tools are loading this file (executor/tools/loading.py)
         return loader(steps, description, config=config, argv=argv)
-    from executor.engine import signals
+    from executor.engine.run import signals
 
     signals.own_process()  # SIGINT/SIGTERM end this process's runs cleanly and promptly
     try:
@@ -219,7 +220,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         environ: dict[str, str] | None = None, main_file: str | None = None,
         reporter: Reporter | None = None, owns_process: bool = False, drift: str | None = None) -> int:
     """The command line on `steps`; returns the exit code. `owns_process`: the process ends with
-    this call (executor_main), which lets planning pause the garbage collector (engine/collector.py).
+    this call (executor_main), which lets planning pause the garbage collector (engine/run/collector.py).
     `reporter`: where the console view's lines go; without one, the command line's own, which
     becomes the live view once steps run."""
     environ = dict(os.environ) if environ is None else environ
@@ -240,7 +241,7 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
         graph = api.graph_of(step_list, api_options(options, storage_flag), environ)
-        from executor.engine.provenance import secret_flag_names
+        from executor.engine.run.provenance import secret_flag_names
 
         return _run_graph(graph, options, description, main_file, environ, view, storage_flag,
                           secret_flag_names(config))

@@ -4,7 +4,7 @@
     scripts/mutation.sh --sample 25 lease        # 25 seeded random mutants of one target (minutes)
     scripts/mutation.sh --report scripts/mutation/report.md deciding   # the committed report
     scripts/mutation.sh --list                   # the targets and the tests each is scored against
-    scripts/mutation.sh --show executor/engine/lease.py   # every mutant of a module, as equivalents list them
+    scripts/mutation.sh --show executor/engine/run/lease.py   # every mutant of a module, as equivalents list them
     scripts/mutation.sh --recheck --report scripts/mutation/report.md execute   # its open mutants, today's tests
     scripts/mutation.sh --continue --report scripts/mutation/report.md execute  # what its deadline left unrun
 

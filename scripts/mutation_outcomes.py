@@ -47,9 +47,9 @@ TARGETS = [
     Target("plan", ("executor/core/plan.py",),
            ("tests/executor/test_plan.py", "tests/promises/test_snapshot_and_override.py",
             "tests/cache/test_cache_from.py"), 240.0),  # the plan's set-aside of what copies were made from
-    Target("lease", ("executor/engine/lease.py",), ("tests/executor/test_lease.py",)),
+    Target("lease", ("executor/engine/run/lease.py",), ("tests/executor/test_lease.py",)),
     # 150 s: seven times the quiet baseline (21 s); a mutant that hangs the run loop costs the whole timeout.
-    Target("execute", ("executor/engine/execute.py",),
+    Target("execute", ("executor/engine/run/execute.py",),
            ("tests/executor/test_run_inline.py", "tests/promises/test_snapshot_and_override.py",
             "tests/leases/test_record_fencing.py", "tests/executor/test_staleness.py",
             "tests/executor/test_waits_and_preparation.py", "tests/executor/test_run_loop.py",
@@ -61,13 +61,13 @@ TARGETS = [
     Target("retry", ("executor/engine/store/retry.py",), ("tests/store/test_retry.py", "tests/store/test_read_many.py")),
     Target("stores", ("executor/engine/store/local.py", "executor/engine/store/gcs.py", "executor/engine/store/s3.py"),
            ("tests/store/test_contract.py", "tests/store/test_errors.py", "tests/store/test_clients.py"), 240.0),
-    Target("location", ("executor/engine/location.py",),  # Ray's shard tasks: tests/buckets/test_shard_tasks_on_ray.py
+    Target("location", ("executor/engine/prefix/location.py",),  # Ray's shard tasks: tests/buckets/test_shard_tasks_on_ray.py
            ("tests/buckets/test_location.py", "tests/executor/test_locations.py",
             "tests/executor/test_location_opening.py")),
-    Target("regions", ("executor/engine/regions.py",),
+    Target("regions", ("executor/engine/transfers/regions.py",),
            ("tests/executor/test_regions.py", "tests/executor/test_region_checks.py",
             "tests/cache/test_region_guard.py", "tests/cache/test_run_region.py")),
-    Target("signals", ("executor/engine/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),
+    Target("signals", ("executor/engine/run/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),
     Target("verify-gc", ("executor/tools/verify.py", "executor/tools/gc.py"),
            ("tests/tools/test_verify.py", "tests/tools/test_verify_cases.py", "tests/tools/test_gc.py",
             "tests/tools/test_gc_cases.py"), 240.0),

@@ -23,7 +23,7 @@ os.environ.update(
     RAY_AUTH_MODE="disabled",
     RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",
     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
-    # No cloud metadata server is asked where the runner is (executor/engine/runner_region.py): its
+    # No cloud metadata server is asked where the runner is (executor/engine/transfers/runner_region.py): its
     # address is not loopback. The tests that ask serve one on loopback themselves.
     AWS_EC2_METADATA_DISABLED="true",
     NO_GCE_CHECK="true",

@@ -6,8 +6,8 @@ naming.py). Ids now name a class by its `__qualname__` alone (canonical.py), so 
 config holds such a class has a new id. `LegacyEncoder` is the encoder with the old names, nothing
 else changed (the identity schema is the same: a config without such classes keeps its id), and
 `LegacyDigests` works out a graph's old digests, each from its dependencies' old digests (the Merkle
-tree as it was). Used by executor/engine/legacy_carry.py, which adopts the old outputs under the new
-ids, executor/engine/cache_from.py (a --cache-from prefix written before) and executor/tools/taint.py (a
+tree as it was). Used by executor/engine/run/legacy_carry.py, which adopts the old outputs under the new
+ids, executor/engine/transfers/cache_from.py (a --cache-from prefix written before) and executor/tools/taint.py (a
 taint recorded against an old digest); nothing else may use it. Pure: no I/O.
 """
 

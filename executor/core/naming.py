@@ -7,7 +7,7 @@ name `python -m` would run it under), so all three spellings give `experiments.h
 only ever lengthened to that form, never otherwise changed, so installed libraries (namespace
 packages included) keep the names they declare. A class defined where there is no file (a
 notebook cell, `python -c`) keeps the name `__main__`. Records name a step's result type so
-(engine/results.py). Ids do not use it since issue 44 (a class is named by its qualname there):
+(engine/prefix/results.py). Ids do not use it since issue 44 (a class is named by its qualname there):
 only legacy_ids.py does, to find outputs made under the ids of before.
 """
 

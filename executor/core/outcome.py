@@ -71,7 +71,7 @@ class Ending(enum.StrEnum):
 
 
 def ending(outcome: Outcome, action: Action, ran_here: bool, cut_off: bool = False) -> Ending:
-    """`cut_off`: this run committed the step as an early cutoff (executor.engine.cutoff)."""
+    """`cut_off`: this run committed the step as an early cutoff (executor.engine.run.cutoff)."""
     if outcome == Outcome.SUCCEEDED:
         if cut_off:
             return Ending.CUT_OFF

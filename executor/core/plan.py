@@ -58,7 +58,7 @@ class Decision:
     recheck: tuple[str, ...] = ()  # SKIP for now; dependencies (digests) that re-run in this plan:
     #                                if the output one of them commits differs from what this step
     #                                consumed, the step re-runs once they finish (staleness by content)
-    sources: tuple = ()  # COPY: where from, best first (executor.engine.cache_from.CopySource)
+    sources: tuple = ()  # COPY: where from, best first (executor.engine.transfers.cache_from.CopySource)
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,11 @@ class Plan:
     # Steps not needed while their dependents are copied (--cache-from); a copy that falls back to
     # running wakes the ones it needs.
     standby: dict[str, Decision] = field(default_factory=dict)
-    # The mirrored inputs of the steps it runs, by logical URL (executor.engine.mirror.MirrorInput):
+    # The mirrored inputs of the steps it runs, by logical URL (executor.engine.transfers.mirror.MirrorInput):
     # complete under the prefix, or where their copy comes from and its size.
     mirrors: dict[str, Any] = field(default_factory=dict)
     # The cross-region survey of the steps it runs, (reads, undetermined), when planning made one
-    # (executor.engine.regions.survey): their bytes were reserved in the transfer budget before copies.
+    # (executor.engine.transfers.regions.survey): their bytes were reserved in the transfer budget before copies.
     cross_region: tuple | None = None
 
     def by_action(self, action: Action) -> list[Decision]:
@@ -139,7 +139,7 @@ def _skip_reason(graph: Graph, status: Status, rerunning: Sequence[str]) -> str:
     if not (rerunning or status.alias_of or status.copied_from):
         return "succeeded"
     alias = f" (adopted from {status.alias_of['step_id']})" if status.alias_of else ""
-    if status.alias_of and status.alias_of.get("cut_off"):  # an early cutoff (executor.engine.cutoff)
+    if status.alias_of and status.alias_of.get("cut_off"):  # an early cutoff (executor.engine.run.cutoff)
         alias = f" ({status.alias_of['cut_off']}; output of {status.alias_of['step_id']})"
     alias += f" (copied from {status.copied_from})" if status.copied_from else ""
     if rerunning:

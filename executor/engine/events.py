@@ -4,7 +4,7 @@ The library prints nothing: `executor.plan`/`run`/`materialize` emit these to th
 caller gives (none from a notebook: nothing is printed); the dry run, `--check` and `--explain`
 (executor/tools/dry_run.py, plan_file.py, explain.py) report through them too. The command line
 subscribes its console view (tools/console_view.py, rendering with tools/console_reporter.py); a run
-subscribes its own run-file writer (engine/run_file.py). Events carry data, never console markup:
+subscribes its own run-file writer (engine/run/run_file.py). Events carry data, never console markup:
 every text field is plain text (a step's name, an error, a path), and a renderer styles and escapes it.
 A subscriber is any callable taking an event; one that raises fails what the run was doing when it
 emitted (a step's start, say), as any other error there would.
@@ -107,7 +107,7 @@ class StepFinished:
     traceback_tail: Optional[str] = field(default=None, repr=False)
     elsewhere: bool = False  # its status was written by another runner
     dependency: Optional[str] = None  # BLOCKED: the dependency that failed
-    cut_off: Optional[str] = None  # SUCCEEDED without running: why (executor.engine.cutoff), e.g. "cut off: …"
+    cut_off: Optional[str] = None  # SUCCEEDED without running: why (executor.engine.run.cutoff), e.g. "cut off: …"
 
     @property
     def name(self) -> str:
@@ -116,7 +116,7 @@ class StepFinished:
 
 @dataclass(frozen=True)
 class MirrorCopied:
-    """One mirrored input this run needed (executor.engine.mirror_copy), once settled: `how` is "copied"
+    """One mirrored input this run needed (executor.engine.transfers.mirror_copy), once settled: `how` is "copied"
     (here, from `source`: bytes, files, seconds), "already complete" (under the prefix before this run
     looked), "copied by another runner" (while this run waited) or "failed" (`error`)."""
 
@@ -141,7 +141,7 @@ class LogLine:
 @dataclass(frozen=True)
 class CrossRegionNoted:
     """A step reads an input from another location than the prefix's (`location`, `bytes` or
-    `size_problem`), or the check could not tell whether it does (`why`): executor.engine.regions."""
+    `size_problem`), or the check could not tell whether it does (`why`): executor.engine.transfers.regions."""
 
     step: str
     url: str
@@ -188,7 +188,7 @@ class StandbyNoted:
 
 @dataclass(frozen=True)
 class MirrorPlanned:
-    """A mirrored input a run would need (executor.engine.mirror): `complete` under the prefix,
+    """A mirrored input a run would need (executor.engine.transfers.mirror): `complete` under the prefix,
     `waiting` for another runner's copy, or to be copied from `source` (`bytes`, `files`; `also`:
     other places holding it)."""
 

@@ -19,8 +19,8 @@ from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph
 from executor.core.plan import Action, Decision, Observed
 from executor.core.record import State, parse_status, record_key, status_key
-from executor.engine import outputs
-from executor.engine.prefixes import OpenedPrefix
+from executor.engine.prefix import outputs
+from executor.engine.prefix.prefixes import OpenedPrefix
 from executor.tools.drift import accepted_key, compare
 
 ACCEPTANCE_SCHEMA = 1
@@ -39,7 +39,7 @@ def accept_drift(graph: Graph, name: str, opened: OpenedPrefix, *, reason: str, 
     """Record that the drift of step `name` (its code today vs. its record) does not change its output.
     Raises ExecutorError (nothing written) when there is no drift to accept, or it is accepted already."""
     from executor.tools.adopt import pick_node
-    from executor.engine.fingerprint import code_fingerprint
+    from executor.engine.run.fingerprint import code_fingerprint
 
     if not reason or not reason.strip():
         raise ExecutorError("accept-drift needs --reason TEXT: why this edit does not change the step's output")

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from executor.engine.prefixes import OpenedPrefix
-from executor.engine import outputs
+from executor.engine.prefix.prefixes import OpenedPrefix
+from executor.engine.prefix import outputs
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import diff_documents

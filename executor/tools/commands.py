@@ -16,9 +16,9 @@ from typing import Any
 
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import ExecutorError, StatusError
-from executor.engine.prefix_view import PrefixView
-from executor.engine.prefixes import OpenedPrefix, check_outputs, open_outputs, open_prefix, resolve_prefix
-from executor.engine.progress import human_bytes
+from executor.engine.prefix.prefix_view import PrefixView
+from executor.engine.prefix.prefixes import OpenedPrefix, check_outputs, open_outputs, open_prefix, resolve_prefix
+from executor.engine.worker.progress import human_bytes
 from executor.core.record import Absent, State, status_key
 from executor.engine.store import StoreError
 
@@ -28,7 +28,7 @@ LOADING_COMMANDS = {"ids", "explain", "graph", "adopt", "accept-drift", "gc"}  #
 
 def default_prefix(prefix: str | None, experiment: str | None = None) -> str:
     """--prefix, else EXECUTOR_PREFIX, else cache/ in the project holding the experiment (or the
-    working directory), as a run of that experiment would choose: executor.engine.prefixes decides
+    working directory), as a run of that experiment would choose: executor.engine.prefix.prefixes decides
     (a mis-spelled `gs:/bucket` is refused there, with the right spelling)."""
     return resolve_prefix(prefix, os.environ, experiment)
 
@@ -95,7 +95,7 @@ def cmd_run(args: Any) -> int:
     import runpy
     from pathlib import Path
 
-    from executor.engine import collector
+    from executor.engine.run import collector
 
     file = Path(args.experiment)
     if not file.is_file():
@@ -107,7 +107,7 @@ def cmd_run(args: Any) -> int:
     sys.argv = [str(file), *flags]
     sys.path.insert(0, str(file.resolve().parent))
     # This command owns the process: the collector is paused while the file declares its steps; the file's
-    # executor_main carries the pause on and resumes it before any step runs (executor/engine/collector.py).
+    # executor_main carries the pause on and resumes it before any step runs (executor/engine/run/collector.py).
     pause = collector.PlanningPause()
     pause.pause()
     token = collector.LOADING.set(pause)
@@ -189,7 +189,7 @@ def cmd_check(args: Any) -> int:
 # -- adopt --------------------------------------------------------------------------------------
 
 def cmd_adopt(args: Any) -> int:
-    from executor.engine.provenance import git_state, user_and_host
+    from executor.engine.run.provenance import git_state, user_and_host
     from executor.tools.adopt import adopt_chain
 
     opened = opened_prefix(args, _resolved(args.experiment))  # opened once: the load's tags and each adoption
@@ -230,7 +230,7 @@ def _adopt_one(graph: Any, args: Any, opened: OpenedPrefix, declared_by: dict) -
 
 
 def cmd_accept_drift(args: Any) -> int:
-    from executor.engine.provenance import git_state, user_and_host
+    from executor.engine.run.provenance import git_state, user_and_host
     from executor.tools.accept_drift import accept_drift
 
     opened = opened_prefix(args, _resolved(args.experiment))
@@ -254,7 +254,7 @@ def cmd_verify(args: Any) -> int:
         path = opened.url
     results = verify_path(opened, path)
     if not results:
-        from executor.engine.prefixes import WHERE_FROM
+        from executor.engine.prefix.prefixes import WHERE_FROM
 
         raise ExecutorError(f"no step outputs under {path}: only run files; is the prefix right? ({WHERE_FROM})")
     problems = 0

@@ -17,7 +17,7 @@ from executor.core.graph import StepNode
 from executor.core.outcome import Ending, ending
 from executor.core.plan import Action, Plan
 from executor.core.record import Status
-from executor.engine.whole_lines import LockedFile, print_line
+from executor.engine.runner.whole_lines import LockedFile, print_line
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -99,7 +99,7 @@ class ConsoleView:
                             f"{', '.join(e.steps)}")
 
     def _mirror_planned(self, e: MirrorPlanned) -> None:
-        from executor.engine.mirror import human_bytes
+        from executor.engine.transfers.mirror import human_bytes
 
         if e.complete:
             self.reporter.plain(f"mirror {e.logical}: complete at {e.path}")
@@ -115,7 +115,7 @@ class ConsoleView:
             self.reporter.warning(f"cross-region check: could not tell whether {e.step} reading {e.url} crosses "
                                   f"regions: {e.why}")
             return
-        from executor.engine.regions import CrossRegionRead
+        from executor.engine.transfers.regions import CrossRegionRead
 
         read = CrossRegionRead(e.step, e.url, e.location or "?", e.prefix_location or "?", e.bytes, e.size_problem)
         self.reporter.info(f"[yellow]cross-region read:[/] {escape(read.describe())}")
@@ -177,7 +177,7 @@ class ConsoleView:
         if e.how == "failed":
             self.reporter.warning(e.error or f"mirror {e.logical}: not copied")
         elif e.how == "copied":
-            from executor.engine.mirror import human_bytes
+            from executor.engine.transfers.mirror import human_bytes
 
             self.reporter.plain(f"mirror {e.logical}: copied from {e.source} and checked "
                                 f"({human_bytes(e.bytes or 0)}, {e.files} files, in {e.seconds or 0:.1f}s)")
@@ -217,7 +217,7 @@ class ConsoleView:
             self.reporter.plain(f"all {len(result.steps)} step(s) already succeeded; nothing to do ({seconds:.2f}s)")
 
     def _write_report(self, result: Any) -> str | None:
-        from executor.engine.prefixes import OpenedPrefix, open_prefix
+        from executor.engine.prefix.prefixes import OpenedPrefix, open_prefix
         from executor.tools.run_report import write_report  # here: a plan or a no-op re-run writes no report
 
         try:

@@ -2,7 +2,7 @@
 
 Code is provenance, not identity (docs/editing-code.md), so a changed function does not re-address a
 step; the dry run and real runs warn instead, naming each changed function. The fingerprint of
-today's code (executor/engine/fingerprint.py) is compared with the status's compact digest first
+today's code (executor/engine/run/fingerprint.py) is compared with the status's compact digest first
 (equal: nothing changed, no record read), then with the record's `provenance.code_fingerprint`,
 function by function. A record from before fingerprints holds only the sha256 of the step
 function's source: it is compared with that, and drifts only when the function's source changed.
@@ -19,10 +19,10 @@ from typing import Any
 from executor.core.errors import StatusError
 from executor.core.plan import Action, Decision, Plan
 from executor.core.record import EXECUTOR_DIR, record_key
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.engine.events import DriftFound, Events
-from executor.engine.fingerprint import Fingerprint, code_fingerprint
-from executor.engine.provenance import function_fingerprint
+from executor.engine.run.fingerprint import Fingerprint, code_fingerprint
+from executor.engine.run.provenance import function_fingerprint
 
 
 def accepted_key(output_rel: str, fingerprint_digest: str) -> str:

@@ -24,8 +24,8 @@ def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: I
     """Plan `steps` (ExecutorSteps, or their Graph) with `options` (executor.api.Options) and report
     it to `subscribers`; writes nothing and returns the decided plan (executor.api.Decided)."""
     from executor import api
-    from executor.engine.regions import note_cross_region_reads
-    from executor.engine.transfers import check_transfer_budget
+    from executor.engine.transfers.regions import note_cross_region_reads
+    from executor.engine.transfers.budget import check_transfer_budget
     from executor.tools.drift import warn_drift
     from executor.tools.explain import note_changes
     from executor.tools.shard_forecast import forecast_event
@@ -54,7 +54,7 @@ def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: I
 
 
 def mirrors_planned(plan: Plan) -> list[MirrorPlanned]:
-    """A MirrorPlanned event per mirrored input of the plan (executor.engine.mirror.MirrorInput)."""
+    """A MirrorPlanned event per mirrored input of the plan (executor.engine.transfers.mirror.MirrorInput)."""
     found = []
     for m in plan.mirrors.values():
         if m.complete or m.copied_elsewhere or not m.candidates:

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import StatusError
-from executor.engine import location
-from executor.engine import outputs
+from executor.engine.prefix import location
+from executor.engine.prefix import outputs
 from executor.engine.events import ChangeNoted, Events, StepExplained
 from executor.core.graph import Graph, StepNode
 from executor.tools.identity_diff import DependencyChange, FieldChange, cascade_summary, diff_documents, short
@@ -247,7 +247,7 @@ def explain_lines(graph: Graph, node: StepNode, versions: EarlierVersions, prefi
     explanation = explain_node(graph, node, old, versions)
     lines = list(render_explanation(graph, explanation))
     check = cutoff_check(graph, node, old)
-    if check:  # what a run will check before running it (executor.engine.cutoff)
+    if check:  # what a run will check before running it (executor.engine.run.cutoff)
         lines.append(f"{node.name}: {check.rstrip('; ')}")
     return [*lines, cascade_summary(len(explanation.readdressed()), explanation.roots())]
 
@@ -257,7 +257,7 @@ def cache_from_plan(graph: Graph, options: Any, environ: Mapping[str, str]) -> t
     prefixes (--cache-from, else EXECUTOR_CACHE_FROM); (None, ()) when there are none: then
     nothing is read."""
     from executor import api
-    from executor.engine.cache_from import ENV_VAR, cache_from_list
+    from executor.engine.transfers.cache_from import ENV_VAR, cache_from_list
 
     if not options.cache_from and not environ.get(ENV_VAR):
         return None, ()
@@ -274,7 +274,7 @@ def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[str], stora
         return f"{node.name}: with --cache-from, {decision.reason}"
     line = f"{node.name}: with --cache-from, {decision.action}: {decision.reason}"
     if decision.action == Action.RUN:
-        from executor.engine.cache_from import find_sources
+        from executor.engine.transfers.cache_from import find_sources
 
         if not find_sources([node], cache_from, storage_options):
             line += f"; no SUCCESS of {node.step_id} under {', '.join(cache_from)}"
@@ -300,7 +300,7 @@ def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
 
 def cutoff_check(graph: Graph, node: StepNode, old: Version) -> str:
     """What the run will check before running a step whose earlier version differs only in dependency
-    digests (executor.engine.cutoff): "runs unless cut/write's output is unchanged; " (else "")."""
+    digests (executor.engine.run.cutoff): "runs unless cut/write's output is unchanged; " (else "")."""
     changes = diff_documents(old.identity, node.identity)
     if not changes or not all(isinstance(c, DependencyChange) and c.new_digest in node.deps for c in changes):
         return ""

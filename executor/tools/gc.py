@@ -23,14 +23,14 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from executor.engine import location
-from executor.engine import outputs
+from executor.engine.prefix import location
+from executor.engine.prefix import outputs
 from executor.core.errors import StatusError
-from executor.engine.prefixes import OpenedPrefix
+from executor.engine.prefix.prefixes import OpenedPrefix
 from executor.core.graph import Graph
 from executor.tools.plan_file import plan_file_path, read_plan
 from executor.core.record import EXECUTOR_DIR, Absent, State, Status, parse_status, status_key
-from executor.engine.prefix_view import PrefixView, StepRow
+from executor.engine.prefix.prefix_view import PrefixView, StepRow
 
 
 @dataclass
@@ -121,7 +121,7 @@ def list_prefix(opened: OpenedPrefix, *,
     files = {}
     for full, info in found.items():
         rel = location.bare_path(full)[len(root) + 1:]
-        # runs/ is history; mirror/.executor/ holds the mirrored inputs' statuses (executor.engine.mirror),
+        # runs/ is history; mirror/.executor/ holds the mirrored inputs' statuses (executor.engine.transfers.mirror),
         # which are no step's: their copies are never taken for one step output to delete
         if rel and not rel.startswith(("runs/", "mirror/.executor/")):
             files[rel] = info

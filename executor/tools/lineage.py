@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.record import parse_record, parse_status, record_key, status_key
-from executor.engine.prefix_view import PrefixView
+from executor.engine.prefix.prefix_view import PrefixView
 from executor.tools.lineage_index import tags_read
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from executor.engine.store.base import StoreError
-from executor.engine.prefix_view import PrefixView, StepRow
+from executor.engine.prefix.prefix_view import PrefixView, StepRow
 
 INDEX_KEY = "lineage/edges.json"
 SCHEMA = 2

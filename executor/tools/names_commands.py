@@ -11,8 +11,8 @@ from typing import Any
 
 from executor.core.errors import ExecutorError
 from executor.core.exit_codes import ExitCode
-from executor.engine.prefix_view import PrefixView
-from executor.engine.prefixes import OpenedPrefix
+from executor.engine.prefix.prefix_view import PrefixView
+from executor.engine.prefix.prefixes import OpenedPrefix
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
@@ -20,7 +20,7 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 def _opened(args: Any) -> OpenedPrefix:
     """The prefix, opened once (--prefix, else EXECUTOR_PREFIX, else cache/: `resolve_prefix`, the one
     place it is chosen), with the one answer every command gives a missing or empty prefix."""
-    from executor.engine.prefixes import open_outputs
+    from executor.engine.prefix.prefixes import open_outputs
 
     return open_outputs(args.prefix, args.storage_options, os.environ)
 
@@ -37,7 +37,7 @@ def _rel(opened: OpenedPrefix, ref: str) -> str:
 
 
 def _who() -> dict[str, Any]:
-    from executor.engine.provenance import user_and_host
+    from executor.engine.run.provenance import user_and_host
 
     who = user_and_host()
     return {"user": who["user"], "host": who["host"]}

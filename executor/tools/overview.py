@@ -1,4 +1,4 @@
-"""The tables `status` and `runs` print for people, from the read model's rows (engine/prefix_view.py).
+"""The tables `status` and `runs` print for people, from the read model's rows (engine/prefix/prefix_view.py).
 
 The same typed rows give the `--json` output (their `to_json()`); this module only lays them out.
 A run's command is shown as its experiment's path relative to the project (or its file name) and
@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from executor.engine.prefix_view import PrefixView, RunRow, StepRow
+from executor.engine.prefix.prefix_view import PrefixView, RunRow, StepRow
 
 ELLIPSIS = "…"
 MIN_PATH = 24  # a path is never cut shorter than this (or its file name, if that is longer)
@@ -55,7 +55,7 @@ def print_step_table(rows: Sequence[StepRow], say: Callable[[str], Any] = print)
 
 def print_mirror_copies(rows: Sequence[dict], say: Callable[[str], Any] = print) -> None:
     """The mirrored inputs' copies under the prefix (PrefixView.mirror_copies), one line each; none: nothing."""
-    from executor.engine.mirror import human_bytes
+    from executor.engine.transfers.mirror import human_bytes
 
     if rows:
         say("mirrored inputs (copies under the prefix):")
@@ -98,7 +98,7 @@ def experiment_label(run: RunRow) -> str:
     """The experiment file as its path relative to its project (the folder holding its
     pyproject.toml or .git, where that folder is on this machine), else relative to the working
     directory of the run, else its file name."""
-    from executor.engine.project import PROJECT_MARKERS
+    from executor.engine.prefix.project import PROJECT_MARKERS
 
     script = run.argv[0] if run.argv else (run.experiment_file or run.experiment or "?")
     full = os.path.normpath(os.path.join(run.cwd or "", script)) if not os.path.isabs(script) else script

@@ -9,7 +9,7 @@ from typing import IO, Any
 import orjson
 
 from executor.core.plan import Action, Plan
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 
 
 def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
@@ -40,7 +40,7 @@ def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
     for start in range(0, len(rows), 1000):
         out.write(("\n" if start == 0 else ",\n") + ",\n".join([dumps(row) for row in rows[start:start + 1000]]))
     out.write("\n]")
-    if plan.mirrors:  # mirrored inputs (executor.engine.mirror): complete here, or copied from where, how much
+    if plan.mirrors:  # mirrored inputs (executor.engine.transfers.mirror): complete here, or copied from where, how much
         out.write(', "mirrors": ' + json.dumps(mirror_rows(plan)))
     out.write("}\n")
 

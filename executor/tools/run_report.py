@@ -18,8 +18,8 @@ from typing import Any
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.plan import Action, Plan
 from executor.core.record import EXECUTOR_DIR, Absent
-from executor.engine.prefixes import OpenedPrefix
-from executor.engine.prefix_view import PrefixView, RunRow
+from executor.engine.prefix.prefixes import OpenedPrefix
+from executor.engine.prefix.prefix_view import PrefixView, RunRow
 from executor.tools.draw import COLORS, render_svg
 
 OUTCOME_COLORS = {"succeeded": "#7cc47f", "succeeded elsewhere": "#a5d6a7", "failed": "#e57373",
@@ -190,7 +190,7 @@ def step_curves(name: str, step_id: str, metrics: list[dict[str, Any]], results:
 
 def mirrors_table(run_file: dict[str, Any]) -> str:
     """The mirrored inputs the run needed (the run file's `mirrors`): how each came to be complete here."""
-    from executor.engine.mirror import human_bytes
+    from executor.engine.transfers.mirror import human_bytes
 
     rows = []
     for m in run_file.get("mirrors") or []:
@@ -221,7 +221,7 @@ def _shards_note(v: StepView) -> str:
 
 
 def _cut_off_note(v: StepView) -> str:
-    """Under a cut-off step's outcome: why it was not run (executor.engine.cutoff)."""
+    """Under a cut-off step's outcome: why it was not run (executor.engine.run.cutoff)."""
     return f'<br><small class="cut-off">{html.escape(v.cut_off)}</small>' if v.cut_off else ""
 
 

@@ -17,9 +17,9 @@ from executor.core.graph import Graph, StepNode
 from executor.core.plan import Action, Plan
 from executor.core.step import MirroredPath, OutputPathOf, PrefixPath, TaggedOutput, ThisOutputPath
 from executor.core.tree import resolve
-from executor.engine import location, outputs
+from executor.engine.prefix import location, outputs
 from executor.engine.events import ShardsForecast
-from executor.engine.prefix_view import PrefixView
+from executor.engine.prefix.prefix_view import PrefixView
 
 
 class _Unresolvable(Exception):

@@ -13,8 +13,8 @@ from pathlib import Path
 from executor.core.errors import ExecutorError
 from executor.core.record import EXECUTOR_DIR, status_key
 from executor.core.urls import has_scheme
-from executor.engine import outputs
-from executor.engine.prefixes import OpenedPrefix
+from executor.engine.prefix import outputs
+from executor.engine.prefix.prefixes import OpenedPrefix
 
 
 def strip_status_suffix(ref: str) -> str:
@@ -40,7 +40,7 @@ def step_path(opened: OpenedPrefix, ref: str) -> str:
     if given is not None:
         return given
     ref = strip_status_suffix(ref)
-    from executor.engine.prefixes import check_outputs
+    from executor.engine.prefix.prefixes import check_outputs
 
     prefix = opened.url
     store = check_outputs(opened).store  # a missing or empty prefix: the one answer, with the fix

@@ -151,7 +151,7 @@ def through_tags(store: Any, graph: Graph, taints: Mapping[str, Taint]) -> dict[
                if node.tags.get(t) is not None}
     if not taints or not entries:
         return dict(taints)
-    from executor.engine.prefix_view import PrefixView
+    from executor.engine.prefix.prefix_view import PrefixView
     from executor.tools.lineage import lineage_up
 
     found = dict(taints)

@@ -16,12 +16,12 @@ from typing import Any, Callable
 
 import fsspec
 
-from executor.engine import location
-from executor.engine import outputs
-from executor.engine.progress import Progress, human_bytes
+from executor.engine.prefix import location
+from executor.engine.prefix import outputs
+from executor.engine.worker.progress import Progress, human_bytes
 from executor.core.record import EXECUTOR_DIR, Absent, State, Status, record_key, status_key
-from executor.engine.prefix_view import StepDetail
-from executor.engine.prefixes import OpenedPrefix
+from executor.engine.prefix.prefix_view import StepDetail
+from executor.engine.prefix.prefixes import OpenedPrefix
 
 CHUNK = 1 << 20
 STATUS_FILE, RECORD_FILE = status_key("").lstrip("/"), record_key("").lstrip("/")  # as a step's problems name them
@@ -134,7 +134,7 @@ def verify_step(fs: fsspec.AbstractFileSystem, step_path: str, record: dict[str,
 
 class Views:
     """Read models of the folders that hold the steps being verified, one per folder: a step's
-    status and record are read through them (engine/prefix_view.py), never by path. The opened
+    status and record are read through them (engine/prefix/prefix_view.py), never by path. The opened
     prefix's own view serves the steps directly under it."""
 
     def __init__(self, opened: OpenedPrefix):

@@ -31,8 +31,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: tests.emulators
 
 from executor.core.locations import Storage  # noqa: E402
-from executor.engine import location  # noqa: E402
-from executor.engine.copy_output import PARALLEL_FILES, CopyConfig, copy_output  # noqa: E402
+from executor.engine.prefix import location  # noqa: E402
+from executor.engine.transfers.copy_output import PARALLEL_FILES, CopyConfig, copy_output  # noqa: E402
 from tests.emulators import running_s3_server_process  # noqa: E402
 
 MIB = 1 << 20

@@ -133,7 +133,7 @@ def step_storage(s3_options: dict | None):
     """A block whose s3:// paths open with these options, as a runner gives a step its storage
     (this process's driver stands in for the step)."""
     from executor.core.locations import Storage
-    from executor.engine import location
+    from executor.engine.prefix import location
 
     return location.using(Storage({"s3://": s3_options} if s3_options else None))
 
@@ -175,7 +175,7 @@ def measure(step: str, input_dir: str, docs: int, output: str, label: str, addre
     cluster at `address` (none: in-process, no Ray), and sample that process and the workers."""
     import json
 
-    from executor.engine import location
+    from executor.engine.prefix import location
 
     fs, path = location.url_to_fs(output)
     if fs.exists(path):  # a fresh run each time, not a resumed one

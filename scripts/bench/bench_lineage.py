@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from executor.core.record import State, Status, record_key, status_key  # noqa: E402
-from executor.engine.prefix_view import PrefixView  # noqa: E402
+from executor.engine.prefix.prefix_view import PrefixView  # noqa: E402
 from executor.engine.store import open_store  # noqa: E402
 from executor.tools.lineage import lineage_down, lineage_up  # noqa: E402
 from executor.tools.taint import read_taints  # noqa: E402

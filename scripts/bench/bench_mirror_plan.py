@@ -3,7 +3,7 @@
     uv run python scripts/bench/bench_mirror_plan.py              # 64 MiB in 32 files
     uv run python scripts/bench/bench_mirror_plan.py --mib 1024 --files 64
 
-A local source is listed with each file's size and mtime (executor.engine.mirror): planning reads no
+A local source is listed with each file's size and mtime (executor.engine.transfers.mirror): planning reads no
 bytes, so its cost does not grow with the corpus; the copy hashes the files as it streams them.
 Reports the best of three listings of the source and of three plans (a fresh process's first plan
 includes the imports).
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests packag
 import executor  # noqa: E402
 from executor.core.locations import Storage  # noqa: E402
 from executor.core.step import MirroredPath  # noqa: E402
-from executor.engine.mirror import find_candidates  # noqa: E402
+from executor.engine.transfers.mirror import find_candidates  # noqa: E402
 from tests.cache.mirror_graph import CORPUS, build  # noqa: E402
 
 

@@ -18,8 +18,8 @@ from executor import ExecutorStep, output_path_of, this_output_path
 from executor.core.graph import build_graph
 from executor.core.plan import PlanOptions, plan_steps
 from executor.core.record import Owner, State, Status, status_key
-from executor.engine.legacy_carry import carry_over
-from executor.engine.snapshot import read_snapshot
+from executor.engine.run.legacy_carry import carry_over
+from executor.engine.run.snapshot import read_snapshot
 from executor.engine.store.local import LocalStore
 
 

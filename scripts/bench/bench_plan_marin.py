@@ -120,9 +120,9 @@ def status_fingerprint() -> None:
     """`python bench_plan_marin.py fingerprint`: what a run of the executor on the path puts in a
     SUCCESS status for bench_step (the code fingerprint's digest; before those, the source's sha256)."""
     try:
-        from executor.engine.fingerprint import status_digest as digest
+        from executor.engine.run.fingerprint import status_digest as digest
     except ImportError:  # a checkout from before code fingerprints (a --baseline)
-        from executor.engine.provenance import function_fingerprint as digest
+        from executor.engine.run.provenance import function_fingerprint as digest
     print(digest(bench_step))
 
 

@@ -44,14 +44,14 @@ class Bucket:
         return Storage({self.prefix: self.options})
 
     def fs(self):
-        from executor.engine import location
+        from executor.engine.prefix import location
 
         return location.open_filesystem(self.prefix, self.options)
 
     def objects(self) -> dict[str, bytes]:
         """Every object under the prefix, by path relative to it."""
         fs = self.fs()
-        from executor.engine import location
+        from executor.engine.prefix import location
 
         root = location.bare_path(self.prefix)
         return {p[len(root) + 1:]: fs.cat_file(p) for p in fs.find(self.prefix)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from executor import open_file
-from executor.engine import location
+from executor.engine.prefix import location
 from experiments.moe_isoflop import PlotConfig, plot_isoflop
 from tests.buckets.conftest import make_bucket
 

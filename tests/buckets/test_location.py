@@ -1,4 +1,4 @@
-"""executor.engine.location: how storage options are read, carried to a step's worker as a value,
+"""executor.engine.prefix.location: how storage options are read, carried to a step's worker as a value,
 and kept out of reprs and recorded command lines (on Ray's shard tasks: test_shard_tasks_on_ray.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from executor.core.errors import ExecutorError
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.engine.runner.base import StepCall
 
 
@@ -53,6 +53,6 @@ def test_a_step_call_carries_the_options_without_showing_them():
     ("p", (), "p"),
 ])
 def test_outputs_join_puts_one_slash_between_parts_and_skips_empty_ones(prefix, parts, joined):
-    from executor.engine import outputs
+    from executor.engine.prefix import outputs
 
     assert outputs.join(prefix, *parts) == joined

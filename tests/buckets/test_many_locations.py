@@ -15,7 +15,7 @@ import pytest
 
 import executor
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from tests.buckets.conftest import REPO, clean_environment
 from tests.emulators import Emulator, running_s3_server_process
 

@@ -7,7 +7,7 @@ import concurrent.futures
 import threading
 
 from executor import api
-from executor.engine.prefix_view import PrefixView
+from executor.engine.prefix.prefix_view import PrefixView
 from executor.engine.store import open_store
 from executor.tools.lineage import lineage_down, lineage_up
 from executor.tools.tags import TagTaken, tag, tag_history

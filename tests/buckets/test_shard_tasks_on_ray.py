@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from executor.engine import location
+from executor.engine.prefix import location
 from tests.buckets.conftest import make_bucket
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from executor.engine import location
+from executor.engine.prefix import location
 from steps.train import checkpoint, train
 from steps.train.synthetic import write_synthetic_cache
 from tests.steps.test_train import tiny_config

@@ -88,7 +88,7 @@ def test_an_endpoint_that_never_answers_is_given_up_on(s3_bucket):
     """A listener that accepts and stays silent (a firewall, a hung proxy): the probe's deadline,
     not botocore's minute-long read timeout, decides. Shortened here from the 10 s default."""
     from executor.core.errors import ExecutorError
-    from executor.engine import location
+    from executor.engine.prefix import location
     from executor.engine.store import open_store
 
     with socket.socket() as silent:
@@ -111,7 +111,7 @@ def test_connecting_is_bounded_too(tmp_path):
     import sys
     import time
 
-    from executor.engine.location import PROBE_DEADLINE_S
+    from executor.engine.prefix.location import PROBE_DEADLINE_S
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -18,7 +18,7 @@ from executor.core.plan import Action
 from executor.engine.events import StepStarted
 from executor.tools.plan_json import write_plan_json
 from executor.tools.verify import verify_path
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from tests.cache.at_once import run_at_once
 from tests.cache.graph import MIB, build
 
@@ -175,7 +175,7 @@ def test_two_runners_racing_for_the_same_copies_make_one_copy_each_and_both_succ
 def test_a_rejected_copy_leaves_nothing_behind(source, tmp_path):
     """The copy itself (as the worker runs it): a source with one changed file is refused with the
     file named, and the files it had already written are removed."""
-    from executor.engine.copy_output import CopyConfig, SourceRejected, copy_output
+    from executor.engine.transfers.copy_output import CopyConfig, SourceRejected, copy_output
 
     a = damaged_copy_of(source[0], tmp_path)
     notes = output_dir(a, "cache/notes")
@@ -197,7 +197,7 @@ def test_without_cache_from_planning_reads_nothing_more(source, tmp_path):
 
     script = ("import sys, executor; from tests.cache.graph import build; "
               f"r = executor.plan(build(), prefix={str(source[0])!r}, environ={{}}); "
-              "print(sorted({str(s.decision) for s in r.steps}), 'executor.engine.cache_from' in sys.modules)")
+              "print(sorted({str(s.decision) for s in r.steps}), 'executor.engine.transfers.cache_from' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["['skip']", "False"], done.stdout + done.stderr

@@ -11,9 +11,9 @@ import pytest
 
 import executor
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.tools.verify import verify_path
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from tests.cache.graph import build
 from tests.emulators import gcs_emulator, running_s3_server_process, s3_emulator  # noqa: F401  (session fixtures)
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from executor.tools.verify import verify_path
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from tests.cache.test_cache_from_cli import hello_a  # noqa: F401  (fixture)
 from tests.executor.test_hello_ray import HELLO, REPO
 

@@ -1,4 +1,4 @@
-"""The copy a worker makes for `copy` (executor.engine.copy_output): a file up to `whole_file_max`
+"""The copy a worker makes for `copy` (executor.engine.transfers.copy_output): a file up to `whole_file_max`
 is read once, checked, then written once; a larger one is streamed part by part; the bytes held by
 all parallel copies stay under `memory`, whatever the output's or a file's size; every file's size
 and checksum must match the manifest (a file longer than its manifest says too)."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.engine import outputs
-from executor.engine.copy_output import CopyConfig, SourceRejected, copy_output
+from executor.engine.prefix import outputs
+from executor.engine.transfers.copy_output import CopyConfig, SourceRejected, copy_output
 from tests.emulators import running_s3_server_process
 
 MIB = 1 << 20
@@ -112,7 +112,7 @@ def test_between_two_s3_endpoints_a_large_file_streams_as_a_multipart_upload_che
     checked against the source's ETag (an MD5), beside a small and an empty object; a changed object
     rejected."""
     from executor.core.locations import Storage
-    from executor.engine import location
+    from executor.engine.prefix import location
 
     with running_s3_server_process("srcbk") as first, running_s3_server_process("dstbk") as second:
         storage = Storage({"s3://srcbk": first.storage_options, "s3://dstbk": second.storage_options})

@@ -362,7 +362,7 @@ RUNNER = '''\
 import json, pathlib, sys, time
 import executor
 from executor.engine.events import LogLine
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from tests.cache.mirror_graph import build
 
 gate = pathlib.Path(sys.argv[3])  # imports done: wait for the others, so the five plan and copy at once
@@ -406,7 +406,7 @@ def _held_by_another_runner(prefix: Path):
     import time
 
     from executor.core.record import Owner, State, Status
-    from executor.engine.mirror import mirror_digest, status_key
+    from executor.engine.transfers.mirror import mirror_digest, status_key
     from executor.engine.store.local import LocalStore
 
     store, key = LocalStore(str(prefix)), status_key(MIRROR)
@@ -506,7 +506,7 @@ def test_an_interrupted_copy_releases_its_lease_and_the_next_run_copies_it(regio
     """Ctrl-C while the copy runs (raised here by the run's own event): the run ends interrupted, no step
     started, the copy's lease is released FAILED with the reason; the next run retries it and succeeds."""
     from executor.core.record import State, parse_status
-    from executor.engine.mirror import status_key
+    from executor.engine.transfers.mirror import status_key
 
     def interrupt_on_copy(event) -> None:
         if isinstance(event, LogLine) and event.text.startswith(f"mirror {CORPUS}: copying"):
@@ -528,7 +528,7 @@ def test_a_mirrored_input_is_no_cross_region_read():
 
     from executor.core.graph import build_graph
     from executor.core.plan import PlanOptions, plan_steps
-    from executor.engine.regions import _inputs_elsewhere
+    from executor.engine.transfers.regions import _inputs_elsewhere
 
     logical = "s3://corpus-elsewhere/raw/corpus"
     mirrored_steps = build(logical)

@@ -13,7 +13,7 @@ import pytest
 
 import executor
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from tests.cache.mirror_graph import FILES, build
 from executor.engine.events import LogLine, PlanMade
 from tests.emulators import gcs_emulator, running_s3_server_process  # noqa: F401  (session fixture)

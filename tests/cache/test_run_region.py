@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from executor.engine import location
+from executor.engine.prefix import location
 from tests.emulators import S3_REGION, s3_emulator  # noqa: F401  (session fixture)
 from tests.executor.test_regions import write_experiment
 from tests.tools.toy import run_file

@@ -5,7 +5,7 @@ The servers here are loopback stand-ins (tests/cache/metadata_server.py)."""
 from __future__ import annotations
 
 
-from executor.engine.runner_region import runner_region
+from executor.engine.transfers.runner_region import runner_region
 from tests.cache.metadata_server import metadata_server
 
 

@@ -1,4 +1,4 @@
-"""A three-step chain for the early-cutoff tests (executor/engine/cutoff.py), on any prefix.
+"""A three-step chain for the early-cutoff tests (executor/engine/run/cutoff.py), on any prefix.
 
     python tests/cutoff/chain_experiment.py --prefix P --runner inline [executor flags]
 

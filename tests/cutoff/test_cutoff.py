@@ -1,4 +1,4 @@
-"""Early cutoff (issue 44.3, executor/engine/cutoff.py), in real runs of a three-step chain: a step
+"""Early cutoff (issue 44.3, executor/engine/run/cutoff.py), in real runs of a three-step chain: a step
 under a new id whose dependencies' outputs are byte-identical (by manifest digest) to what an earlier
 output of it consumed is not run; its new id points at that output, and the cascade stops there."""
 

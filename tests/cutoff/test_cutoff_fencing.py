@@ -1,4 +1,4 @@
-"""Early cutoff's commit is fenced like a step's (executor/engine/cutoff.py, `Cutoffs._commit`): the
+"""Early cutoff's commit is fenced like a step's (executor/engine/run/cutoff.py, `Cutoffs._commit`): the
 SUCCESS alias lands only by a compare-and-swap against the generation this run's lease last wrote, and a
 lease lapsed only by our own silence is reclaimed (one CAS) before the commit, as a step's is (issue 51).
 
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import executor
 from executor.core.record import Owner, State, parse_status
-from executor.engine import cutoff, events, lease
-from executor.engine.lease import LeaseKeeper
+from executor.engine.run import cutoff, lease
+from executor.engine import events
+from executor.engine.run.lease import LeaseKeeper
 from tests.cutoff.chain_experiment import chain
 
 TTL_S = 600.0  # renewals every 200 s: none lands between the jump and the commit

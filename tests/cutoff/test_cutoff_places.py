@@ -1,4 +1,4 @@
-"""Early cutoff (executor/engine/cutoff.py) away from a local disk and the inline runner: on memory://,
+"""Early cutoff (executor/engine/run/cutoff.py) away from a local disk and the inline runner: on memory://,
 on a GCS bucket (fake-gcs-server) and an S3 bucket (moto), options only as --storage-options, and with
 the Ray runner (the decision is made in the executor process, so one Ray run is enough)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from executor.cli import run
-from executor.engine import location
+from executor.engine.prefix import location
 from tests.buckets.conftest import clean_environment
 from tests.cutoff.chain_experiment import chain
 from tests.cutoff.test_cutoff import ran, subprocess_run

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from executor import ExecutorStep, executor_main, output_path_of, secret, this_output_path
 from executor.core.step import Resources
-from executor.engine import location
+from executor.engine.prefix import location
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from executor.tools.verify import verify_path
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from tests.leases.harness import Backend
 
 GATED = Path(__file__).with_name("gated.py")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from executor.cli import run
-from executor.engine.results import RESULT_LIMIT_BYTES
+from executor.engine.prefix.results import RESULT_LIMIT_BYTES
 from tests.endings import gated
 from tests.endings.gated import Options, build
 from tests.endings.harness import Driver, assert_clean, statuses

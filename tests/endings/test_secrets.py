@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from executor.engine.provenance import redact_argv, secret_flag_names
+from executor.engine.run.provenance import redact_argv, secret_flag_names
 from tests.endings.gated import Options
 from tests.endings.harness import Driver
 

@@ -1,4 +1,4 @@
-"""executor.engine.signals in a real process with real signals: interrupt handling that never
+"""executor.engine.run.signals in a real process with real signals: interrupt handling that never
 ends is cut short by the watchdog, and a second signal forces the exit, both after the
 last-breath callbacks ran (leases released, the run file's exit code written)."""
 
@@ -13,7 +13,7 @@ import pytest
 
 SCRIPT = textwrap.dedent("""
     import pathlib, sys, threading
-    from executor.engine.signals import SignalGuard, own_process
+    from executor.engine.run.signals import SignalGuard, own_process
 
     own_process()
 

@@ -264,7 +264,7 @@ def test_the_library_ray_is_started_once_and_shut_down_by_its_last_user_only(mon
 def test_the_command_line_plans_without_the_collector_and_runs_steps_with_it(tmp_path):
     """executor_main owns its process: it plans with the cyclic garbage collector paused, and before
     steps run it freezes what planning built and turns the collector back on; as the process exits
-    it freezes what is left, so that the interpreter's last collection skips it (engine/collector.py).
+    it freezes what is left, so that the interpreter's last collection skips it (engine/run/collector.py).
     A caller that catches executor_main's SystemExit keeps its objects unfrozen. The library API,
     used in notebooks, leaves the collector alone."""
     script = f"""

@@ -301,11 +301,11 @@ def test_events_are_frozen_values(event):
 
 def test_the_run_file_says_a_forced_exit_unless_it_is_final(tmp_path):
     """A second signal ends the process early: the run file written so far gains the exit code and
-    `forced_exit`; a run file already final is left as it is (engine/run_file.py)."""
+    `forced_exit`; a run file already final is left as it is (engine/run/run_file.py)."""
     import json
 
     from executor.engine.events import Events
-    from executor.engine.run_file import RunFile
+    from executor.engine.run.run_file import RunFile
 
     planned = executor.plan(dag(), prefix=str(tmp_path))
     run_file = RunFile.begin(planned, "20260101T000000Z-abcdef", "exp", "why", None, {"host": "h"}, Events())
@@ -336,7 +336,7 @@ def test_a_forced_exit_while_the_final_run_file_is_being_written_still_leaves_it
     from fsspec.implementations.local import LocalFileSystem
 
     from executor.engine.events import Events
-    from executor.engine.run_file import RunFile
+    from executor.engine.run.run_file import RunFile
 
     class StallingFinalWrite(LocalFileSystem):
         """The main thread's write of the final version starts and never ends (the process is gone)."""
@@ -372,7 +372,7 @@ def test_threads_writing_one_small_file_at_once_each_move_a_whole_file_into_plac
 
     from fsspec.implementations.local import LocalFileSystem
 
-    from executor.engine import outputs
+    from executor.engine.prefix import outputs
 
     import itertools
 

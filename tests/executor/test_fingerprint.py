@@ -1,4 +1,4 @@
-"""The code fingerprint (executor/engine/fingerprint.py): what it reaches, what it ignores, and a
+"""The code fingerprint (executor/engine/run/fingerprint.py): what it reaches, what it ignores, and a
 long-lived process that sees every edit (the cache is per function and per source-file state)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from executor import ExecutorStep, api, this_output_path
-from executor.engine.fingerprint import code_fingerprint, is_user_file
+from executor.engine.run.fingerprint import code_fingerprint, is_user_file
 from executor.tools.drift import find_drift
 
 HELPERS = '''\

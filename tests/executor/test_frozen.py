@@ -18,7 +18,7 @@ from executor.core.graph import build_graph
 from executor.core.plan import Action, Observed, PlanOptions, plan_steps
 from executor.core.record import Owner, State, Status, parse_status
 from executor.core.step import OutputPathOf, ThisOutputPath
-from executor.engine.snapshot import observe
+from executor.engine.run.snapshot import observe
 from executor.engine.store.base import Versioned
 from tests.executor.test_plan import Cfg, fn  # the plan tests' config and step function
 
@@ -70,7 +70,7 @@ def test_statuses_nodes_and_observations_are_whole():
 def test_a_snapshot_shares_one_owner_object_per_runner(tmp_path):
     """10,000 statuses one run wrote hold one Owner object, not 10,000 equal ones."""
     from executor.core.record import status_key
-    from executor.engine.snapshot import read_snapshot
+    from executor.engine.run.snapshot import read_snapshot
     from executor.engine.store.local import LocalStore
 
     graph, _, _ = graph_and_statuses()

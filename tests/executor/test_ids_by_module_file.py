@@ -205,7 +205,7 @@ def test_steps_with_a_status_are_not_looked_up_under_their_legacy_ids(tmp_path, 
     from executor.core.graph import build_graph
     from executor.core.plan import Observed
     from executor.core.record import State, Status
-    from executor.engine import legacy_carry
+    from executor.engine.run import legacy_carry
     from tests.executor.relocatable_experiment import Options, build
 
     graph = build_graph(build(Options()))
@@ -225,9 +225,9 @@ def test_steps_with_a_status_are_not_looked_up_under_their_legacy_ids(tmp_path, 
 def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, monkeypatch):
     """Both planned from a snapshot without the new statuses: the second finds the first's and keeps it."""
     from executor.core.graph import build_graph
-    from executor.engine import legacy_carry
-    from executor.engine.location import open_location
-    from executor.engine.snapshot import read_snapshot
+    from executor.engine.run import legacy_carry
+    from executor.engine.prefix.location import open_location
+    from executor.engine.run.snapshot import read_snapshot
     prefix = _legacy_prefix(tmp_path)
     experiment = _copy(tmp_path / "lab", "exp.py")  # the module `exp`, as when the prefix was written
     spec = importlib.util.spec_from_file_location("exp", experiment)
@@ -268,7 +268,7 @@ def test_an_override_path_holding_a_failed_output_of_before_is_named_as_such_not
     from executor.core.legacy_ids import LegacyDigests
     from executor.core.plan import Observed
     from executor.core.record import State, Status
-    from executor.engine import legacy_carry
+    from executor.engine.run import legacy_carry
 
     step = ExecutorStep("fixed/words", write_fixed_place, FixedPlaceConfig("x", this_output_path()),
                         override_output_path="fixed/place")
@@ -357,9 +357,9 @@ def test_two_runners_carrying_an_override_path_over_make_one_decision(tmp_path, 
     """Both planned from the old status: the first re-keys it by CAS; the second's CAS finds the generation
     moved and takes the first's status (a plain write would put its own over it)."""
     from executor.core.graph import build_graph
-    from executor.engine import legacy_carry
-    from executor.engine.location import open_location
-    from executor.engine.snapshot import read_snapshot
+    from executor.engine.run import legacy_carry
+    from executor.engine.prefix.location import open_location
+    from executor.engine.run.snapshot import read_snapshot
 
     prefix = tmp_path / "prefix"
     shutil.copytree(OVERRIDE_PREFIX, prefix)

@@ -97,10 +97,10 @@ def test_steps_and_experiments_use_only_the_public_surface():
 
 def test_the_public_surface_check_sees_every_import_form(tmp_path):
     step = tmp_path / "step.py"
-    step.write_text("import executor\nfrom executor import map_shards\nimport executor.engine.outputs\n"
-                    "def f():\n    from executor.core.step import secret\n    from executor.engine import location\n")
+    step.write_text("import executor\nfrom executor import map_shards\nimport executor.engine.prefix.outputs\n"
+                    "def f():\n    from executor.core.step import secret\n    from executor.engine import events\n")
     assert private_imports(step) == ["executor.core.step", "executor.core.step.secret", "executor.engine",
-                                     "executor.engine.location", "executor.engine.outputs"]
+                                     "executor.engine.events", "executor.engine.prefix.outputs"]
 
 
 def imports_of(path: Path) -> set[str]:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.engine.run.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.core.record import Owner, State, Status, parse_status
 from executor.engine.store.base import Versioned
 from executor.engine.store.memory import MemoryStore

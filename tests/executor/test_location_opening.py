@@ -1,4 +1,4 @@
-"""executor.engine.location, opening: which filesystem and store a location gets, with which
+"""executor.engine.prefix.location, opening: which filesystem and store a location gets, with which
 options, and the one-line error each way a bucket can fail its first listing."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from executor.core.errors import ExecutorError
 from executor.core.locations import Location, Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.engine.store import StoreError, TransientStoreError
 from executor.engine.store.memory import MemoryStore
 from executor.engine.store.retry import RetryingStore
@@ -262,7 +262,7 @@ def test_the_probe_s_numbers_are_the_docs():
 def test_a_prefix_is_opened_without_importing_fsspec_until_its_filesystem_is_used(tmp_path):
     """A no-op re-run reads statuses through the coordination store and never needs fsspec (a
     tenth of a second to import); a fresh interpreter, as a run starts."""
-    code = ("import sys\nimport executor.engine.location as location\n"
+    code = ("import sys\nimport executor.engine.prefix.location as location\n"
             f"store, fs = location.open_location({str(tmp_path)!r})\n"
             "store.list_generations('a/', '/status.json'); repr(fs)\n"
             "print('fsspec' in sys.modules)\nfs.ls('/')\nprint('fsspec' in sys.modules)\n")

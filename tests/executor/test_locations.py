@@ -17,7 +17,7 @@ import executor
 from executor.core.errors import ExecutorError
 from executor.core.locations import Location, Storage, storage_from
 from executor.core.urls import canonical, protocol_of
-from executor.engine import location, outputs
+from executor.engine.prefix import location, outputs
 from executor.engine.runner.capture import captured_output
 from executor.engine.store import open_store
 from executor.engine.store.local import LocalStore
@@ -61,7 +61,7 @@ def test_a_log_on_a_url_is_uploaded_whole_when_the_block_ends_and_its_temporary_
     import glob
     import tempfile
 
-    from executor.engine.location import open_file
+    from executor.engine.prefix.location import open_file
 
     before = set(glob.glob(f"{tempfile.gettempdir()}/stepgraph-log-*"))
     url = "memory://logs-test/attempt-1.log"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 
 
 class RacingMemory(MemoryFileSystem):

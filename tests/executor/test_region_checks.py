@@ -17,9 +17,9 @@ from executor.core.graph import build_graph
 from executor.core.locations import Storage
 from executor.core.plan import Observed, PlanOptions, plan_steps
 from executor.core.record import State, Status
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.engine.events import CrossRegionNoted, Events
-from executor.engine.regions import (CrossRegionRead, Undetermined, check_run_region, locate_bucket,
+from executor.engine.transfers.regions import (CrossRegionRead, Undetermined, check_run_region, locate_bucket,
                                      note_cross_region_reads, same_region, survey)
 from executor.tools.console_view import ConsoleView
 from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, s3_emulator  # noqa: F401  (session fixture)
@@ -331,7 +331,7 @@ def test_a_read_says_its_size_in_gigabytes_of_a_billion_bytes(size, said):
 def test_the_notes_are_values_the_budget_can_hold(note):
     """Fixed once the plan has noted them (the budget check and the run read the same), and hashable:
     transfers.Transfers, itself a frozen value, holds the reads of unknown size."""
-    from executor.engine.transfers import Transfers
+    from executor.engine.transfers.budget import Transfers
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         note.url = "s3://elsewhere/k"

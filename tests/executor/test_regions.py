@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from executor.core.locations import Storage
-from executor.engine import location
-from executor.engine.regions import bucket_location
+from executor.engine.prefix import location
+from executor.engine.transfers.regions import bucket_location
 from tests.emulators import S3_FAKE_CREDENTIALS, S3_REGION, gcs_emulator, s3_emulator  # noqa: F401  (session fixtures)
 from tests.tools.toy import run_file
 
@@ -19,7 +19,7 @@ EXPERIMENT = '''\
 from dataclasses import dataclass
 
 from executor import ExecutorStep, executor_main, this_output_path
-from executor.engine.location import open_file
+from executor.engine.prefix.location import open_file
 
 
 @dataclass(frozen=True)

@@ -218,7 +218,7 @@ def test_runs_in_one_process_probe_a_new_prefix_at_once_without_tripping_each_ot
     prefix was not writable (two runs in one process racing for the same copies failed so)."""
     import threading
 
-    from executor.engine.outputs import check_writable
+    from executor.engine.prefix.outputs import check_writable
 
     errors: list = []
 

@@ -1,5 +1,5 @@
 """What the run loop promises each step, on the inline runner (found unguarded by mutation testing of
-executor/engine/execute.py, scripts/mutation.sh): its declared timeout, its user retries (as many as
+executor/engine/run/execute.py, scripts/mutation.sh): its declared timeout, its user retries (as many as
 declared, no more), the seconds its end reports, a record that lists runner tries only when the
 runner made some, a commit the store refuses failing that step alone, not the run, and an error of
 the runner itself ending the run honestly (every running step failed with the reason, its lease
@@ -23,7 +23,8 @@ import pytest
 import executor
 from executor import ExecutorStep, Resources, output_path_of, secret, this_output_path
 from executor.core.outcome import Outcome
-from executor.engine import execute, location, outputs, signals
+from executor.engine.run import execute, signals
+from executor.engine.prefix import location, outputs
 from executor.engine.events import LeaseLost, LogLine, StepFinished, StepRetried, StepStarted
 from executor.engine.runner import factory
 from executor.core.record import State, Status, status_key
@@ -77,7 +78,7 @@ def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path):
 
 def run_context_with(monkeypatch, **fields) -> None:
     """The run loop's context with `fields` in place of the defaults executor.api leaves to it (its
-    clock, its poll interval): executor.api builds its RunContext from executor.engine.execute."""
+    clock, its poll interval): executor.api builds its RunContext from executor.engine.run.execute."""
     monkeypatch.setattr(execute, "RunContext", functools.partial(execute.RunContext, **fields))
 
 

@@ -338,8 +338,8 @@ def test_a_repeated_wait_notice_comes_at_the_first_silence_seen_however_short(tm
     import functools
     import itertools
 
-    from executor.engine import execute as execute_module
-    from executor.engine import lease as lease_module
+    from executor.engine.run import execute as execute_module
+    from executor.engine.run import lease as lease_module
 
     readings = itertools.count(0.0, 0.1)
     monkeypatch.setattr(lease_module, "StalenessWatch",
@@ -360,7 +360,7 @@ def test_a_holder_silent_for_exactly_the_ttl_is_taken_over(tmp_path, capsys, mon
     that re-read takes the step over, with no further notice (a lease is stale at the TTL, not past it)."""
     import functools
 
-    from executor.engine import lease as lease_module
+    from executor.engine.run import lease as lease_module
 
     readings = iter([0.0, 2.0])
     monkeypatch.setattr(lease_module, "StalenessWatch", functools.partial(
@@ -378,7 +378,7 @@ def test_a_holder_silent_for_exactly_the_ttl_is_taken_over(tmp_path, capsys, mon
 def test_a_step_that_lost_the_race_for_its_lease_announces_the_wait_once(tmp_path, monkeypatch):
     """Another runner creates the status between this run's read and its create: the acquire loses
     (a normal outcome), the step watches, and its wait is announced once, as a first notice."""
-    from executor.engine import lease as lease_module
+    from executor.engine.run import lease as lease_module
 
     acquire = lease_module.LeaseKeeper.acquire
 

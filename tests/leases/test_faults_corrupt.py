@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from executor import cli
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.engine.store.retry import RetryingStore
 from tests.store.faulty import FaultyStore
 from tests.leases import dag_experiment

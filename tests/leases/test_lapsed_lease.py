@@ -18,8 +18,9 @@ from typing import Any
 import executor
 from executor import ExecutorStep, this_output_path
 from executor.core.record import State, parse_status
-from executor.engine import lease, location
-from executor.engine.lease import LeaseKeeper
+from executor.engine.run import lease
+from executor.engine.prefix import location
+from executor.engine.run.lease import LeaseKeeper
 
 TTL_S = 6.0
 STARTS: dict[str, int] = {}  # token -> times the step's function began (steps run on threads here)

@@ -159,7 +159,7 @@ def test_a_lease_taken_between_the_record_and_the_commit_is_lost_with_its_reason
     """The record is written after the lease is confirmed; a runner that takes the lease in the
     moment between makes the fenced commit fail: the holder reports the lease lost *with the reason
     the commit found* (and follows the new holder, which here never renews: taken over after its TTL)."""
-    from executor.engine.step_job import StepJob
+    from executor.engine.run.step_job import StepJob
 
     write_record = StepJob.write_record
     stolen: list[str] = []

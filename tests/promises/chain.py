@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from executor import ExecutorStep, executor_main, output_path_of, secret, this_output_path
-from executor.engine import location
+from executor.engine.prefix import location
 
 
 @dataclass(frozen=True)

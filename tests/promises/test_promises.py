@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from executor.core.record import Owner, State, Status, parse_status
-from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.engine.run.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.engine.store.memory import MemoryStore
 
 CHAIN = Path(__file__).with_name("chain.py")

@@ -133,7 +133,7 @@ def test_a_failure_retried_and_failed_again_by_another_runner_meanwhile_is_not_r
     """The first snapshot holds a FAILED step (so --force-failed plans to retry it); before this runner
     takes it, another runner retries it and fails again. That failure is not this invocation's to
     retry: reported as failed in another runner, its status left as that runner wrote it."""
-    from executor.engine import location
+    from executor.engine.prefix import location
 
     argv = ["--prefix", str(tmp_path), "--runner", "inline"]
     assert run(build_flaky(True), "flaky", argv=argv, environ={}, main_file=__file__) == 1

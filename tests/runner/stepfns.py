@@ -63,7 +63,7 @@ def all_reduce(config: AllReduce) -> dict:
     from jax.experimental import multihost_utils
 
     from executor import current_node
-    from executor.engine import multihost
+    from executor.engine.worker import multihost
     me, n = jax.process_index(), jax.process_count()
     Path(config.output_path, f"host-{me}.json").write_text(json.dumps({"pid": os.getpid(), "me": me,
                                                                         "node": current_node()}))

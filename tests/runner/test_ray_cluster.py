@@ -287,7 +287,7 @@ def interrupt_slow_step(ray_head, tmp_path, sig: int) -> tuple[subprocess.Popen,
             assert time.monotonic() < deadline, "the slow step never started"
             time.sleep(0.3)
         proc.send_signal(sig)
-        # Bounded whatever Ray does: the signal watchdog exits within seconds (executor.engine.signals)
+        # Bounded whatever Ray does: the signal watchdog exits within seconds (executor.engine.run.signals)
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -17,7 +17,7 @@ from executor.core.record import Owner, State, Status
 from executor.engine.store import open_store
 from executor.tools.serve.source import PrefixSource
 from executor.tools.serve.watch import Watcher
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 
 
 class CountingStore:

@@ -162,7 +162,7 @@ def main(work: str) -> None:
         found["node_lost_error"] = outcome.get("error")
         found["node_lost_fuzzy"] = kept(f"{work}/node-lost") if "result" in outcome else None
 
-        from executor.engine.parallel import map_shards
+        from executor.engine.worker.parallel import map_shards
 
         started = time.monotonic()
         try:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from steps.train import checkpoint
 from steps.train.config import TrainConfig
 from steps.train.loop import CheckpointWriter

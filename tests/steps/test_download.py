@@ -203,7 +203,7 @@ def test_kept_bytes_of_a_changed_source_are_dropped(flaky_server, tmp_path, chan
 
 def test_an_s3_glob_is_copied_with_secret_storage_options_and_skipped_when_complete(s3_emulator, tmp_path):
     """An object-store source (the S3 emulator) through the same code path as any fsspec URL."""
-    from executor.engine import outputs
+    from executor.engine.prefix import outputs
     prefix = s3_emulator.fresh_prefix("download-src")
     options = dict(s3_emulator.storage_options)
     fs = outputs.filesystem(prefix, options)
@@ -238,7 +238,7 @@ def test_a_file_from_a_local_or_bucket_source_that_mismatches_expected_sha256_is
             (root / name).write_bytes(data)
         sources = [f"file://{root}/{name}" for name in files]
     else:
-        from executor.engine import outputs
+        from executor.engine.prefix import outputs
         s3_emulator = request.getfixturevalue("s3_emulator")
         prefix, options = s3_emulator.fresh_prefix("download-sha"), dict(s3_emulator.storage_options)
         fs = outputs.filesystem(prefix, options)

@@ -1,4 +1,4 @@
-"""Shard results from `--cache-from` prefixes (executor/engine/shard_sources.py, steps/shard_reuse.py):
+"""Shard results from `--cache-from` prefixes (executor/engine/worker/shard_sources.py, steps/shard_reuse.py):
 a grown corpus's tokenize in a new prefix takes the unchanged shards' results from the step's output
 under a cache-from prefix (committed there, not tainted) and writes the same bytes as a fresh full
 run; a tainted source, or one that never committed, is refused and every shard is made here."""

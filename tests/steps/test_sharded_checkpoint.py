@@ -23,7 +23,7 @@ except ImportError:
 SCENARIO = """
 import json, sys, threading, time
 import jax, numpy as np
-from executor.engine import location
+from executor.engine.prefix import location
 from steps.train import checkpoint, sharded_checkpoint as sc
 from steps.train.sharding import make_mesh, state_shardings
 

@@ -65,7 +65,7 @@ def test_a_lone_surrogate_is_refused():
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_work_tree_is_removed_one_directory_at_a_time(request, tmp_path, monkeypatch, where):
     from executor.core.locations import Storage
-    from executor.engine import location
+    from executor.engine.prefix import location
 
     if where == "s3":
         emulator = request.getfixturevalue("s3_emulator")
@@ -78,7 +78,7 @@ def test_a_work_tree_is_removed_one_directory_at_a_time(request, tmp_path, monke
 
 
 def _remove_tree_lists_one_directory_at_a_time(root, where, monkeypatch):
-    from executor.engine import location
+    from executor.engine.prefix import location
 
     fs, base = location.url_to_fs(root)
     files = {f"{base}/{stage}/{p:05d}/{k:06d}.arrow": b"x" for stage in ("hash", "reduce") for p in range(6)

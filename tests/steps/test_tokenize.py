@@ -309,7 +309,7 @@ def test_training_texts_are_read_with_the_steps_storage_options():
     import threading
 
     from executor.core.locations import Storage
-    from executor.engine.location import current_storage, using
+    from executor.engine.prefix.location import current_storage, using
     from steps.bpe import train_byte_level_bpe
 
     seen = []

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from steps.train import checkpoint, loop, train
 from steps.train.data import BatchSource
 from tests.steps.test_train import REPO, cache, compile_cache, load_model_export, run_python, tiny_config  # noqa: F401

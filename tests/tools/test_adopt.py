@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from executor.tools.adopt import adopt
 from executor.core.errors import ExecutorError
 from executor.tools.loading import load_experiment

@@ -106,7 +106,7 @@ class CopyConfig:
 
 
 def copied(config: CopyConfig) -> dict:
-    from executor.engine.location import open_file
+    from executor.engine.prefix.location import open_file
 
     with open_file(config.source, "rb") as src, open_file(config.output_path + "/copy.bin", "wb") as dst:
         dst.write(src.read())

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from executor.__main__ import main
-from executor.engine import location
+from executor.engine.prefix import location
 from tests.emulators import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

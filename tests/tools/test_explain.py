@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.tools.identity_diff import DependencyChange, FieldChange, diff_documents, render_value
 
 from .toy import run_file, run_main

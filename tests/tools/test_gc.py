@@ -10,7 +10,7 @@ import pytest
 
 from executor.tools.loading import load_experiment
 from executor.core.record import Owner, State, Status
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 
 from .toy import run_main
 
@@ -95,7 +95,7 @@ def test_gc_keeps_what_the_committed_plan_file_lists(toy):
 
 
 def test_gc_on_an_s3_prefix(s3_emulator):
-    from executor.engine import outputs
+    from executor.engine.prefix import outputs
     from executor.tools.gc import collect, sweep
     from executor.core.record import status_key
 
@@ -162,7 +162,7 @@ def test_gc_delete_reports_what_the_storage_refused_and_fails(toy, monkeypatch):
 def test_gc_on_an_object_store_lists_the_bytes_a_deletion_frees(backend, request):
     """An object at an output's own key (a folder marker `a/x/`, or an object named like the folder) goes
     when the folder is deleted, so the listing counts it: what gc lists as garbage is what --delete frees."""
-    from executor.engine import outputs
+    from executor.engine.prefix import outputs
     from executor.tools.gc import collect, sweep
 
     from .test_verify import _completed_step

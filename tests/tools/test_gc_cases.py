@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from executor.core.record import Absent, Owner, State, Status, status_key
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.tools.gc import _mtime, collect, list_outputs, reachable_outputs, sweep
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 
 HOUR = 3600.0
 

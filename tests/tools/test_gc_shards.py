@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from executor.core.record import Owner, State, Status
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from executor.tools import gc
 from steps import shard_reuse
 from tests.steps.test_incremental_shards import SHARDS, _shard_docs, corpora, run_step, tokenize_step, write_corpus  # noqa: F401

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from executor import api
 from executor.core.graph import build_graph
-from executor.engine.prefix_view import PrefixView
+from executor.engine.prefix.prefix_view import PrefixView
 from executor.engine.store import open_store
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 from executor.tools.adopt import adopt
 from executor.tools.lineage import lineage_down, lineage_up
 from executor.tools.tags import tag

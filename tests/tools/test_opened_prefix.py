@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from executor.engine import location
-from executor.engine.prefixes import OpenedPrefix, open_prefix
+from executor.engine.prefix import location
+from executor.engine.prefix.prefixes import OpenedPrefix, open_prefix
 
 from .test_verify import _completed_step
 from .toy import run_main

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from executor.engine.prefix_view import RunRow
+from executor.engine.prefix.prefix_view import RunRow
 from executor.tools.overview import command_text, cut_middle, experiment_label
 
 REPO = Path(__file__).resolve().parents[2]

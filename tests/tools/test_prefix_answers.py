@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.engine.prefixes import resolve_prefix
+from executor.engine.prefix.prefixes import resolve_prefix
 from executor.tools.commands import default_prefix
 
 from .toy import run_main
@@ -75,7 +75,7 @@ def test_a_run_creates_a_missing_local_prefix(toy):
 
 
 def test_the_default_prefix_is_chosen_in_one_place(tmp_path, monkeypatch):
-    """The commands' default is the runs' (executor.engine.prefixes.resolve_prefix), for every source."""
+    """The commands' default is the runs' (executor.engine.prefix.prefixes.resolve_prefix), for every source."""
     experiment = str(tmp_path / "project" / "x.py")
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "pyproject.toml").write_text("")

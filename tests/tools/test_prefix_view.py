@@ -1,4 +1,4 @@
-"""The typed read model of a prefix (executor/engine/prefix_view.py), on a prefix experiments/hello.py
+"""The typed read model of a prefix (executor/engine/prefix/prefix_view.py), on a prefix experiments/hello.py
 really ran on: a failed step, a step blocked behind it, a running lease, a corrupt status, an
 unreadable run file; read through the store protocol alone, so on any backend the same."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from executor.core.outcome import Outcome
 from executor.core.record import Absent, Owner, State, Status, status_key
-from executor.engine.lease import LeaseKeeper, LeaseSettings
-from executor.engine.prefix_view import PrefixView, RunRow, StepRow
+from executor.engine.run.lease import LeaseKeeper, LeaseSettings
+from executor.engine.prefix.prefix_view import PrefixView, RunRow, StepRow
 from executor.engine.runner.capture import captured_output, log_path
 from executor.engine.store import open_store
 

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 
 from executor import ExecutorStep, executor_main, output_path_of, this_output_path
-from executor.engine.location import open_file
+from executor.engine.prefix.location import open_file
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def test_report_rebuilds_from_object_storage(backend, request, tmp_path, monkeyp
     monkeypatch.setenv("EXECUTOR_STORAGE_OPTIONS", json.dumps(emulator.storage_options))
     code, out = run_file(experiment(tmp_path), "--prefix", prefix, "--runner", "inline")
     assert code == 1, out
-    from executor.engine.location import url_to_fs
+    from executor.engine.prefix.location import url_to_fs
 
     fs, root = url_to_fs(prefix, **emulator.storage_options)
     fs.invalidate_cache()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key
 from executor.tools.verify import verify_path, verify_step
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 
 from .toy import run_main
 
@@ -78,7 +78,7 @@ def test_verify_shows_progress_while_hashing(ran_toy, monkeypatch):
     import functools
 
     import executor.tools.verify
-    from executor.engine.progress import Progress
+    from executor.engine.worker.progress import Progress
 
     monkeypatch.setattr(executor.tools.verify, "Progress", functools.partial(Progress, interval=0))  # every update
     code, out = run_main("verify", ran_toy.prefix)

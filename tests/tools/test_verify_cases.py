@@ -17,9 +17,9 @@ import fsspec
 import pytest
 
 from executor.core.record import Owner, State, Status, record_key, status_key
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.tools.verify import Problem, current_checksum, step_directories, verify_path
-from executor.engine.prefixes import open_prefix
+from executor.engine.prefix.prefixes import open_prefix
 
 from .test_verify import _completed_step
 from .toy import run_main
@@ -246,7 +246,7 @@ def test_a_large_file_is_hashed_and_reported_in_pieces_of_one_mib(tmp_path):
 
 def test_progress_counts_the_bytes_hashed_and_the_steps_done(tmp_path, capsys, monkeypatch):
     import executor.tools.verify
-    from executor.engine.progress import Progress
+    from executor.engine.worker.progress import Progress
 
     monkeypatch.setattr(executor.tools.verify, "Progress", functools.partial(Progress, interval=0))  # every update
     prefix = tmp_path / "p"

@@ -9,7 +9,7 @@ from executor.core.step import Resources
 from executor.core.locations import Storage
 
 if TYPE_CHECKING:  # imported where used: a worker running a step without --cache-from never loads it
-    from executor.engine.shard_sources import CacheFrom
+    from executor.engine.worker.shard_sources import CacheFrom
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class StepCall:
     # The run's storage options keyed by location (endpoints, credentials), for the worker that runs
     # the step: never part of a config, id or record, and hidden from every repr.
     storage: Storage = field(default_factory=Storage, repr=False)
-    # The run's prefix and --cache-from prefixes, where a step may find shard results (engine/shard_sources.py)
+    # The run's prefix and --cache-from prefixes, where a step may find shard results (engine/worker/shard_sources.py)
     cache_from: CacheFrom | None = None
 
 

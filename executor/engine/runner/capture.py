@@ -121,7 +121,7 @@ def _untee(saved: dict[int, int], threads: list[tuple[threading.Thread, int]]) -
 
 def _upload(local: str, path: str, storage: Storage) -> None:
     try:
-        from executor.engine import location
+        from executor.engine.prefix import location
 
         with open(local, "rb") as src, location.open_file(path, "wb", storage=storage) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)  # a long log is streamed, never held whole

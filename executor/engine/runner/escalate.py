@@ -13,7 +13,7 @@ import contextvars
 from typing import Iterator
 
 # Set (to a one-item list, the "asked" flag) in an inline child of the auto runner while its step
-# runs: a ContextVar, not a module global, as for the step's storage options (engine/location.py).
+# runs: a ContextVar, not a module global, as for the step's storage options (engine/prefix/location.py).
 _FAN_OUT_ASKS_RAY: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
     "stepgraph_fan_out_asks_ray", default=None)
 

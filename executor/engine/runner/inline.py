@@ -45,7 +45,7 @@ import traceback
 from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 from executor.core.step import Resources
-from executor.engine.location import using
+from executor.engine.prefix.location import using
 from executor.engine.runner import log_forwarding
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output, log_path
@@ -75,10 +75,10 @@ def run_call(call: StepCall) -> StepOutcome:
 
 
 def _caching_from(call: StepCall) -> contextlib.AbstractContextManager:
-    """The run's --cache-from prefixes made the step's (engine/shard_sources.py); loaded only when given."""
+    """The run's --cache-from prefixes made the step's (engine/worker/shard_sources.py); loaded only when given."""
     if call.cache_from is None:
         return contextlib.nullcontext()
-    from executor.engine.shard_sources import caching_from
+    from executor.engine.worker.shard_sources import caching_from
 
     return caching_from(call.cache_from)
 

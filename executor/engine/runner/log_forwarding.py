@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from executor.engine import whole_lines
+from executor.engine.runner import whole_lines
 
 MARKER = "::stepgraph-end-of-output::"
 WAIT_S = 3.0  # a lost marker (a log monitor restart) delays one ✔ line by this much, never more

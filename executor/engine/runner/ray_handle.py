@@ -103,7 +103,7 @@ class RayHandle:
                                                 placement_group_capture_child_tasks=False)
 
     def _launch_hosts(self, coordinator: str) -> None:
-        from executor.engine.multihost import HostContext
+        from executor.engine.worker.multihost import HostContext
 
         log, header = self._log()
         self._refs = []

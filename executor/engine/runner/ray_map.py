@@ -1,4 +1,4 @@
-"""Shard fan-out as Ray tasks, for `executor.engine.parallel.map_shards` called inside a step on Ray.
+"""Shard fan-out as Ray tasks, for `executor.engine.worker.parallel.map_shards` called inside a step on Ray.
 
 A shard task whose worker keeps dying (killed for memory, node lost) is retried `max_retries`
 times by Ray; after that the step fails with `ShardTaskDied`, naming the shard, the attempts and
@@ -57,7 +57,7 @@ def map_tasks(fn: Callable, items: list, *, num_cpus: float = 1, max_in_flight: 
     import ray
     import ray.exceptions as rex
 
-    from executor.engine import location
+    from executor.engine.prefix import location
     from executor.engine.runner.ray_tasks import run_shard
 
     name = getattr(fn, "__name__", "shard task")

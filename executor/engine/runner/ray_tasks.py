@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from executor.core.locations import Storage
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.engine.runner.base import StepCall, StepOutcome
 from executor.engine.runner.capture import captured_output
 from executor.engine.runner.log_forwarding import output_key, print_end_markers
@@ -29,7 +29,7 @@ def execute_remotely(call: StepCall, log: str | None, header: str) -> StepOutcom
 
 def execute_host(call: StepCall, log: str | None, header: str, host: Any) -> StepOutcome:
     """One process of a multi-host step: bootstrap jax.distributed, then run the function."""
-    from executor.engine import multihost
+    from executor.engine.worker import multihost
     from executor.engine.runner.inline import run_call
 
     with captured_output(log, header, call.storage):
@@ -56,7 +56,7 @@ def run_shard(storage: Storage, fn: Any, item: Any) -> Any:
 def coordinator_address() -> str:
     import ray
 
-    from executor.engine.multihost import free_port
+    from executor.engine.worker.multihost import free_port
 
     return f"{ray.util.get_node_ip_address()}:{free_port()}"
 

@@ -1,6 +1,6 @@
 """Where an object-store prefix points: `gs://bucket/path` or `s3://bucket/path` -> bucket + key names.
 
-Shared by the GCS and S3 stores. (Filesystems for step data live in executor/engine/outputs.py.)
+Shared by the GCS and S3 stores. (Filesystems for step data live in executor/engine/prefix/outputs.py.)
 """
 
 from __future__ import annotations

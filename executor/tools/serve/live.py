@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 
 from aiohttp import web
 
-from executor.engine.prefix_view import LogRef
+from executor.engine.prefix.prefix_view import LogRef
 from executor.tools.serve import pages
 from executor.tools.serve.keys import WATCHER
 from executor.tools.serve.watch import Change, Subscription, Watcher

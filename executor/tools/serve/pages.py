@@ -18,7 +18,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from executor.core.record import Absent, State
-from executor.engine.prefix_view import LogRef, StepRow
+from executor.engine.prefix.prefix_view import LogRef, StepRow
 from executor.tools.draw import COLORS, render_svg
 from executor.tools.overview import duration as table_duration
 from executor.tools.run_report import graph_plan, shard_counts, step_curves

@@ -1,6 +1,6 @@
 """Every read `stepgraph serve` makes of its prefix, behind one small class (reads only).
 
-Steps, runs and one step in full come from the typed read model (engine/prefix_view.py); this
+Steps, runs and one step in full come from the typed read model (engine/prefix/prefix_view.py); this
 adds what only a live page needs: a run file's rows without its document, a train step's curves
 files, and ranged reads of an attempt's log (to follow a running one from the byte a page ended
 at). Every key read here comes from a listing (a step's output dir, a run file, a LogRef); none
@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 from executor.core.errors import StatusError
 from executor.core.record import parse_run_file
-from executor.engine.prefixes import OpenedPrefix
-from executor.engine.prefix_view import LogRef, RunRow, StepDetail, StepRow
+from executor.engine.prefix.prefixes import OpenedPrefix
+from executor.engine.prefix.prefix_view import LogRef, RunRow, StepDetail, StepRow
 
 LOG_TAIL_BYTES = 64 * 1024
 

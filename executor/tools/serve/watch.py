@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from executor.core.record import Absent
-from executor.engine.prefix_view import RunRow, StepRow
+from executor.engine.prefix.prefix_view import RunRow, StepRow
 from executor.tools.serve.source import PrefixSource
 from executor.tools.serve.tag_watch import TagWatch
 

@@ -421,7 +421,7 @@ def status_digest(fn: Any) -> str | None:
     fingerprint = code_fingerprint(fn)
     if fingerprint is not None:
         return fingerprint.digest
-    from executor.engine.provenance import function_fingerprint
+    from executor.engine.run.provenance import function_fingerprint
 
     return function_fingerprint(fn)
 

@@ -12,7 +12,7 @@ from executor.core import urls
 from executor.core.errors import ExecutorError
 from executor.core.locations import Storage, storage_from
 from executor.core.record import EXECUTOR_DIR, parse_record, parse_run_file
-from executor.engine import location
+from executor.engine.prefix import location
 
 if TYPE_CHECKING:
     import fsspec

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence, TypeVar
 
-from executor.engine.progress import Progress
+from executor.engine.worker.progress import Progress
 from executor.engine.runner.here import fan_out
 
 T = TypeVar("T")

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from executor.engine import location
+from executor.engine.prefix import location
 
 KEY_PACKAGES = ("stepgraph", "ray", "jax", "jaxlib", "optax", "numpy", "fsspec", "gcsfs", "s3fs",
                 "tokenizers", "draccus", "pyarrow")

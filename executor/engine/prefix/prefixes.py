@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING, Any, Mapping
 from executor.core.errors import ExecutorError
 from executor.core.locations import Storage, storage_from
 from executor.core.urls import check_prefix_spelling
-from executor.engine import location, outputs
+from executor.engine.prefix import location, outputs
 
 if TYPE_CHECKING:
-    from executor.engine.prefix_view import PrefixView
+    from executor.engine.prefix.prefix_view import PrefixView
 
 WHERE_FROM = "--prefix, or env EXECUTOR_PREFIX; the default is cache/ in the experiment's project"
 
 
 def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_file: str | None = None) -> str:
     """The given prefix, else EXECUTOR_PREFIX, else cache/ in the project holding `experiment_file`
-    (the nearest folder above it with a pyproject.toml or .git; see executor/engine/project.py),
+    (the nearest folder above it with a pyproject.toml or .git; see executor/engine/prefix/project.py),
     normalized; a mis-spelled URL (`gs:/bucket`) or an unknown scheme is an ExecutorError showing the
     right spelling. The one place the default prefix is chosen (runs, the API and every command)."""
-    from executor.engine.project import default_prefix
+    from executor.engine.prefix.project import default_prefix
 
     if prefix:
         source = "--prefix"
@@ -48,7 +48,7 @@ def resolve_prefix(prefix: str | None, environ: Mapping[str, str], experiment_fi
 class OpenedPrefix:
     """A prefix opened once (see the module docstring): pass it, never its URL and options, to a tool."""
 
-    url: str  # normalized (executor.engine.outputs.normalize_prefix)
+    url: str  # normalized (executor.engine.prefix.outputs.normalize_prefix)
     storage: Storage  # the options of every location the command touches, keyed by location
     store: Any  # its CoordinationStore (retrying, probed when opened)
     fs: Any  # its fsspec filesystem (a DeferredFilesystem: opened on first use)
@@ -57,7 +57,7 @@ class OpenedPrefix:
     @cached_property
     def view(self) -> "PrefixView":
         """The read model of the prefix, over this store."""
-        from executor.engine.prefix_view import PrefixView
+        from executor.engine.prefix.prefix_view import PrefixView
 
         return PrefixView(self.store, self.url)
 
@@ -70,7 +70,7 @@ class OpenedPrefix:
         """The read model holding the output directory `path`, and its rel there: this prefix's own
         view when `path` is under the prefix, else its parent folder's, opened with the same options
         (a step given by a path elsewhere)."""
-        from executor.engine.prefix_view import PrefixView
+        from executor.engine.prefix.prefix_view import PrefixView
 
         path, root = path.rstrip("/"), self.url.rstrip("/")
         if path.startswith(root + "/"):
@@ -132,7 +132,7 @@ def _holds_a_status_file(directory: str) -> bool:
 
 def storage_options_from_env(prefix: str, environ: Mapping[str, str], flag_value: str | None = None) -> Storage:
     """The run's storage options: `--storage-options JSON` when given, else EXECUTOR_STORAGE_OPTIONS
-    (both read by executor.engine.location), as a Storage keyed by location. Malformed is an error
+    (both read by executor.engine.prefix.location), as a Storage keyed by location. Malformed is an error
     whatever the prefix; one object of options applies to the prefix's protocol (to nothing for a
     local or memory:// prefix), an object keyed by location to every URL it covers."""
     return storage_from(location.storage_options_from(flag_value, environ), prefix)

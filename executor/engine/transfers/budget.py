@@ -1,8 +1,8 @@
 """One transfer budget per run (`--transfer-budget-gb`, execution-only, default 10): what a run moves between
 locations, counted together.
 
-Three kinds of bytes count: mirrored inputs copied under the prefix (executor.engine.mirror), cross-region
-reads of steps that will run (executor.engine.regions) and cache copies (executor.engine.cache_from). The
+Three kinds of bytes count: mirrored inputs copied under the prefix (executor.engine.transfers.mirror), cross-region
+reads of steps that will run (executor.engine.transfers.regions) and cache copies (executor.engine.transfers.cache_from). The
 first two are needed for the steps to run at all, so the plan reserves them first and a cache copy gets
 what is left (over it, the step runs here instead; its reason says so). Before anything runs, a run whose
 needed transfers exceed the budget is refused with every amount named; a cross-region read of unknown size
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from executor.core.errors import ExecutorError
 from executor.core.plan import Action, Plan
-from executor.engine.mirror import human_bytes
+from executor.engine.transfers.mirror import human_bytes
 
 GB = 10**9
 FLAG = "--transfer-budget-gb"

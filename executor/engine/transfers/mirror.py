@@ -1,7 +1,7 @@
 """Mirrored inputs (`mirrored("gs://bucket/raw/corpus")`, `--mirror-sources`): what a run must copy, from where.
 
 A mirrored input is a fixed input that several buckets may hold. Before a step reading it runs, it
-is copied once into `<prefix>/mirror/<bucket>/<key>` (executor.engine.mirror_copy) and the step
+is copied once into `<prefix>/mirror/<bucket>/<key>` (executor.engine.transfers.mirror_copy) and the step
 reads that copy. Here, at planning: for each mirrored input of a step the plan will run, its
 status under the prefix (`mirror/.executor/<bucket>/<key>/status.json`, the lease and SUCCESS
 marker of the copy) is read; unless it is complete there, the logical URL itself and then
@@ -24,7 +24,7 @@ from executor.core.plan import Action, Observed, Plan
 from executor.core.record import EXECUTOR_DIR, State
 from executor.core.step import MirroredPath
 from executor.core.tree import fold, format_path
-from executor.engine import location, outputs
+from executor.engine.prefix import location, outputs
 
 ENV_VAR = "EXECUTOR_MIRROR_SOURCES"
 FLAG = "--mirror-sources"
@@ -88,7 +88,7 @@ class MirrorInput:
 
 
 def human_bytes(n: float) -> str:
-    from executor.engine.cache_from import human_bytes as cache_human_bytes
+    from executor.engine.transfers.cache_from import human_bytes as cache_human_bytes
 
     return cache_human_bytes(n)
 
@@ -168,7 +168,7 @@ def _listing(url: str, storage: Storage) -> tuple[Candidate | None, str]:
 def _entry(fs: Any, full: str, rel: str, info: dict[str, Any]) -> dict[str, Any]:
     """One listed file as the copy checks it: the checksum its store reports; for a local file (none
     reported) its size and mtime only, so planning reads no bytes: the copy hashes it as it streams and
-    stats it again after (executor.engine.copy_output); elsewhere sha256 of its bytes."""
+    stats it again after (executor.engine.transfers.copy_output); elsewhere sha256 of its bytes."""
     from fsspec.implementations.local import LocalFileSystem
 
     entry: dict[str, Any] = {"path": rel, "size": int(info.get("size") or 0)}
@@ -194,7 +194,7 @@ def find_candidates(placeholder: MirroredPath, sources: Sequence[str],
 def plan_mirrors(plan: Plan, store: Any, sources: Sequence[str], storage: Storage) -> dict[str, MirrorInput]:
     """The mirrored inputs of the steps `plan` runs, by logical URL: complete here, or where to copy them from.
     ExecutorError for one found in no source (and copied by no other runner)."""
-    from executor.engine.snapshot import observe
+    from executor.engine.run.snapshot import observe
 
     planned: dict[str, MirrorInput] = {}
     for logical, (placeholder, readers) in _needed(plan).items():

@@ -1,7 +1,7 @@
 """The run loop's side of `copy`: a step's output copied from a cache-from prefix under its lease.
 
-A `CacheCopyJob` is a step job (executor.engine.step_job) whose work is first a copy, submitted to
-the runner like a step (executor.engine.copy_output checks every file against the source's manifest). Only when it returns does the executor confirm its lease, write the
+A `CacheCopyJob` is a step job (executor.engine.run.step_job) whose work is first a copy, submitted to
+the runner like a step (executor.engine.transfers.copy_output checks every file against the source's manifest). Only when it returns does the executor confirm its lease, write the
 record (the source's, saying where it came from) and the fenced SUCCESS status. A rejected source
 is dropped: the next one is tried under the same lease; with none left, the step runs here, waking
 the steps it needs that the plan had set aside (Plan.standby) and holding its lease until they
@@ -16,14 +16,14 @@ from executor.core.outcome import Outcome
 from executor.core.plan import Action, Decision
 from executor.core.record import State, output_digest, record_key, to_json_bytes
 from executor.core.step import Resources
-from executor.engine import outputs
-from executor.engine.copy_output import CopyConfig, copy_output
-from executor.engine.cutoff import Cutoffs
+from executor.engine.prefix import outputs
+from executor.engine.transfers.copy_output import CopyConfig, copy_output
+from executor.engine.run.cutoff import Cutoffs
 from executor.engine.events import StepFinished, StepStarted
-from executor.engine.jobs import Board
-from executor.engine.lease import Lease
+from executor.engine.run.jobs import Board
+from executor.engine.run.lease import Lease
 from executor.engine.runner.base import StepCall, StepOutcome
-from executor.engine.step_job import StepJob
+from executor.engine.run.step_job import StepJob
 
 
 class CacheCopyJob(StepJob):

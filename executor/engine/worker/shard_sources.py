@@ -21,7 +21,7 @@ from typing import Iterator
 
 from executor.core.errors import StatusError
 from executor.core.record import State, parse_record, parse_status, record_key, status_key
-from executor.engine import location
+from executor.engine.prefix import location
 
 _ID_SUFFIX = re.compile(r"^(?P<name>.+)-[0-9a-f]{12}$")  # core.identity: <name>-<12 hex>
 

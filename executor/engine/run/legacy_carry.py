@@ -25,8 +25,8 @@ from executor.core.graph import Graph, StepNode
 from executor.core.legacy_ids import LegacyDigests
 from executor.core.plan import NOT_OBSERVED, Observed
 from executor.core.record import Owner, State, Status, StepRecord, record_key, status_key, to_json_bytes
-from executor.engine import outputs
-from executor.engine.snapshot import observe
+from executor.engine.prefix import outputs
+from executor.engine.run.snapshot import observe
 
 REASON = "migrated from its legacy id: ids no longer name the module that defines a config class (issue 44)"
 
@@ -132,7 +132,7 @@ def rekeyed_record(record: dict[str, Any], node: StepNode, legacy: LegacyDigests
 
 
 def _owner(now: float) -> Owner:
-    from executor.engine.provenance import user_and_host
+    from executor.engine.run.provenance import user_and_host
 
     who = user_and_host()
     return Owner(run_id=f"migrate-ids-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}", host=str(who["host"]),

@@ -4,7 +4,7 @@ A step's id is a digest of everything that determines its output, so a SUCCESS s
 digest under another prefix names the output this step would make. For each step the plan would
 run (new, or failed before; never a --force-run or stale one), each cache-from prefix is asked, in
 order, for such a status and its record (whose manifest lists every file with size and checksum).
-A step with a source is decided `copy`; the copy itself (executor.engine.copy_output) checks every
+A step with a source is decided `copy`; the copy itself (executor.engine.transfers.copy_output) checks every
 byte against that manifest before anything is committed.
 
 Only what the targets need is copied: walking the plan from the targets down, a step is needed when
@@ -26,8 +26,8 @@ from executor.core.locations import Storage
 from executor.core.plan import Action, Decision, Plan, match_steps
 from executor.core.record import State, Status, record_key, status_key
 from executor.core.urls import check_prefix_spelling
-from executor.engine import outputs
-from executor.engine.snapshot import observe
+from executor.engine.prefix import outputs
+from executor.engine.run.snapshot import observe
 
 ENV_VAR = "EXECUTOR_CACHE_FROM"
 GB = 10**9
@@ -93,8 +93,8 @@ def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: 
     """Per digest, the prefixes (in the given order) holding a SUCCESS status of that digest and a readable
     record. With `legacy` (the graph's LegacyDigests), a prefix holding none under the step's id is asked
     for its id of before issue 44 too (a prefix written before ids stopped naming config classes' modules):
-    such a source is presented under the new id (executor/engine/legacy_carry.py carries a prefix's own)."""
-    from executor.engine.location import open_location
+    such a source is presented under the new id (executor/engine/run/legacy_carry.py carries a prefix's own)."""
+    from executor.engine.prefix.location import open_location
 
     found: dict[str, list[CopySource]] = {}
     for source in cache_from:
@@ -108,7 +108,7 @@ def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: 
 def _sources_in(store: Any, fs: Any, source: str, nodes: Sequence[StepNode],
                 found: dict[str, list[CopySource]]) -> list[StepNode]:
     """Add `source`'s copies of `nodes` to `found`; the nodes it holds none of."""
-    from executor.engine.snapshot import read_snapshot
+    from executor.engine.run.snapshot import read_snapshot
 
     snapshot, missing = read_snapshot(store, nodes), []
     for node in nodes:
@@ -136,7 +136,7 @@ def _legacy_sources_in(store: Any, fs: Any, source: str, nodes: Sequence[StepNod
                        found: dict[str, list[CopySource]]) -> None:
     """`source`'s copies of `nodes` under their ids of before issue 44 (one read_many of those statuses),
     re-keyed to the new ids: the status's digest and inputs, the record's identity and dependencies."""
-    from executor.engine.legacy_carry import rekeyed_record
+    from executor.engine.run.legacy_carry import rekeyed_record
 
     moved = [(n, legacy.step_id(n.digest) if n.output_rel == n.step_id else n.output_rel)  # an override path:
              for n in nodes if legacy.of(n.digest) != n.digest]                              # the same path

@@ -1,10 +1,10 @@
 """The run loop's side of mirrored inputs: each one a step reads is copied once under the prefix, under a lease.
 
-Each mirrored input the plan copies is a job of the run loop (`MirrorJob`, executor.engine.jobs) that the
+Each mirrored input the plan copies is a job of the run loop (`MirrorJob`, executor.engine.run.jobs) that the
 steps reading it need; steps reading none run meanwhile, nothing waits inside another job. Its status (`mirror/.executor/<bucket>/<key>/status.json`) is read: complete, it is used; held by
 another runner, this one waits (and takes it over once the lease has been silent for its TTL, as for a
 step); otherwise this runner takes the lease and submits the copy to the runner like a step
-(executor.engine.copy_output, on a worker on Ray): every file is checked against the size and checksum
+(executor.engine.transfers.copy_output, on a worker on Ray): every file is checked against the size and checksum
 its store reported at planning. A rejected source is dropped and the next tried under the same lease;
 with none left the lease ends FAILED and the steps reading the input fail, saying why. Only after a copy
 returns are its record (source and manifest) and the fenced SUCCESS written. A step that runs unplanned
@@ -21,15 +21,15 @@ from executor.core.outcome import Outcome
 from executor.core.plan import describe_owner
 from executor.core.record import RECORD_SCHEMA, State, Status, output_digest, to_json_bytes
 from executor.core.step import MirroredPath, Resources
-from executor.engine import outputs
-from executor.engine.copy_output import CopyConfig, copy_output
+from executor.engine.prefix import outputs
+from executor.engine.transfers.copy_output import CopyConfig, copy_output
 from executor.engine.events import MirrorCopied
-from executor.engine.jobs import Board, Job
-from executor.engine.lease import Lease
-from executor.engine.mirror import (MirrorInput, coordination_rel, find_candidates, human_bytes, record_key,
+from executor.engine.run.jobs import Board, Job
+from executor.engine.run.lease import Lease
+from executor.engine.transfers.mirror import (MirrorInput, coordination_rel, find_candidates, human_bytes, record_key,
                                     status_key)
 from executor.engine.runner.base import StepCall, StepOutcome
-from executor.engine.snapshot import observe
+from executor.engine.run.snapshot import observe
 
 
 class MirrorJob(Job):

@@ -1,6 +1,6 @@
 """The run loop: plan -> lease -> submit -> fenced commit, reporting events as it goes.
 
-It schedules jobs (executor.engine.jobs): a step (step_job), a cache copy (cache_copy) and a mirrored
+It schedules jobs (executor.engine.run.jobs): a step (step_job), a cache copy (cache_copy) and a mirrored
 input's copy (mirror_copy), each leased, started, collected and committed the same way; no job waits
 inside another, and the loop never blocks on one: it waits on every running task at once.
 
@@ -21,13 +21,13 @@ from typing import Any, Callable
 from executor.core.graph import Graph
 from executor.core.outcome import Outcome
 from executor.core.plan import Plan
-from executor.engine import signals
-from executor.engine.cache_copy import job_for
-from executor.engine.cutoff import Cutoffs
-from executor.engine.jobs import Board, Job, RunContext
-from executor.engine.mirror_copy import add_mirror_jobs, announce_complete
+from executor.engine.run import signals
+from executor.engine.transfers.cache_copy import job_for
+from executor.engine.run.cutoff import Cutoffs
+from executor.engine.run.jobs import Board, Job, RunContext
+from executor.engine.transfers.mirror_copy import add_mirror_jobs, announce_complete
 from executor.engine.runner.base import StepOutcome
-from executor.engine.step_job import StepJob, config_to_json
+from executor.engine.run.step_job import StepJob, config_to_json
 
 
 @dataclass

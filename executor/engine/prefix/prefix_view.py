@@ -99,7 +99,7 @@ class StepRow:
 
     @property
     def cut_off(self) -> str | None:
-        """Why an early cutoff (executor.engine.cutoff) made this output an alias ("cut off: …"); None otherwise."""
+        """Why an early cutoff (executor.engine.run.cutoff) made this output an alias ("cut off: …"); None otherwise."""
         return (self.status.alias_of or {}).get("cut_off") if self.status else None
 
     @property
@@ -252,7 +252,7 @@ class PrefixView:
     @classmethod
     def open(cls, prefix: str, storage: Any = None) -> PrefixView:
         """The view of `prefix` with the options `storage` has for it (see location.open_store)."""
-        from executor.engine import location
+        from executor.engine.prefix import location
 
         return cls(location.open_store(prefix, storage), prefix)
 
@@ -277,9 +277,9 @@ class PrefixView:
         return self._with_timings(rows) if timings else rows
 
     def mirror_copies(self) -> list[dict[str, Any]]:
-        """Each mirrored input's copy under the prefix (executor.engine.mirror): where it is, its state, and
+        """Each mirrored input's copy under the prefix (executor.engine.transfers.mirror): where it is, its state, and
         from its record where it came from (source, bytes, files); one listing, then a read of each."""
-        from executor.engine.mirror import record_key
+        from executor.engine.transfers.mirror import record_key
 
         root, suffix = f"mirror/{EXECUTOR_DIR}/", "/status.json"
         keys = sorted(k for k in self.store.list_generations(root, suffix) if k.endswith(suffix))

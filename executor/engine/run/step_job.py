@@ -3,7 +3,7 @@
 A step needs its blocking dependencies and the mirrored inputs it reads (mirror jobs, executor.engine.
 mirror_copy). A SUCCESS found before taking the lease settles it (unless this run forces it again, or a
 re-run dependency changed what it consumed); a FAILED one fails it unless --force-failed retries it.
-Under its lease it is first offered to early cutoff (executor.engine.cutoff); otherwise its mirrored
+Under its lease it is first offered to early cutoff (executor.engine.run.cutoff); otherwise its mirrored
 inputs the plan did not foresee become mirror jobs it holds its lease for, and its function is submitted.
 When the function returns, the lease is confirmed (or reclaimed, when only our own silence let it lapse),
 the record written, then the fenced SUCCESS. A user error is retried as its resources allow.
@@ -20,18 +20,18 @@ from executor.core.plan import Action, Decision
 from executor.core.record import State, Status, StepRecord, output_digest, record_key, status_key
 from executor.core.step import Resources, is_secret
 from executor.core.tree import fold
-from executor.engine import outputs
-from executor.engine.cutoff import Cutoffs
+from executor.engine.prefix import outputs
+from executor.engine.run.cutoff import Cutoffs
 from executor.engine.events import LeaseLost, StepFinished, StepRetried, StepStarted, StepWaiting
-from executor.engine.fingerprint import record_fingerprint, status_digest
-from executor.engine.jobs import Board, Job
-from executor.engine.lease import Lease
-from executor.engine.mirror import mirrored_fields
-from executor.engine.mirror_copy import add_mirror_jobs, unplanned as unplanned_input
-from executor.engine.provenance import function_fingerprint, function_reference
-from executor.engine.results import encode_result, portable_float, storable_result
+from executor.engine.run.fingerprint import record_fingerprint, status_digest
+from executor.engine.run.jobs import Board, Job
+from executor.engine.run.lease import Lease
+from executor.engine.transfers.mirror import mirrored_fields
+from executor.engine.transfers.mirror_copy import add_mirror_jobs, unplanned as unplanned_input
+from executor.engine.run.provenance import function_fingerprint, function_reference
+from executor.engine.prefix.results import encode_result, portable_float, storable_result
 from executor.engine.runner.base import StepCall, StepOutcome
-from executor.engine.shard_sources import CacheFrom
+from executor.engine.worker.shard_sources import CacheFrom
 
 
 def is_not_secret(f: Any) -> bool:
@@ -74,7 +74,7 @@ class StepJob(Job):
         self.user_retries_left, self.ran_here, self.announced_wait = 0, False, False
         self.attempts: list[dict[str, Any]] = []  # the runner's tries, with causes
         self.consumed: dict[str, str] = {}  # dependency digest -> content it was started on
-        self.cut_off: str | None = None  # committed by this run as an early cutoff: why (executor.engine.cutoff)
+        self.cut_off: str | None = None  # committed by this run as an early cutoff: why (executor.engine.run.cutoff)
         if self.state == Outcome.SUCCEEDED:
             self.output_path = board.output_path_from(node, observed.status)
             self.content = observed.status.content_sha256 if observed.status else None

@@ -17,9 +17,9 @@ from typing import Any
 
 from executor.core.plan import Plan
 from executor.core.record import RUN_SCHEMA, RunRecordRef, to_json_bytes
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.engine.events import Event, Events, MirrorCopied, RunFinished
-from executor.engine.timeline import TimelineRecorder
+from executor.engine.run.timeline import TimelineRecorder
 
 
 def step_entry(report: Any) -> dict[str, Any]:

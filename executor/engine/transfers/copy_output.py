@@ -167,7 +167,7 @@ def _remove(fs: Any, paths: list[str]) -> None:
 
 def copy_output(config: CopyConfig) -> dict[str, Any]:
     """Copy and check every file; on any problem remove what was written and raise SourceRejected."""
-    from executor.engine.location import url_to_fs
+    from executor.engine.prefix.location import url_to_fs
 
     started = time.monotonic()
     src_fs, src_root = url_to_fs(config.source)  # the run's storage options, keyed by location

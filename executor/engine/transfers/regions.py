@@ -3,7 +3,7 @@
 A step's config names its inputs; every `gs://` or `s3://` string in it whose bucket sits in another
 location than the prefix's bucket is a cross-location read (egress is billed and slow). The plan
 notes each one per step, with its size when a listing can tell; its bytes count against the run's
-one transfer budget (executor.engine.transfers, `--transfer-budget-gb`, default 10). Dependency
+one transfer budget (executor.engine.transfers.budget, `--transfer-budget-gb`, default 10). Dependency
 outputs live under the prefix, and a mirrored input is read from its copy there, so only plain
 paths can cross.
 
@@ -25,9 +25,9 @@ from executor.core.plan import Action, Plan
 from executor.core.locations import Storage
 from executor.core.tree import is_config_dataclass
 from executor.core.urls import is_object_store, protocol_of, split_url
-from executor.engine import location
+from executor.engine.prefix import location
 from executor.engine.events import CrossRegionNoted
-from executor.engine.runner_region import runner_region
+from executor.engine.transfers.runner_region import runner_region
 
 GB = 10**9
 
@@ -87,7 +87,7 @@ def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif is_config_dataclass(value):  # placeholders are not: a dependency's output, a prefix path and
-        # a mirrored input (its copy: executor.engine.mirror) are read under the prefix, and what a
+        # a mirrored input (its copy: executor.engine.transfers.mirror) are read under the prefix, and what a
         # dependency reads is that step's read, not this one's
         for f in dataclasses.fields(value):
             yield from _strings(getattr(value, f.name))
@@ -191,7 +191,7 @@ def check_run_region(prefix: str, storage: Storage, environ: Any, allow: bool, e
 def note_cross_region_reads(plan: Plan, prefix: str, storage: Storage, events: Any) -> list[CrossRegionRead]:
     """Emit a CrossRegionNoted event per cross-location read (and per input that could not be
     checked) to `events` (executor.engine.events.Events); returns the reads, for the transfer budget
-    (executor.engine.transfers)."""
+    (executor.engine.transfers.budget)."""
     reads, unknown = plan.cross_region if plan.cross_region is not None else survey(plan, prefix, storage)
     for read in reads:
         events.emit(CrossRegionNoted(read.step, read.url, read.location, read.prefix_location, read.bytes,

@@ -1,7 +1,7 @@
 """The run loop's jobs and what they share: every leased piece of work (a step, a cache copy, a mirror copy) is a `Job`.
 
 A job names the jobs it needs (`needs`), a status key in the coordination store and the digest that key
-must carry. The loop (executor.engine.execute) reads that status and takes the lease the same way for
+must carry. The loop (executor.engine.run.execute) reads that status and takes the lease the same way for
 every job (`Board.take_lease`: a SUCCESS or FAILED status is the job's to judge, a RUNNING one is watched
 until silent for the TTL, then taken over); the heartbeat renews every lease held; `start` submits the
 job's work to the runner (or settles it at once), `finish` commits what the runner returned under the
@@ -24,13 +24,13 @@ from executor.core.plan import Plan
 from executor.core.record import Owner, State, Status
 from executor.core.step import MirroredPath, OutputPathOf, PrefixPath, TaggedOutput, ThisOutputPath
 from executor.core.tree import resolve
-from executor.engine import outputs
+from executor.engine.prefix import outputs
 from executor.engine.events import Events
-from executor.engine.lease import Lease, LeaseKeeper, StalenessWatch
+from executor.engine.run.lease import Lease, LeaseKeeper, StalenessWatch
 from executor.engine.runner.base import Runner, StepHandle, StepOutcome
-from executor.engine.snapshot import observe
+from executor.engine.run.snapshot import observe
 from executor.engine.store.base import CoordinationStore
-from executor.engine.transfers import TransferLedger
+from executor.engine.transfers.budget import TransferLedger
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class Board:
                 return outputs.join(own, value.sub)
             if isinstance(value, PrefixPath):
                 return outputs.join(self.ctx.prefix, value.path)
-            if isinstance(value, MirroredPath):  # its checked copy (executor.engine.mirror_copy)
+            if isinstance(value, MirroredPath):  # its checked copy (executor.engine.transfers.mirror_copy)
                 return outputs.join(self.ctx.prefix, value.mirror_rel)
             if isinstance(value, TaggedOutput):  # where the tag pointed when planned (executor.tools.tags)
                 return outputs.join(self.ctx.prefix, node.tags[value.tag].output_rel, value.sub)

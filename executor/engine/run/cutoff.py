@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping
 from executor.core.errors import StatusError
 from executor.core.graph import StepNode
 from executor.core.record import State, Status, StepRecord, parse_status, record_key
-from executor.engine import outputs
-from executor.engine.jobs import Board
-from executor.engine.lease import Lease
+from executor.engine.prefix import outputs
+from executor.engine.run.jobs import Board
+from executor.engine.run.lease import Lease
 
 STATUS_SUFFIX = "/.executor/status.json"
 

@@ -1,4 +1,4 @@
-"""Work done once across runners: a claim is a lease on a small status object (executor.engine.lease).
+"""Work done once across runners: a claim is a lease on a small status object (executor.engine.run.lease).
 
 `claim_once(url, find, make)` is what a data step calls for one piece of work that other runners may
 want at the same time (a shard result two runs of a growing corpus both need). The claim at `url`
@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 from executor.core.errors import StatusError
 from executor.core.record import Owner, State, Status, parse_status
-from executor.engine import location
-from executor.engine.lease import LeaseKeeper, LeaseSettings, StalenessWatch
+from executor.engine.prefix import location
+from executor.engine.run.lease import LeaseKeeper, LeaseSettings, StalenessWatch
 from executor.engine.store import StoreError
 
 

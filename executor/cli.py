@@ -230,6 +230,16 @@ def run(steps: Any, description: str | None = None, *, config: Any = None, argv:
         return ExitCode.OK
     # from here (or from the start of `stepgraph run FILE`) to the first step, the steps' declaration included
     pause = collector.PlanningPause().carried_on() if owns_process else None
+    try:
+        return _run_argv(steps, description, config, argv, environ, main_file, reporter, pause, drift)
+    finally:
+        if pause is not None and pause is not collector.LOADING.get():  # `stepgraph run FILE` ends its own
+            pause.release()  # no step ran (a dry run, an error): the collector back on, nothing frozen
+
+
+def _run_argv(steps: Any, description: str | None, config: Any, argv: Sequence[str], environ: dict[str, str],
+              main_file: str, reporter: Reporter | None, pause: collector.PlanningPause | None,
+              drift: str | None) -> int:
     view = ConsoleView(reporter or ConsoleReporter(), main_file=main_file, live=reporter is None,
                        on_steps=pause.resume if pause is not None else lambda: None,
                        still_running_every_s=float(environ.get("EXECUTOR_STILL_RUNNING_EVERY_S") or 30))

@@ -77,12 +77,22 @@ def test_python_file_declares_its_steps_as_the_user_left_the_collector(experimen
 def test_the_tools_load_an_experiment_with_the_collector_paused_and_give_it_back(experiment, capsys):
     from executor.tools.loading import load_experiment
 
-    was = gc.isenabled()  # (a test running executor_main in this process may have left it paused)
-    gc.enable()
-    try:
-        loaded = load_experiment(experiment)
-        assert len(loaded.graph.nodes) == 3
-        assert "declared with the collector: False" in capsys.readouterr().out
-        assert gc.isenabled()
-    finally:
-        (gc.enable if was else gc.disable)()
+    assert gc.isenabled()
+    loaded = load_experiment(experiment)
+    assert len(loaded.graph.nodes) == 3
+    assert "declared with the collector: False" in capsys.readouterr().out
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("argv", [["--dry-run"], ["--no-such-flag"]], ids=["dry-run", "bad-flag"])
+def test_executor_main_called_in_a_process_that_goes_on_gives_the_collector_back(argv, tmp_path, monkeypatch):
+    """A notebook (or a test) that calls executor_main and catches its SystemExit: the pause its
+    planning took is ended when no step ran, the collector back on and nothing frozen."""
+    import executor
+    from tests.executor.test_events import dag
+
+    monkeypatch.setattr(gc, "freeze", lambda: pytest.fail("a dry run froze the collector"))
+    assert gc.isenabled()
+    with pytest.raises(SystemExit):
+        executor.executor_main(dag(), argv=[*argv, "--prefix", str(tmp_path)])
+    assert gc.isenabled()

@@ -53,6 +53,14 @@ class PlanningPause:
             gc.enable()
 
 
+    def release(self) -> None:
+        """As a command-line call ends with no step run (a dry run, an error): the collector as it
+        was found, nothing frozen (a notebook that catches executor_main's SystemExit keeps it)."""
+        if self.paused:
+            self.paused = False
+            gc.enable()
+
+
 # The pause `stepgraph run FILE` started before running the file (executor/tools/commands.py): a
 # contextvar, so that it reaches the file's executor_main call and nothing on another thread.
 LOADING: contextvars.ContextVar[PlanningPause | None] = contextvars.ContextVar("stepgraph_loading_pause",

@@ -4,10 +4,11 @@ from the stored statuses and records alone — no experiment file needed.
 Up follows each record's dependencies, an adoption (`alias_of`) to the output it names, a
 `--cache-from` copy to its source prefix (when that prefix can be opened; else the copy's own
 record stands), and a tag a config read (`{"tag", "digest"}` in the identity document) to the output
-the tag pointed at. Down walks the consumers of each digest, adopted ids included, from the edges
-index kept under the prefix (executor/tools/lineage_index.py: one listing and one read once the
-index is up to date; a status and a record read per output changed since). Every call
-counts its listings and reads in `Lineage.cost`.
+the tag pointed at. Down walks the consumers of each digest, adopted ids included, from the markers
+each commit leaves (executor/engine/prefix/lineage_marks.py: listings only) and, for outputs without
+them, from the edges index kept under the prefix (executor/tools/lineage_index.py: one read once the
+index is up to date; a status and a record read per output changed since). Every call counts its
+listings and reads in `Lineage.cost`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from executor.core.errors import ExecutorError, StatusError
-from executor.core.record import parse_record, parse_status, record_key, status_key
+from executor.core.record import State, parse_record, parse_status, record_key, status_key
+from executor.engine.prefix import lineage_marks
 from executor.engine.prefix.prefix_view import PrefixView
-from executor.tools.lineage_index import tags_read
+from executor.engine.prefix.lineage_marks import tags_read
 
 
 @dataclass(frozen=True)
@@ -130,18 +132,35 @@ def _dependency_rel(here: PrefixView, dep: dict[str, Any]) -> str:
 
 def lineage_down(view: PrefixView, rel: str) -> Lineage:
     """The output at `rel` and every output under the prefix made from it, directly or not (adopted
-    ids of it included), from the edges index (executor/tools/lineage_index.py): one listing and one
-    read, plus a status and a record read for each output changed since the index was written."""
+    ids of it included). Outputs whose commit left lineage markers (executor/engine/prefix/lineage_marks.py)
+    cost nothing to read: one listing of the statuses, one of `lineage/outputs/`, then one listing of
+    `lineage/consumers/<digest>/` per output walked. The others (committed before markers existed,
+    failed, running, carried over) come from the edges index (executor/tools/lineage_index.py): one
+    read, plus a status and a record read for each of them changed since the index was written."""
     from executor.tools.lineage_index import entries
 
     result = Lineage()
-    index = entries(view, result.cost)
-    if rel not in index:
+    listed = view.list_steps()
+    marked = lineage_marks.outputs(view.store)
+    result.cost["listings"] += 2
+    valid = {r: m for r, m in marked.items() if listed.get(r) == m.generation}  # its status unchanged since
+    rest = {r: g for r, g in listed.items() if r not in valid}
+    index = entries(view, result.cost, rest) if rest else {}
+    if rel not in valid and rel not in index:
         raise ExecutorError(f"no output {rel!r} under {view.prefix}")
     consumers: dict[str, list[tuple[str, str]]] = {}  # digest -> (rel, how) of what consumed it
     for at, entry in index.items():
         for digest, how in entry.made_from:
             consumers.setdefault(digest, []).append((at, how))
+
+    def consumed(digest: str | None) -> list[tuple[str, str]]:
+        if not digest:
+            return []
+        result.cost["listings"] += 1
+        marks = [(m.rel, m.how) for m in lineage_marks.consumers(view.store, digest)
+                 if m.rel in valid and valid[m.rel].generation == m.generation]
+        return [*consumers.get(digest, []), *marks]
+
     seen: set[str] = set()
     stack: list[tuple[str, int, str | None, str | None]] = [(rel, 0, None, None)]
     while stack:
@@ -149,10 +168,11 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
         if at in seen:
             continue
         seen.add(at)
-        entry = index[at]
-        node = LineageNode(view.prefix, at, entry.digest, entry.state, depth, via, parent)
+        entry = index.get(at)
+        digest, state, legacy = ((entry.digest, entry.state, entry.legacy_digest) if entry is not None
+                                 else (valid[at].digest, State.SUCCESS.value, None))
+        node = LineageNode(view.prefix, at, digest, state, depth, via, parent)
         result.nodes.append(node)
-        found = [*consumers.get(entry.digest, []),
-                 *(consumers.get(entry.legacy_digest, []) if entry.legacy_digest else [])]
+        found = [*consumed(digest), *consumed(legacy)]
         stack.extend((r, depth + 1, how, node.path) for r, how in reversed(found))
     return result

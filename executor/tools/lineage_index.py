@@ -1,5 +1,6 @@
-"""The edges `lineage --down` walks, kept under the prefix so a walk costs a listing and a read, not
-two reads a step.
+"""The edges `lineage --down` walks for outputs that left no lineage markers (committed before
+markers existed, failed, running, adopted or carried over: executor/engine/prefix/lineage_marks.py),
+kept under the prefix so a walk costs a listing and a read, not two reads a step.
 
 `<prefix>/lineage/edges.json` maps each output rel to what its status and record said when they were
 last read: the status's generation, digest and state, the digests it was made from (`consumed by` a
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
+from executor.engine.prefix.lineage_marks import made_from, tags_read
 from executor.engine.store.base import StoreError
 from executor.engine.prefix.prefix_view import PrefixView, StepRow
 
@@ -46,11 +48,13 @@ class Entry:
         return cls(generation, digest, str(state), tuple((str(d), str(h)) for d, h in made_from), legacy_digest)
 
 
-def entries(view: PrefixView, cost: dict[str, int]) -> dict[str, Entry]:
-    """rel -> Entry of every output under the prefix: one listing, one read of the index, and a status
-    and a record read for each output changed since the index was written (counted in `cost`)."""
-    listed = view.list_steps()
-    cost["listings"] += 1
+def entries(view: PrefixView, cost: dict[str, int], listed: dict[str, str] | None = None) -> dict[str, Entry]:
+    """rel -> Entry of every output under the prefix (or of `listed`: rel -> status generation, those
+    outputs only): one listing (none when `listed` is given), one read of the index, and a status and a
+    record read for each output changed since the index was written (counted in `cost`)."""
+    if listed is None:
+        listed = view.list_steps()
+        cost["listings"] += 1
     known, generation = _read_index(view, cost)
     stale = [rel for rel, g in listed.items() if rel not in known or known[rel].generation != g]
     found = {rel: known[rel] for rel in listed if rel not in stale}
@@ -69,29 +73,9 @@ def _entry(row: StepRow, record: dict[str, Any] | None) -> Entry:
     status = row.status
     if status is None:
         return Entry(row.generation, None, str(getattr(row.state, "value", row.state)), ())
-    made_from = []
-    if status.alias_of:
-        made_from.append((status.alias_of["digest"], "adopted as"))
-    for dep in (record or {}).get("dependencies") or []:
-        if isinstance(dep, dict) and isinstance(dep.get("digest"), str):
-            made_from.append((dep["digest"], "consumed by"))
-    made_from.extend((digest, f"reads tag {tag}") for tag, digest in tags_read((record or {}).get("identity")))
     legacy = ((record or {}).get("extra") or {}).get("legacy_digest")
-    return Entry(row.generation, status.digest, status.state.value, tuple(made_from),
+    return Entry(row.generation, status.digest, status.state.value, tuple(made_from(status, record)),
                  legacy if isinstance(legacy, str) else None)
-
-
-def tags_read(value: Any) -> Iterator[tuple[str, str]]:
-    """(tag, digest) of each output_of_tag(...) in an identity document."""
-    if isinstance(value, dict):
-        if isinstance(value.get("tag"), str) and isinstance(value.get("digest"), str):
-            yield value["tag"], value["digest"]
-            return
-        for v in value.values():
-            yield from tags_read(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from tags_read(v)
 
 
 def _read_index(view: PrefixView, cost: dict[str, int]) -> tuple[dict[str, Entry], str | None]:

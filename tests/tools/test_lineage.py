@@ -3,6 +3,9 @@ tag), down to everything that consumed an output (adopted ids included), with it
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from executor import api
 from executor.core.graph import build_graph
 from executor.engine.prefix.prefix_view import PrefixView
@@ -59,28 +62,40 @@ def test_lineage_up_and_down_across_an_adoption_a_cache_copy_and_a_tag(tmp_path)
     assert walked[:3] == [(ids["names/raw"], None, 0), (new["names/raw"], "adopted as", 1),
                           (new["names/tok"], "consumed by", 2)]
     assert sorted(walked[3:]) == sorted([(new["names/train"], "consumed by", 3), (reader_id, "reads tag tok@1", 3)])
-    # the first walk reads every status and every record but the alias's (and finds no index)
-    assert down.cost == {"listings": 1, "reads": 1 + 5 + 4}
+    # every output committed here left its markers but the adoption (written by `adopt`, not a
+    # commit): the statuses' and the markers' listings, one listing per output walked, and the edges
+    # index for the adoption alone (one read of the index, one of its status: an alias has no record)
+    assert down.cost == {"listings": 2 + 5, "reads": 1 + 1}
     again = lineage_down(PrefixView.open(here), ids["names/raw"])
     assert [(n.rel, n.via, n.depth) for n in again.nodes] == walked
-    assert again.cost == {"listings": 1, "reads": 1}  # the edges index: one listing, one read
+    assert again.cost == {"listings": 2 + 5, "reads": 1}  # the adoption now from the index
+
+
+def _forget_markers(prefix: str) -> None:
+    """The prefix as an executor of before lineage markers left it (executor/engine/prefix/lineage_marks.py)."""
+    import shutil
+
+    shutil.rmtree(Path(prefix, "lineage", "outputs"), ignore_errors=True)
+    shutil.rmtree(Path(prefix, "lineage", "consumers"), ignore_errors=True)
 
 
 def test_lineage_down_reads_again_only_what_changed_since_its_index_and_is_never_behind(tmp_path):
-    """The index (executor/tools/lineage_index.py) holds each output's status generation: a new
-    consumer, a re-written status and a status deleted since are seen at once, each read once."""
+    """Outputs without markers (committed before them) come from the index
+    (executor/tools/lineage_index.py), which holds each output's status generation: a new consumer, a
+    re-written status and a status deleted since are seen at once, each read once."""
     here = str(tmp_path / "here")
     raw, tok, train = pipeline()
     ids = {s.name: s.step_id for s in _run([tok], here).steps}
+    _forget_markers(here)
     view = PrefixView.open(here)
     assert [n.rel for n in lineage_down(view, ids["names/raw"]).nodes] == [ids["names/raw"], ids["names/tok"]]
 
     ids.update({s.name: s.step_id for s in _run([train], here).steps})  # a new consumer since the index
+    _forget_markers(here)
     down = lineage_down(view, ids["names/raw"])
     assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"], ids["names/train"]]
-    assert down.cost == {"listings": 1, "reads": 1 + 2}  # the index, then train's status and record
+    assert down.cost == {"listings": 2 + 3, "reads": 1 + 2}  # the index, then train's status and record
 
-    from pathlib import Path
     status = Path(here, ids["names/train"], ".executor", "status.json")
     status.write_text(status.read_text().replace('"state": "SUCCESS"', '"state": "FAILED"'))
     down = lineage_down(view, ids["names/raw"])
@@ -106,3 +121,88 @@ def test_lineage_up_stops_at_an_unreadable_copy_source(tmp_path):
     up = lineage_up(PrefixView.open(here), ids["names/tok"])
     # the copy's own record stands: its dependency is named, though that prefix is gone
     assert [(n.rel, n.via) for n in up.nodes][:1] == [(ids["names/tok"], None)]
+
+
+class CountingStore:
+    """The prefix's store, counting what lineage asks of it (the test's wrapper, not the product's)."""
+
+    def __init__(self, store):
+        self.store, self.reads, self.listings = store, [], []
+
+    def read(self, key):
+        self.reads.append(key)
+        return self.store.read(key)
+
+    def read_many(self, keys):
+        self.reads.extend(keys)
+        return self.store.read_many(keys)
+
+    def list_generations(self, prefix, suffix):
+        self.listings.append(prefix)
+        return self.store.list_generations(prefix, suffix)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def counted(prefix: str, options=None) -> tuple[PrefixView, CountingStore]:
+    store = CountingStore(open_store(prefix, options))
+    return PrefixView(store, prefix), store
+
+
+def test_a_first_walk_down_lists_the_markers_commits_left_and_reads_no_status_or_record(tmp_path):
+    """A fresh prefix (no edges index): the walk lists the statuses, `lineage/outputs/` and one
+    `lineage/consumers/<digest>/` per output walked; nothing is read, however many outputs the prefix
+    holds. A re-run status (its generation moved) is read alone; an output gc deleted is not named."""
+    from executor.tools.gc import collect, sweep
+
+    here = str(tmp_path / "here")
+    raw, tok, train = pipeline()
+    others = [pipeline(f"other {i}")[2] for i in range(3)]  # nine outputs the walk does not reach
+    ids = {s.name: s.step_id for s in _run([train], here).steps}
+    _run(others, here)
+    view, store = counted(here)
+    down = lineage_down(view, ids["names/raw"])
+    assert [(n.rel, n.via, n.state) for n in down.nodes] == [
+        (ids["names/raw"], None, "SUCCESS"), (ids["names/tok"], "consumed by", "SUCCESS"),
+        (ids["names/train"], "consumed by", "SUCCESS")]
+    assert store.reads == [] and down.cost == {"listings": 2 + 3, "reads": 0}
+    assert len(store.listings) == 2 + 3
+    assert not Path(here, "lineage", "edges.json").exists()
+
+    status = Path(here, ids["names/train"], ".executor", "status.json")  # re-written since its commit
+    status.write_text(status.read_text().replace('"state": "SUCCESS"', '"state": "FAILED"'))
+    view, store = counted(here)
+    down = lineage_down(view, ids["names/raw"])
+    assert [(n.rel, n.state) for n in down.nodes][-1] == (ids["names/train"], "FAILED")
+    assert sorted(store.reads) == sorted(["lineage/edges.json", f"{ids['names/train']}/.executor/status.json",
+                                          f"{ids['names/train']}/.executor/record.json"])
+
+    opened = open_prefix(here)  # gc deletes train: its markers name a generation no status has
+    report = collect(opened, {ids["names/raw"]: "root", ids["names/tok"]: "root",
+                              **{s.step_id: "root" for o in others for s in api.plan([o], prefix=here).steps}})
+    sweep(report, opened, grace_hours=0, now=time.time() + 60)
+    assert not Path(here, ids["names/train"]).exists()
+    view, store = counted(here)
+    down = lineage_down(view, ids["names/raw"])
+    assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"]]
+    assert store.reads == []  # every output left is marked: not even the index is read
+
+
+def test_a_marker_that_cannot_be_written_is_a_warning_and_the_walk_reads_that_output_instead(tmp_path):
+    """`<prefix>/lineage` is a file: no marker (nor the edges index) can be written there. The steps
+    still commit, a warning names each, and the walk reads their statuses and records."""
+    from executor.engine.events import LogLine
+
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "lineage").write_text("not a folder")
+    raw, tok, train = pipeline()
+    events = []
+    ids = {s.name: s.step_id for s in _run([tok], str(here), subscribers=[events.append]).steps}
+    warned = [e.text for e in events if isinstance(e, LogLine) and e.level == "warning"]
+    assert sorted(w.split(":")[0] for w in warned if "lineage markers" in w) == sorted(ids.values())
+    view, store = counted(str(here))
+    down = lineage_down(view, ids["names/raw"])
+    assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"]]
+    assert down.cost["reads"] == 1 + 2 + 2  # the (absent) index, each status and record

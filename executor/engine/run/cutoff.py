@@ -23,6 +23,7 @@ from executor.core.errors import StatusError
 from executor.core.graph import StepNode
 from executor.core.record import State, Status, StepRecord, parse_status, record_key
 from executor.engine.prefix import outputs
+from executor.engine.prefix.lineage_marks import mark_committed
 from executor.engine.run.jobs import Board
 from executor.engine.run.lease import Lease
 
@@ -187,7 +188,12 @@ class Cutoffs:
         self._write_record(node, lease, found, consumed, alias_of, wall)
         final = lease.status.next(state=State.SUCCESS, written_at=wall, alias_of=alias_of,
                                   content_sha256=found.content_sha256, inputs=dict(consumed) or None)
-        return keeper.finish(lease, final)
+        if not keeper.finish(lease, final):
+            return False
+        mark_committed(self.board.ctx.store, self.board.ctx.events, node.output_rel, final, lease.generation,
+                       {"dependencies": [{"digest": d} for d in (*node.deps, *node.weak_deps)],
+                        "identity": node.identity})
+        return True
 
     def _write_record(self, node: StepNode, lease: Lease, found: Cutoff, consumed: Mapping[str, str],
                       alias_of: dict[str, str], wall: float) -> None:

@@ -21,6 +21,7 @@ from executor.core.record import State, Status, StepRecord, output_digest, recor
 from executor.core.step import Resources, is_secret
 from executor.core.tree import fold
 from executor.engine.prefix import outputs
+from executor.engine.prefix.lineage_marks import mark_committed
 from executor.engine.run.cutoff import Cutoffs
 from executor.engine.events import LeaseLost, StepFinished, StepRetried, StepStarted, StepWaiting
 from executor.engine.run.fingerprint import record_fingerprint, status_digest
@@ -262,6 +263,10 @@ class StepJob(Job):
         if not keeper.finish(self.lease, final):
             board.lose(self, "lost before commit")
             return
+        node = self.node
+        mark_committed(board.ctx.store, board.ctx.events, node.output_rel, final, self.lease.generation,
+                       {"dependencies": [{"digest": d} for d in (*node.deps, *node.weak_deps)],
+                        "identity": node.identity})
         self.state, self.content = Outcome.SUCCEEDED, content
         board.ctx.events.emit(StepFinished(self.node, Outcome.SUCCEEDED, seconds=board.ctx.clock() - self.started,
                                            result=result))

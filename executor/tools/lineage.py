@@ -130,11 +130,15 @@ def _dependency_rel(here: PrefixView, dep: dict[str, Any]) -> str:
     return dep.get("step_id")
 
 
+FOLDERS_BEFORE_ONE_LISTING = 16  # a walk down lists this many consumers/ folders, then all of them at once
+
+
 def lineage_down(view: PrefixView, rel: str) -> Lineage:
     """The output at `rel` and every output under the prefix made from it, directly or not (adopted
     ids of it included). Outputs whose commit left lineage markers (executor/engine/prefix/lineage_marks.py)
     cost nothing to read: one listing of the statuses, one of `lineage/outputs/`, then one listing of
-    `lineage/consumers/<digest>/` per output walked. The others (committed before markers existed,
+    `lineage/consumers/<digest>/` per output walked, the first FOLDERS_BEFORE_ONE_LISTING (a wider
+    walk then lists all of `lineage/consumers/` once). The others (committed before markers existed,
     failed, running, carried over) come from the edges index (executor/tools/lineage_index.py): one
     read, plus a status and a record read for each of them changed since the index was written."""
     from executor.tools.lineage_index import entries
@@ -153,13 +157,22 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
         for digest, how in entry.made_from:
             consumers.setdefault(digest, []).append((at, how))
 
+    every: dict[str, list[lineage_marks.Mark]] | None = None  # all consumers/ markers, once listed
+    folders = 0
+
     def consumed(digest: str | None) -> list[tuple[str, str]]:
+        nonlocal every, folders
         if not digest:
             return []
-        result.cost["listings"] += 1
-        marks = [(m.rel, m.how) for m in lineage_marks.consumers(view.store, digest)
-                 if m.rel in valid and valid[m.rel].generation == m.generation]
-        return [*consumers.get(digest, []), *marks]
+        if every is None and folders >= FOLDERS_BEFORE_ONE_LISTING:
+            every = lineage_marks.all_consumers(view.store)  # a wide walk: one listing for the rest
+            result.cost["listings"] += 1
+        if every is None:
+            folders += 1
+            result.cost["listings"] += 1
+        marks = every.get(digest, []) if every is not None else lineage_marks.consumers(view.store, digest)
+        valid_marks = [(m.rel, m.how) for m in marks if m.rel in valid and valid[m.rel].generation == m.generation]
+        return [*consumers.get(digest, []), *valid_marks]
 
     seen: set[str] = set()
     stack: list[tuple[str, int, str | None, str | None]] = [(rel, 0, None, None)]

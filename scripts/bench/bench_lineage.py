@@ -6,8 +6,13 @@ from a leaf, and the taint listing a plan makes.
     uv run python scripts/bench/bench_lineage.py --steps 2000 --s3   # on the moto S3 emulator
     uv run python scripts/bench/bench_lineage.py --gcs                # on fake-gcs-server
 
-`lineage --down` is walked twice: the first walk finds no edges index (executor/tools/lineage_index.py)
-and reads every status and record, then writes it; the second lists and reads the index alone.
+Each output is committed as a run commits it: its status, then its lineage markers
+(executor/engine/prefix/lineage_marks.py), so the first `lineage --down` lists them and reads nothing.
+`--without-markers` writes the prefix as an executor of before markers did: the first walk then finds
+no edges index (executor/tools/lineage_index.py) and reads every status and record, then writes it;
+the second lists and reads the index alone.
+
+    uv run python scripts/bench/bench_lineage.py --without-markers   # the edges index's first walk
 
 The graph: `--width` independent chains of N/width steps each, all reading one root. Reports the
 listings and reads each walk made (counted by the walk itself) and its wall time.
@@ -28,14 +33,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from executor.core.record import State, Status, record_key, status_key  # noqa: E402
+from executor.engine.prefix.lineage_marks import mark_committed  # noqa: E402
 from executor.engine.prefix.prefix_view import PrefixView  # noqa: E402
 from executor.engine.store import open_store  # noqa: E402
 from executor.tools.lineage import lineage_down, lineage_up  # noqa: E402
 from executor.tools.taint import read_taints  # noqa: E402
 
 
-def _write(store, n: int, width: int) -> tuple[str, str]:
-    """N outputs: a root, then `width` chains reading it. (root rel, one leaf's rel). Written on 32 threads."""
+class _Say:
+    def warning(self, text: str) -> None:
+        print(text)
+
+
+def _write(store, n: int, width: int, markers: bool) -> tuple[str, str, str]:
+    """N outputs: a root, then `width` chains reading it, each committed with its lineage markers unless
+    `markers` is false. (root rel, a chain's first rel, one leaf's rel). Written on 32 threads."""
     digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]
     rels = [f"bench/s{i}-{d[:12]}" for i, d in enumerate(digests)]
 
@@ -46,17 +58,21 @@ def _write(store, n: int, width: int) -> tuple[str, str]:
                   "dependencies": deps, "manifest": []}
         store.create_if_absent(record_key(rels[i]), json.dumps(record).encode())
         status = Status(State.SUCCESS, digests[i], rels[i], seq=1, attempt=1, owner=None, written_at=0.0)
-        store.create_if_absent(status_key(rels[i]), status.to_bytes())
+        generation = store.create_if_absent(status_key(rels[i]), status.to_bytes())
+        if markers:
+            mark_committed(store, _Say(), rels[i], status, generation, record)
 
     with ThreadPoolExecutor(32) as pool:
         list(pool.map(one, range(n)))
-    return rels[0], rels[-1]
+    return rels[0], rels[1], rels[-1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--width", type=int, default=100)
+    parser.add_argument("--without-markers", action="store_true",
+                        help="commit no lineage markers (a prefix written before them)")
     parser.add_argument("--s3", action="store_true", help="on the moto S3 emulator (tests/emulators.py)")
     parser.add_argument("--gcs", action="store_true", help="on fake-gcs-server (tests/emulators.py)")
     args = parser.parse_args()
@@ -75,11 +91,13 @@ def main() -> None:
             prefix, options = stack.enter_context(tempfile.TemporaryDirectory()) + "/prefix", None
         store = open_store(prefix, options)
         started = time.perf_counter()
-        root, leaf = _write(store, args.steps, args.width)
+        root, chain, leaf = _write(store, args.steps, args.width, not args.without_markers)
         print(f"{args.steps} outputs written under {prefix} in {time.perf_counter() - started:.1f}s")
         view = PrefixView.open(prefix, options)
-        for label, walk in (("down from the root (builds the edges index)", lambda: lineage_down(view, root)),
-                            ("down from the root again (from the index)", lambda: lineage_down(view, root)),
+        first = "first walk, the edges index built" if args.without_markers else "first walk, markers listed"
+        for label, walk in ((f"down from the root ({first})", lambda: lineage_down(view, root)),
+                            ("down from the root again", lambda: lineage_down(view, root)),
+                            ("down from a chain's first step", lambda: lineage_down(view, chain)),
                             ("up from a leaf", lambda: lineage_up(view, leaf, options))):
             started = time.perf_counter()
             found = walk()

@@ -169,6 +169,16 @@ def test_a_first_walk_down_lists_the_markers_commits_left_and_reads_no_status_or
     assert store.reads == [] and down.cost == {"listings": 2 + 3, "reads": 0}
     assert len(store.listings) == 2 + 3
     assert not Path(here, "lineage", "edges.json").exists()
+    import executor.tools.lineage as lineage_module  # a wide walk lists all of lineage/consumers/ once
+
+    lineage_module.FOLDERS_BEFORE_ONE_LISTING, before = 1, lineage_module.FOLDERS_BEFORE_ONE_LISTING
+    try:
+        view, store = counted(here)
+        wide = lineage_down(view, ids["names/raw"])
+    finally:
+        lineage_module.FOLDERS_BEFORE_ONE_LISTING = before
+    assert [n.rel for n in wide.nodes] == [n.rel for n in down.nodes] and store.reads == []
+    assert store.listings[2:] == [f"lineage/consumers/{down.nodes[0].digest}/", "lineage/consumers/"]
 
     status = Path(here, ids["names/train"], ".executor", "status.json")  # re-written since its commit
     status.write_text(status.read_text().replace('"state": "SUCCESS"', '"state": "FAILED"'))

@@ -95,5 +95,16 @@ def consumers(store: Any, digest: str) -> list[Mark]:
     return [m for m in listed if m is not None and m.how]
 
 
-__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "consumers", "made_from", "mark_committed", "outputs",
+def all_consumers(store: Any) -> dict[str, list[Mark]]:
+    """digest -> what left a marker naming it, for every digest (one listing of `lineage/consumers/`)."""
+    found: dict[str, list[Mark]] = {}
+    for key in sorted(store.list_generations(CONSUMERS_DIR, "")):
+        folder = key[: key.find("/", len(CONSUMERS_DIR)) + 1]
+        mark = parse(key, folder) if folder.startswith(CONSUMERS_DIR) and folder != CONSUMERS_DIR else None
+        if mark is not None and mark.how:
+            found.setdefault(unquote(folder[len(CONSUMERS_DIR):-1]), []).append(mark)
+    return found
+
+
+__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "mark_committed", "outputs",
            "parse", "tags_read"]

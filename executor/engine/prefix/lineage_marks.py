@@ -106,5 +106,5 @@ def all_consumers(store: Any) -> dict[str, list[Mark]]:
     return found
 
 
-__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "mark_committed", "outputs",
-           "parse", "tags_read"]
+__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "mark_committed",
+           "outputs", "parse", "tags_read"]

@@ -216,3 +216,28 @@ def test_a_marker_that_cannot_be_written_is_a_warning_and_the_walk_reads_that_ou
     down = lineage_down(view, ids["names/raw"])
     assert [n.rel for n in down.nodes] == [ids["names/raw"], ids["names/tok"]]
     assert down.cost["reads"] == 1 + 2 + 2  # the (absent) index, each status and record
+
+
+def test_the_markers_and_the_edges_index_walk_an_early_cutoff_alike(tmp_path, monkeypatch, capsys):
+    """A real run, then one whose steps are cut off (executor/engine/run/cutoff.py commits aliases):
+    the walk from the markers alone names what the edges index names, and reads nothing."""
+    from executor.cli import run
+    from tests.cutoff.chain_experiment import chain
+
+    (tmp_path / "sidefx").mkdir()
+    monkeypatch.setenv("CUT_SIDEFX", str(tmp_path / "sidefx"))
+    prefix = tmp_path / "prefix"
+    for version in ("1", "2"):
+        assert run(chain(write_version=version), "cut", argv=["--prefix", str(prefix), "--runner", "inline"],
+                   environ={}) == 0
+    capsys.readouterr()
+    first_write = min(prefix.glob("cut/write-*/.executor/status.json"), key=lambda p: p.stat().st_mtime)
+    start = str(first_write.parent.parent.relative_to(prefix))
+    view, store = counted(str(prefix))
+    marked = lineage_down(view, start)
+    assert store.reads == [] and len(marked.nodes) == 5  # write, upper and frame, and the two aliases
+    _forget_markers(str(prefix))
+    indexed = lineage_down(PrefixView.open(str(prefix)), start)
+    walk = sorted((n.rel, n.via, n.depth, n.state) for n in marked.nodes)
+    assert walk == sorted((n.rel, n.via, n.depth, n.state) for n in indexed.nodes)
+    assert sorted(n.via or "" for n in marked.nodes) == ["", "adopted as", "adopted as", "consumed by", "consumed by"]

@@ -66,7 +66,8 @@ def mark_committed(store: Any, events: Any, rel: str, status: Any, generation: s
         return  # consumers may name its digest of before: the edges index handles it
     name = ",".join(quote(part, safe="") for part in (rel, generation, status.digest))
     try:
-        for digest, how in made_from(status, record):
+        # an alias (early cutoff) is made from the output it names, as the edges index reads it
+        for digest, how in made_from(status, None if status.alias_of else record):
             store.create_if_absent(f"{CONSUMERS_DIR}{quote(digest, safe='')}/{name},{quote(how, safe='')}", b"")
         store.create_if_absent(f"{OUTPUTS_DIR}{name}", b"")  # last: it says the consumers/ ones are all there
     except Exception as e:  # noqa: BLE001 - the step is committed; lineage reads its record instead

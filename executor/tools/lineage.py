@@ -164,6 +164,8 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
         nonlocal every, folders
         if not digest:
             return []
+        if not valid:  # no output here left a marker that counts: nothing to list
+            return consumers.get(digest, [])
         if every is None and folders >= FOLDERS_BEFORE_ONE_LISTING:
             every = lineage_marks.all_consumers(view.store)  # a wide walk: one listing for the rest
             result.cost["listings"] += 1

@@ -266,8 +266,7 @@ def test_the_command_line_plans_without_the_collector_and_runs_steps_with_it(tmp
     steps run it freezes what planning built and turns the collector back on; as the process exits
     it freezes what is left, so that the interpreter's last collection skips it (engine/run/collector.py).
     A caller that catches executor_main's SystemExit keeps its objects unfrozen (and, when no step ran,
-    gets the collector back on). The library API,
-    used in notebooks, leaves the collector alone."""
+    gets the collector back on). The library API, used in notebooks, leaves the collector alone."""
     script = f"""
 import atexit, gc
 from executor import executor_main

@@ -15,6 +15,7 @@ import pytest
 
 import executor
 from executor.engine.events import LogLine, MirrorCopied, PlanMade, StepStarted
+from executor.engine.prefix.prefixes import open_prefix
 from tests.cache import graph as cache_graph
 from tests.cache.at_once import run_at_once
 from tests.cache.mirror_graph import CORPUS, FILES, build, write_corpus
@@ -362,7 +363,6 @@ RUNNER = '''\
 import json, pathlib, sys, time
 import executor
 from executor.engine.events import LogLine
-from executor.engine.prefix.prefixes import open_prefix
 from tests.cache.mirror_graph import build
 
 gate = pathlib.Path(sys.argv[3])  # imports done: wait for the others, so the five plan and copy at once

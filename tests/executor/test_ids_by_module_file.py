@@ -222,14 +222,14 @@ def test_steps_with_a_status_are_not_looked_up_under_their_legacy_ids(tmp_path, 
         legacy_carry.carry_over(graph, snapshot, None, None, str(tmp_path), write=True)
 
 
-def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, monkeypatch):
-    """Both planned from a snapshot without the new statuses: the second finds the first's and keeps it."""
+def _carry_over_twice(experiment: Path, prefix: Path, monkeypatch) -> tuple:
+    """(graph, first, second): `experiment` loaded as the module `exp` (as when the prefix was written),
+    then two carry-overs planned from the same snapshot, as two runners racing would."""
     from executor.core.graph import build_graph
-    from executor.engine.run import legacy_carry
     from executor.engine.prefix.location import open_location
+    from executor.engine.run import legacy_carry
     from executor.engine.run.snapshot import read_snapshot
-    prefix = _legacy_prefix(tmp_path)
-    experiment = _copy(tmp_path / "lab", "exp.py")  # the module `exp`, as when the prefix was written
+
     spec = importlib.util.spec_from_file_location("exp", experiment)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "exp", module)
@@ -239,6 +239,14 @@ def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, m
     snapshot = read_snapshot(store, graph.nodes.values())
     first = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=1.0)
     second = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=2.0)
+    return graph, first, second
+
+
+def test_two_runners_carrying_the_same_prefix_over_make_one_decision(tmp_path, monkeypatch):
+    """Both planned from a snapshot without the new statuses: the second finds the first's and keeps it."""
+    prefix = _legacy_prefix(tmp_path)
+    experiment = _copy(tmp_path / "lab", "exp.py")  # the module `exp`, as when the prefix was written
+    graph, first, second = _carry_over_twice(experiment, prefix, monkeypatch)
     assert {d: (o.status.written_at, o.generation) for d, o in first.items()} == {
         d: (o.status.written_at, o.generation) for d, o in second.items()}
     assert {o.status.written_at for o in second.values()} == {1.0}
@@ -356,25 +364,13 @@ def test_override_paths_made_with_the_ids_of_before_are_carried_over_in_place_an
 def test_two_runners_carrying_an_override_path_over_make_one_decision(tmp_path, monkeypatch):
     """Both planned from the old status: the first re-keys it by CAS; the second's CAS finds the generation
     moved and takes the first's status (a plain write would put its own over it)."""
-    from executor.core.graph import build_graph
-    from executor.engine.run import legacy_carry
-    from executor.engine.prefix.location import open_location
-    from executor.engine.run.snapshot import read_snapshot
 
     prefix = tmp_path / "prefix"
     shutil.copytree(OVERRIDE_PREFIX, prefix)
     experiment = tmp_path / "lab" / "exp.py"
     experiment.parent.mkdir()
     experiment.write_text((REPO / "tests/executor/override_experiment.py").read_text())
-    spec = importlib.util.spec_from_file_location("exp", experiment)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "exp", module)
-    spec.loader.exec_module(module)
-    graph = build_graph(module.build(module.Options()))
-    store, fs = open_location(str(prefix))
-    snapshot = read_snapshot(store, graph.nodes.values())
-    first = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=1.0)
-    second = legacy_carry.carry_over(graph, snapshot, store, fs, str(prefix), write=True, now=2.0)
+    graph, first, second = _carry_over_twice(experiment, prefix, monkeypatch)
     fixed = [d for d, n in graph.nodes.items() if n.output_rel.startswith("fixed/")]
     assert len(fixed) == 2
     for digest in fixed:

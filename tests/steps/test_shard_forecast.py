@@ -17,6 +17,7 @@ import pytest
 from executor import ExecutorStep, open_file, output_path_of, this_output_path, url_to_fs
 from executor.api import run
 from executor.cli import run as cli_run
+from executor.engine.prefix.prefixes import open_prefix
 from executor.tools.run_report import write_report
 from steps.dedup.exact import ExactDedupConfig, exact_dedup
 from steps.tokenize import TokenizeConfig, tokenize
@@ -74,7 +75,7 @@ def test_the_dry_run_forecasts_the_shards_a_grown_corpus_reuses_and_the_run_reus
     for step in grown[1:]:
         result = result_of(prefix, made.step(step).output_path)
         assert (result["shards_reused"], result["shards_processed"]) == (SHARDS - 2, 2)
-    report = Path(write_report(str(prefix), made.run_file)).read_text()  # the run report, as the command line writes it
+    report = Path(write_report(open_prefix(str(prefix)), made.run_file)).read_text()  # the run report, as the command line writes it
     assert report.count(f"shards: 2 processed, {SHARDS - 2} reused") == 2
 
 

@@ -64,8 +64,10 @@ def _installed_roots() -> tuple[str, ...]:
     """Directories whose modules are installed code (interpreter facts, fixed for the process)."""
     import site
 
+    import executor  # the executor's own package, wherever this module sits in it
+
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             str(Path(__file__).resolve().parents[1])}  # the executor's own package
+             str(Path(executor.__file__).resolve().parent)}
     try:
         roots.update(site.getsitepackages())
         roots.add(site.getusersitepackages())

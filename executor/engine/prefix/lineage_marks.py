@@ -14,7 +14,7 @@ leaves the output to the edges index (executor/tools/lineage_index.py), which re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote
 
 OUTPUTS_DIR = "lineage/outputs/"
@@ -58,21 +58,17 @@ def tags_read(value: Any) -> Iterator[tuple[str, str]]:
             yield from tags_read(v)
 
 
-def mark_committed(store: Any, events: Any, rel: str, status: Any, generation: str,
-                   record: dict[str, Any]) -> None:
-    """Leave the markers of an output just committed at `generation`. A failure is a warning: the
-    markers are an index, the edges index reads an output that has none."""
+def marker_keys(rel: str, status: Any, generation: str, record: dict[str, Any]) -> tuple[list[str], str] | None:
+    """The keys of the markers an output committed at `generation` leaves: its consumers/ markers, and
+    its outputs/ marker, to be written once those are all there (it vouches for them). None: it leaves
+    none (an output carried over under a digest of before, or without a digest: the edges index reads it)."""
     if ((record.get("extra") or {}).get("legacy_digest")) or not status.digest:
-        return  # consumers may name its digest of before: the edges index handles it
+        return None
     name = ",".join(quote(part, safe="") for part in (rel, generation, status.digest))
-    try:
-        # an alias (early cutoff) is made from the output it names, as the edges index reads it
-        for digest, how in made_from(status, None if status.alias_of else record):
-            store.create_if_absent(f"{CONSUMERS_DIR}{quote(digest, safe='')}/{name},{quote(how, safe='')}", b"")
-        store.create_if_absent(f"{OUTPUTS_DIR}{name}", b"")  # last: it says the consumers/ ones are all there
-    except Exception as e:  # noqa: BLE001 - the step is committed; lineage reads its record instead
-        events.warning(f"{rel}: could not write its lineage markers ({type(e).__name__}: {e}); "
-                       "`stepgraph lineage --down` will read its status and record instead")
+    # an alias (early cutoff) is made from the output it names, as the edges index reads it
+    made = made_from(status, None if status.alias_of else record)
+    return ([f"{CONSUMERS_DIR}{quote(digest, safe='')}/{name},{quote(how, safe='')}" for digest, how in made],
+            f"{OUTPUTS_DIR}{name}")
 
 
 def parse(key: str, folder: str) -> Mark | None:
@@ -107,5 +103,20 @@ def all_consumers(store: Any) -> dict[str, list[Mark]]:
     return found
 
 
-__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "mark_committed",
-           "outputs", "parse", "tags_read"]
+def stale(marker_keys_listed: Iterable[str], statuses: Mapping[str, str]) -> list[str]:
+    """The marker keys (as listed under `lineage/`) that no longer speak for an output: `statuses`
+    (rel -> generation, a status listing made after the markers were listed) does not hold the
+    generation they name (the output was deleted, re-run or its status re-written). A marker is
+    written after its status, so one listed before the statuses names a status the listing shows
+    unless that status changed since: deleting it never loses a marker that counts."""
+    found = []
+    for key in marker_keys_listed:
+        folder = next((f for f in (OUTPUTS_DIR, CONSUMERS_DIR) if key.startswith(f)), None)
+        mark = parse(key, folder) if folder else None
+        if mark is not None and statuses.get(mark.rel) != mark.generation:
+            found.append(key)
+    return found
+
+
+__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "marker_keys",
+           "outputs", "parse", "stale", "tags_read"]

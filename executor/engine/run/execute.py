@@ -50,7 +50,7 @@ class Execution:
     def __init__(self, graph: Graph, plan: Plan, ctx: RunContext):
         self.graph, self.plan, self.ctx = graph, plan, ctx
         self.board = Board(graph, plan, ctx)
-        cutoffs = Cutoffs(self.board, config_to_json)
+        self.cutoffs = cutoffs = Cutoffs(self.board, config_to_json)
         add_mirror_jobs(self.board, list(plan.mirrors.values()))
         for digest, decision in plan.decisions.items():
             self.board.steps[digest] = job_for(self.board, decision, cutoffs)
@@ -74,6 +74,7 @@ class Execution:
             self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
             raise
         finally:
+            self.cutoffs.marks.drain()  # no lineage marker write outlives the run (a failed one: a warning)
             self.ctx.keeper.stop()
             if self.board.runner is not None:
                 self.board.runner.shutdown()

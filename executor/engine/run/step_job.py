@@ -21,7 +21,6 @@ from executor.core.record import State, Status, StepRecord, output_digest, recor
 from executor.core.step import Resources, is_secret
 from executor.core.tree import fold
 from executor.engine.prefix import outputs
-from executor.engine.prefix.lineage_marks import mark_committed
 from executor.engine.run.cutoff import Cutoffs
 from executor.engine.events import LeaseLost, StepFinished, StepRetried, StepStarted, StepWaiting
 from executor.engine.run.fingerprint import record_fingerprint, status_digest
@@ -264,9 +263,9 @@ class StepJob(Job):
             board.lose(self, "lost before commit")
             return
         node = self.node
-        mark_committed(board.ctx.store, board.ctx.events, node.output_rel, final, self.lease.generation,
-                       {"dependencies": [{"digest": d} for d in (*node.deps, *node.weak_deps)],
-                        "identity": node.identity})
+        self.cutoffs.marks.submit(node.output_rel, final, self.lease.generation,
+                                  {"dependencies": [{"digest": d} for d in (*node.deps, *node.weak_deps)],
+                                   "identity": node.identity})
         self.state, self.content = Outcome.SUCCEEDED, content
         board.ctx.events.emit(StepFinished(self.node, Outcome.SUCCEEDED, seconds=board.ctx.clock() - self.started,
                                            result=result))

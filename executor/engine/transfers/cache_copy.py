@@ -17,7 +17,6 @@ from executor.core.plan import Action, Decision
 from executor.core.record import State, output_digest, record_key, to_json_bytes
 from executor.core.step import Resources
 from executor.engine.prefix import outputs
-from executor.engine.prefix.lineage_marks import mark_committed
 from executor.engine.transfers.copy_output import CopyConfig, copy_output
 from executor.engine.run.cutoff import Cutoffs
 from executor.engine.events import StepFinished, StepStarted
@@ -105,7 +104,7 @@ class CacheCopyJob(StepJob):
         if not ctx.keeper.finish(self.lease, final):
             self.board.lose(self, "lost before commit")
             return
-        mark_committed(ctx.store, ctx.events, self.node.output_rel, final, self.lease.generation, record)
+        self.cutoffs.marks.submit(self.node.output_rel, final, self.lease.generation, record)
         self.state, self.content, self.sources = Outcome.SUCCEEDED, content, ()
         ctx.events.emit(StepFinished(self.node, Outcome.SUCCEEDED, seconds=ctx.clock() - self.started,
                                      result=record.get("result")))

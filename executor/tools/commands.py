@@ -323,6 +323,8 @@ def cmd_gc(args: Any) -> int:
     print(f"deleted {len(report.deleted)} output(s); kept {len(report.spared)} unreachable one(s){refused}")
     if report.claims:
         print(f"deleted {len(report.deleted_claims)} shard claim(s); kept {len(report.spared_claims)}")
+    if report.deleted_markers:  # executor/tools/gc.py: markers of deleted or re-written statuses
+        print(f"deleted {report.deleted_markers} lineage marker(s) of outputs no longer there as marked")
     return ExitCode.FAILED if report.failed else ExitCode.OK
 
 

@@ -15,6 +15,13 @@ under which incremental data steps make each shard once) are kept while an outpu
 deleted holds that shard's result (`<output>/shard-index/<address>.json`) or the claim is RUNNING
 (a live lease) or within the grace period; every other claim is collected with the outputs: a shard
 result referenced only by deleted outputs leaves nothing behind.
+
+Lineage markers (executor/engine/prefix/lineage_marks.py: the empty objects under `lineage/outputs/`
+and `lineage/consumers/` each commit leaves) are deleted after the outputs when they name a
+generation no status holds: the markers of the outputs just deleted, and those of a status re-written
+or re-run since (`lineage --down` already ignores them; gc stops them piling up). The markers are
+listed before the statuses, so a marker written meanwhile, always after its status, is never taken
+for stale. `lineage/edges.json` is left alone.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from executor.engine.prefix import location
-from executor.engine.prefix import outputs
+from executor.engine.prefix import lineage_marks, outputs
 from executor.core.errors import StatusError
 from executor.engine.prefix.prefixes import OpenedPrefix
 from executor.core.graph import Graph
@@ -82,6 +89,7 @@ class GcReport:
     claims_kept: int = 0  # shard claims a kept output holds
     deleted_claims: list[str] = field(default_factory=list)
     spared_claims: dict[str, str] = field(default_factory=dict)  # claim rel -> why it was not deleted
+    deleted_markers: int = 0  # lineage markers naming a generation no status holds
 
     @property
     def garbage_bytes(self) -> int:
@@ -221,7 +229,25 @@ def sweep(report: GcReport, opened: OpenedPrefix, *, grace_hours: float, now: fl
             continue
         report.deleted.append(output.rel)
     _sweep_claims(report, view, grace_hours, now)
+    _sweep_markers(report, view)
     return report
+
+
+def _sweep_markers(report: GcReport, view: PrefixView) -> None:
+    """Delete the lineage markers that name a generation no status holds (see the module's docstring)."""
+    try:
+        listed = view.store.list_generations(lineage_marks.LINEAGE_DIR, "")  # the markers first,
+        stale = lineage_marks.stale(sorted(listed), view.list_steps())  # then the statuses
+    except Exception as e:  # noqa: BLE001 - as for outputs: reported, the rest of the report stands
+        report.failed[lineage_marks.LINEAGE_DIR] = f"could not list the lineage markers: {type(e).__name__}: {e}"
+        return
+    for key in stale:
+        try:
+            view.store.delete(key)
+        except Exception as e:  # noqa: BLE001
+            report.failed[key] = f"{type(e).__name__}: {e}"
+            continue
+        report.deleted_markers += 1
 
 
 def _sweep_claims(report: GcReport, view: PrefixView, grace_hours: float, now: float) -> None:

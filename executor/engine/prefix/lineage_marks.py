@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote
 
-OUTPUTS_DIR = "lineage/outputs/"
-CONSUMERS_DIR = "lineage/consumers/"
+LINEAGE_DIR = "lineage/"
+OUTPUTS_DIR = f"{LINEAGE_DIR}outputs/"
+CONSUMERS_DIR = f"{LINEAGE_DIR}consumers/"
 
 
 @dataclass(frozen=True)
@@ -118,5 +119,5 @@ def stale(marker_keys_listed: Iterable[str], statuses: Mapping[str, str]) -> lis
     return found
 
 
-__all__ = ["CONSUMERS_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "marker_keys",
+__all__ = ["CONSUMERS_DIR", "LINEAGE_DIR", "OUTPUTS_DIR", "Mark", "all_consumers", "consumers", "made_from", "marker_keys",
            "outputs", "parse", "stale", "tags_read"]

@@ -5,7 +5,7 @@ Up follows each record's dependencies, an adoption (`alias_of`) to the output it
 `--cache-from` copy to its source prefix (when that prefix can be opened; else the copy's own
 record stands), and a tag a config read (`{"tag", "digest"}` in the identity document) to the output
 the tag pointed at. Down walks the consumers of each digest, adopted ids included, from the markers
-each commit leaves (executor/engine/prefix/lineage_marks.py: listings only) and, for outputs without
+each commit leaves (executor/engine/prefix/lineage_marks.py: two listings) and, for outputs without
 them, from the edges index kept under the prefix (executor/tools/lineage_index.py: one read once the
 index is up to date; a status and a record read per output changed since). Every call counts its
 listings and reads in `Lineage.cost`.
@@ -130,24 +130,20 @@ def _dependency_rel(here: PrefixView, dep: dict[str, Any]) -> str:
     return dep.get("step_id")
 
 
-FOLDERS_BEFORE_ONE_LISTING = 16  # a walk down lists this many consumers/ folders, then all of them at once
-
-
 def lineage_down(view: PrefixView, rel: str) -> Lineage:
     """The output at `rel` and every output under the prefix made from it, directly or not (adopted
-    ids of it included). Outputs whose commit left lineage markers (executor/engine/prefix/lineage_marks.py)
-    cost nothing to read: one listing of the statuses, one of `lineage/outputs/`, then one listing of
-    `lineage/consumers/<digest>/` per output walked, the first FOLDERS_BEFORE_ONE_LISTING (a wider
-    walk then lists all of `lineage/consumers/` once). The others (committed before markers existed,
-    failed, running, carried over) come from the edges index (executor/tools/lineage_index.py): one
-    read, plus a status and a record read for each of them changed since the index was written."""
+    ids of it included). Outputs whose commit left its lineage markers (executor/engine/prefix/lineage_marks.py)
+    cost nothing to read: one listing of the statuses and one of `lineage/`. The others (committed
+    before markers existed, failed, running, carried over, or a marker write failed) come from the edges
+    index (executor/tools/lineage_index.py): one read, plus a status and a record read for each of them
+    changed since the index was written."""
     from executor.tools.lineage_index import entries
 
     result = Lineage()
     listed = view.list_steps()
-    marked = lineage_marks.outputs(view.store)
+    marked = lineage_marks.listed(view.store)
     result.cost["listings"] += 2
-    valid = {r: m for r, m in marked.items() if listed.get(r) == m.generation}  # its status unchanged since
+    valid = marked.valid(listed)  # every marker its commit left is there, its status unchanged since
     rest = {r: g for r, g in listed.items() if r not in valid}
     index = entries(view, result.cost, rest) if rest else {}
     if rel not in valid and rel not in index:
@@ -156,25 +152,10 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
     for at, entry in index.items():
         for digest, how in entry.made_from:
             consumers.setdefault(digest, []).append((at, how))
-
-    every: dict[str, list[lineage_marks.Mark]] | None = None  # all consumers/ markers, once listed
-    folders = 0
-
-    def consumed(digest: str | None) -> list[tuple[str, str]]:
-        nonlocal every, folders
-        if not digest:
-            return []
-        if not valid:  # no output here left a marker that counts: nothing to list
-            return consumers.get(digest, [])
-        if every is None and folders >= FOLDERS_BEFORE_ONE_LISTING:
-            every = lineage_marks.all_consumers(view.store)  # a wide walk: one listing for the rest
-            result.cost["listings"] += 1
-        if every is None:
-            folders += 1
-            result.cost["listings"] += 1
-        marks = every.get(digest, []) if every is not None else lineage_marks.consumers(view.store, digest)
-        valid_marks = [(m.rel, m.how) for m in marks if m.rel in valid and valid[m.rel].generation == m.generation]
-        return [*consumers.get(digest, []), *valid_marks]
+    for digest, marks in marked.consumers.items():
+        for m in marks:
+            if m.rel in valid and valid[m.rel].generation == m.generation:
+                consumers.setdefault(digest, []).append((m.rel, m.how))
 
     seen: set[str] = set()
     stack: list[tuple[str, int, str | None, str | None]] = [(rel, 0, None, None)]
@@ -188,6 +169,6 @@ def lineage_down(view: PrefixView, rel: str) -> Lineage:
                                  else (valid[at].digest, State.SUCCESS.value, None))
         node = LineageNode(view.prefix, at, digest, state, depth, via, parent)
         result.nodes.append(node)
-        found = [*consumed(digest), *consumed(legacy)]
+        found = [*consumers.get(digest, []), *(consumers.get(legacy, []) if legacy else [])]
         stack.extend((r, depth + 1, how, node.path) for r, how in reversed(found))
     return result

@@ -51,7 +51,7 @@ def test_gc_deletes_the_markers_of_what_it_deletes_and_of_statuses_rewritten_sin
     code, out = run_main("gc", "--prefix", toy.prefix, str(toy.path), "--delete", "--grace-hours", "0")
     assert code == 0, out
     stale = {key for key, rel in before.items() if rel in gone or rel == v2["toy/train"]}
-    assert len(stale) == 3 * 2 + 2  # an outputs/ and a consumers/ marker each: v1's 3 outputs, v2's train
+    assert len(stale) == 3 + 1  # one marker each (each reads one output): v1's 3 outputs, v2's train
     after = _marked(toy.prefix)
     assert set(after) == set(before) - stale
     assert f"deleted {len(stale)} lineage marker(s)" in out

@@ -1,5 +1,5 @@
 """A run's lineage markers (executor/engine/run/mark_writer.py) are written off the run loop, all of a
-commit's at once, the outputs/ marker last, and drained before the run returns."""
+commit's at once, and drained before the run returns."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 from executor import ExecutorStep, api, open_file, output_path_of, this_output_path
 from executor.engine.events import StepFinished
+from executor.engine.prefix.prefix_view import PrefixView
 from executor.engine.store import open_store
 from executor.engine.store.local import LocalStore
+from executor.tools.lineage import lineage_down
 
 from .names_steps import RawConfig, make_raw
 
@@ -64,8 +66,8 @@ class _Gate:
 def test_a_commit_does_not_wait_for_its_lineage_markers_and_the_run_drains_them(tmp_path, monkeypatch):
     """Three roots and a step joining them: the join's three consumers/ markers and the roots' outputs/
     markers are in flight together, held until the last commit (a commit that waited for its markers,
-    or markers written one at a time, never gets there: the gate's 10 s run out). The join's outputs/
-    marker is written after its consumers/ ones, and none is in flight when the run has returned."""
+    or markers written one at a time, never gets there: the gate's 10 s run out). None is in flight
+    when the run has returned, and the walk down from a root lists them and reads nothing."""
     roots = [ExecutorStep(name=f"marks/raw{i}", fn=make_raw, config=RawConfig(f"text {i}", this_output_path()))
              for i in range(3)]
     joined = ExecutorStep(name="marks/join", fn=join,
@@ -80,9 +82,10 @@ def test_a_commit_does_not_wait_for_its_lineage_markers_and_the_run_drains_them(
     assert result.ok, result.failed
     assert gate.opened and gate.most == 6, (gate.opened, gate.most)
     assert len(finished) == 4 and max(finished) - started < gate.wait_s  # no commit waited on the gate
-    assert gate.in_flight == 0 and len(gate.done) == 7  # drained: 4 outputs/ markers, 3 consumers/ ones
-    ids = {s.name: s.step_id for s in result.steps}
-    join_last = [k for k in gate.done if ids["marks/join"].replace("/", "%2F") in k]
-    assert [k.split("/")[1] for k in join_last] == ["consumers"] * 3 + ["outputs"]
+    assert gate.in_flight == 0 and len(gate.done) == 6  # drained: 3 outputs/ markers, 3 consumers/ ones
     listed = sorted(key.split("/")[1] for key in open_store(str(tmp_path / "p")).list_generations("lineage/", ""))
-    assert listed == ["consumers"] * 3 + ["outputs"] * 4
+    assert listed == ["consumers"] * 3 + ["outputs"] * 3
+    ids = {s.name: s.step_id for s in result.steps}
+    down = lineage_down(PrefixView.open(str(tmp_path / "p")), ids["marks/raw1"])
+    assert [(n.rel, n.via) for n in down.nodes] == [(ids["marks/raw1"], None), (ids["marks/join"], "consumed by")]
+    assert down.cost == {"listings": 2, "reads": 0}

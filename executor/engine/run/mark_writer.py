@@ -2,12 +2,12 @@
 
 A commit hands its output's markers to the run's `MarkWriter` and goes on at once: the writer creates
 them on a small pool of threads of its own (started at the first commit, so a run that commits nothing
-starts none), every consumers/ marker of a commit at the same time, then that commit's outputs/ marker,
-which vouches for them, once they are all there. The markers only speed `lineage --down` up, and the
-walk counts one only while the status listing shows the generation it names, so a marker not written
-is never wrong: a failed write becomes a warning event (emitted from the run loop's thread, at the next
-commit or at `drain`) and the walk reads that output's status and record instead. The run calls
-`drain` before it returns, so no marker write is still in flight when the run has ended.
+starts none), all of a commit's markers at the same time. The markers only speed `lineage --down` up,
+and the walk counts an output's markers only when all of them are there at the generation the status
+listing shows, so a marker not written is never wrong: a failed write becomes a warning event (emitted
+from the run loop's thread, at the next commit or at `drain`) and the walk reads that output's status
+and record instead. The run calls `drain` before it returns, so no marker write is still in flight
+when the run has ended.
 """
 
 from __future__ import annotations
@@ -21,14 +21,6 @@ from executor.engine.prefix.lineage_marks import marker_keys
 THREADS = 8  # marker writes in flight at once, per run
 
 
-class _Commit:
-    """One output's markers: its consumers/ ones written at once, then its outputs/ one."""
-
-    def __init__(self, rel: str, last: str, waiting: int):
-        self.rel, self.last, self.waiting, self.error = rel, last, waiting, None
-        self.lock = threading.Lock()
-
-
 class MarkWriter:
     """Writes the markers of each output the run commits, concurrently, after the commit."""
 
@@ -37,7 +29,7 @@ class MarkWriter:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._pending: set[Future] = set()
-        self._failed: list[tuple[str, str]] = []  # (rel, error) of commits whose markers were not all written
+        self._failed: list[tuple[str, str]] = []  # (rel, error) of marker writes that failed
 
     def submit(self, rel: str, status: Any, generation: str, record: dict[str, Any]) -> None:
         """Write the markers of `rel`, committed at `generation`, in the background."""
@@ -45,13 +37,11 @@ class MarkWriter:
         keys = marker_keys(rel, status, generation, record)
         if keys is None:
             return
-        consumers, last = keys
-        commit = _Commit(rel, last, len(consumers))
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stepgraph-lineage-marks")
-        for key in consumers or [None]:
-            future = self._pool.submit(self._write, commit, key)
+        for key in keys:
             with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stepgraph-lineage-marks")
+                future = self._pool.submit(self._write, rel, key)
                 self._pending.add(future)
             future.add_done_callback(self._done)
 
@@ -64,33 +54,18 @@ class MarkWriter:
                 break
             for future in pending:
                 future.exception()  # waits; _write never raises
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._warn()
 
-    def _write(self, commit: _Commit, key: str | None) -> None:
-        error = None
-        if key is not None:
-            error = self._create(key)
-            with commit.lock:
-                commit.error = commit.error or error
-                commit.waiting -= 1
-                if commit.waiting:
-                    return  # another write of this commit writes the outputs/ marker
-                error = commit.error
-        if error is None:
-            error = self._create(commit.last)  # last: it says the consumers/ ones are all there
-        if error is not None:
-            with self._lock:
-                self._failed.append((commit.rel, error))
-
-    def _create(self, key: str) -> str | None:
+    def _write(self, rel: str, key: str) -> None:
         try:
             self.store.create_if_absent(key, b"")
-            return None
         except Exception as e:  # noqa: BLE001 - the step is committed; lineage reads its record instead
-            return f"{type(e).__name__}: {e}"
+            with self._lock:
+                self._failed.append((rel, f"{type(e).__name__}: {e}"))
 
     def _done(self, future: Future) -> None:
         with self._lock:
@@ -99,7 +74,7 @@ class MarkWriter:
     def _warn(self) -> None:
         with self._lock:
             failed, self._failed = self._failed, []
-        for rel, error in failed:
+        for rel, error in dict(failed).items():  # one warning per output
             self.events.warning(f"{rel}: could not write its lineage markers ({error}); "
                                 "`stepgraph lineage --down` will read its status and record instead")
 

@@ -102,6 +102,13 @@ def main() -> None:
         root, chain, leaf = _write(store, args.steps, args.width, not args.without_markers)
         print(f"{args.steps} outputs written under {prefix} in {time.perf_counter() - started:.1f}s")
         view = PrefixView.open(prefix, options)
+        started = time.perf_counter()
+        statuses = view.list_steps()
+        listed = time.perf_counter() - started
+        everything, markers = store.list_generations("", ""), store.list_generations("lineage/", "")
+        print(f"the status listing (a plan's, and lineage's first): {len(statuses)} statuses in {listed:.2f}s; "
+              f"{len(everything)} objects under the prefix ({-(-len(everything) // 1000)} pages of 1,000 where "
+              f"the store cannot filter by suffix: S3), {len(markers)} of them lineage markers")
         first = "first walk, the edges index built" if args.without_markers else "first walk, markers listed"
         for label, walk in ((f"down from the root ({first})", lambda: lineage_down(view, root)),
                             ("down from the root again", lambda: lineage_down(view, root)),

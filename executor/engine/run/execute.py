@@ -74,10 +74,10 @@ class Execution:
             self._interrupt(f"the run stopped: {type(e).__name__}: {e}")
             raise
         finally:
-            self.cutoffs.marks.drain()  # no lineage marker write outlives the run (a failed one: a warning)
             self.ctx.keeper.stop()
             if self.board.runner is not None:
                 self.board.runner.shutdown()
+            self.cutoffs.marks.drain()  # no lineage marker write outlives the run (a failed one: a warning)
         return self._summarize(summary)
 
     def _summarize(self, summary: RunSummary) -> RunSummary:

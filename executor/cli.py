@@ -43,7 +43,7 @@ class ExecutorOptions:
     only: Optional[str] = _flag(None, "a step name, or a regex over names: run these plus what they need")
     force_failed: bool = _flag(True, "retry steps whose previous attempt failed (false: leave them failed)")
     force_run: Optional[str] = _flag(None, "a step name, or a regex over names: re-run these even when they succeeded (and what consumed their changed outputs)")
-    max_concurrent: int = _flag(8, "steps running at once (per runner)")
+    max_concurrent: int = _flag(8, "steps and copies (cache, mirror) running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
     runner: Literal["auto", "ray", "inline"] = _flag("auto", "where steps run: auto: each step in a child process of this one, "

@@ -64,7 +64,7 @@ class Job:
     key: str  # its status in the coordination store: the lease
     digest: str  # what that status must carry
     step_id: str  # the status's step_id when this runner takes the lease
-    slot: bool = True  # counts against --max-concurrent while it runs
+    slot: bool = True  # counts against --max-concurrent while it runs (steps, cache and mirror copies alike)
     failure_blocks: bool = True  # a failure blocks the jobs needing it (a mirror's readers fail themselves)
 
     def __init__(self) -> None:

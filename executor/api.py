@@ -33,9 +33,9 @@ from executor.core.record import Owner
 from executor.core.step import ExecutorStep, Resources
 from executor.engine.prefix import outputs
 from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
-from executor.core.locations import Storage, storage_from
+from executor.core.locations import Storage
 from executor.core.urls import protocol_of
-from executor.engine.prefix.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.prefix.prefixes import OpenedPrefix, open_given
 from executor.engine.run.legacy_carry import carry_over
 from executor.engine.run.snapshot import read_snapshot
 
@@ -44,7 +44,10 @@ from executor.engine.run.snapshot import read_snapshot
 class Options:
     """How to plan and run; the same meaning as the executor flags of the same names."""
 
-    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ in the script's project (absolute)
+    # None: env EXECUTOR_PREFIX, else cache/ in the script's project (absolute). An OpenedPrefix
+    # (executor.engine.prefix.prefixes.open_prefix / open_given) is used as it is, its storage options with it:
+    # nothing resolves or opens it again (storage_options stays None then)
+    prefix: Optional[str | OpenedPrefix] = None
     only: Optional[str] = None  # regex over step names: these plus what they need
     force_failed: bool = True  # retry steps whose previous attempt failed
     force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
@@ -133,6 +136,7 @@ class PlanResult(_Steps):
     storage_options: Storage = field(default_factory=Storage, repr=False, compare=False)  # keyed by location
     store: Any = field(default=None, repr=False, compare=False)
     fs: Any = field(default=None, repr=False, compare=False)
+    opened: Optional[OpenedPrefix] = field(default=None, repr=False, compare=False)  # the prefix, as opened once
 
     @property
     def needs_runner(self) -> bool:
@@ -214,7 +218,9 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing;
     emits PlanMade to `subscribers`."""
     options, environ = _options(options, overrides), environment(environ)
-    graph = graph_of(_step_list(steps), options, environ)
+    step_list = _step_list(steps)
+    options = with_opened_prefix(options, environ)  # once: the graph's tags and the plan read one opened prefix
+    graph = graph_of(step_list, options, environ)
     decided = decide(graph, options, environ=environ)
     Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options,
                                       store=decided.store))
@@ -226,7 +232,7 @@ def graph_of(steps: list[ExecutorStep], options: Options, environ: Mapping[str, 
     prefix is opened only if a config reads a tag)."""
     from executor.tools.tags import tag_lookup
 
-    return build_graph(steps, tags=tag_lookup(lambda: _open(options, environ)[2]))
+    return build_graph(steps, tags=tag_lookup(lambda: _open(options, environ).store))
 
 
 def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -236,31 +242,53 @@ def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return dict(os.environ) if environ is None else environ
 
 
-def _open(options: Options, environ: Mapping[str, str]) -> tuple[str, Storage, Any, Any]:
-    """The prefix, the call's storage options (a Storage value keyed by location), coordination
-    store and filesystem (once per call)."""
-    prefix = resolve_prefix(options.prefix, environ, main_file_path())
-    storage = (storage_from(options.storage_options, prefix, source="Options(storage_options=...)")
-               if options.storage_options is not None else storage_options_from_env(prefix, environ))
-    opened = open_prefix(prefix, storage)
-    return prefix, storage, opened.store, opened.fs
+def _open(options: Options, environ: Mapping[str, str]) -> OpenedPrefix:
+    """The call's prefix: `options.prefix` when it is an OpenedPrefix (the command line's, or one a
+    caller opened), else resolved and opened here (open_given: the one place that does it)."""
+    if isinstance(options.prefix, OpenedPrefix):
+        if options.storage_options is not None:
+            raise ExecutorError("Options(prefix=<an opened prefix>, storage_options=...): an opened prefix holds its "
+                                "storage options; give them to open_prefix, or give the prefix as a URL")
+        return options.prefix
+    return open_given(options.prefix, environ, main_file_path(), storage=options.storage_options)
+
+
+def with_opened_prefix(options: Options, environ: Mapping[str, str] | None = None) -> Options:
+    """`options` with their prefix opened (once; as it is when it is one already): every part of a call
+    given them reads the same OpenedPrefix, none resolves or opens it again."""
+    if isinstance(options.prefix, OpenedPrefix):
+        return options
+    return dataclasses.replace(options, prefix=_open(options, environment(environ)), storage_options=None)
 
 
 class Decided(NamedTuple):
-    """A plan and where it was made (prefix, storage options, store, filesystem): plan_graph's
-    result without its per-step reports, which a dry run and a run with nothing to do never read."""
+    """A plan and where it was made (the opened prefix: URL, storage options, store, filesystem):
+    plan_graph's result without its per-step reports, which a dry run and a run with nothing to do never read."""
 
-    prefix: str
-    storage_options: Storage
-    store: Any
-    fs: Any
+    opened: OpenedPrefix
     plan: Plan
+
+    @property
+    def prefix(self) -> str:
+        return self.opened.url
+
+    @property
+    def storage_options(self) -> Storage:
+        return self.opened.storage
+
+    @property
+    def store(self) -> Any:
+        return self.opened.store
+
+    @property
+    def fs(self) -> Any:
+        return self.opened.fs
 
     def result(self, graph: Graph) -> PlanResult:
         with gc_paused():  # a few acyclic objects per step
             reports = tuple(_report(self.prefix, d) for d in self.plan.decisions.values())
         return PlanResult(self.prefix, reports, graph, plan=self.plan, storage_options=self.storage_options,
-                          store=self.store, fs=self.fs)
+                          store=self.store, fs=self.fs, opened=self.opened)
 
 
 def _lease_settings(options: Options) -> Any:
@@ -281,7 +309,8 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
     """`write`: a run's plan, which may write (outputs made under legacy ids are adopted)."""
     _lease_settings(options)  # what a run would refuse is refused before anything is read (a dry run too)
     environ = environment(environ)
-    prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
+    opened = _open(options, environ)  # a run reuses it: store and fs
+    prefix, storage_options, store, fs = opened.url, opened.storage, opened.store, opened.fs
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
         snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
@@ -291,7 +320,7 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
         decided = plan_steps(graph, snapshot, plan_options)
         decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
     decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store, tainted)
-    return Decided(prefix, storage_options, store, fs, decided)
+    return Decided(opened, decided)
 
 
 DRIFT_POLICIES = ("warn", "strict")
@@ -402,7 +431,9 @@ def run(steps: Iterable[ExecutorStep], options: Options | None = None, *, descri
     any, nothing is printed.
     """
     options, environ = _options(options, overrides), environment(environ)
-    return run_graph(graph_of(_step_list(steps), options, environ), options, description=description,
+    step_list = _step_list(steps)
+    options = with_opened_prefix(options, environ)  # once: the graph's tags and the run read one opened prefix
+    return run_graph(graph_of(step_list, options, environ), options, description=description,
                      environ=environ, subscribers=subscribers, main_file=main_file)
 
 
@@ -613,10 +644,11 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     from executor.engine.prefix import location
     from executor.engine.prefix.results import decode_result
 
-    options = _options(options, overrides)
-    graph = graph_of([step], options, environment(environ))
+    environ = environment(environ)
+    options = with_opened_prefix(_options(options, overrides), environ)
+    graph = graph_of([step], options, environ)
     node = graph.nodes[graph.digest_of(step)]
-    prefix, storage, store, _ = _open(options, environment(environ))
+    prefix, storage, store = options.prefix.url, options.prefix.storage, options.prefix.store
     status = read_snapshot(store, [node])[node.digest].status
     if status is None or status.state != State.SUCCESS or status.digest != node.digest:
         found = "no status" if status is None else f"status {status.state.value}"

@@ -31,13 +31,15 @@ def dry_run(steps: Graph | Iterable[Any], options: Any = None, *, subscribers: I
     from executor.tools.shard_forecast import forecast_event
 
     options, environ, events = options or api.Options(), api.environment(environ), Events(subscribers)
+    if not isinstance(steps, Graph):  # opened once: the graph's tags and the plan read the same prefix
+        options = api.with_opened_prefix(options, environ)
     graph = steps if isinstance(steps, Graph) else api.graph_of(list(steps), options, environ)
     planned = api.decide(graph, options, environ=environ)
     plan, prefix = planned.plan, planned.prefix
     warn_drift(plan, prefix, planned.fs, events)  # issue 7: completed outputs whose step code changed
     events.emit(PlanMade(graph, plan, prefix, description, planned.fs, planned.storage_options, dry_run=True,
                          store=planned.store))
-    note_changes(graph, plan, prefix, main_file, events, planned.storage_options)
+    note_changes(graph, plan, prefix, planned.fs, main_file, events)
     forecast = forecast_event(graph, plan, prefix, planned.storage_options)
     if forecast:  # issue 48: shards incremental data steps expect to reuse
         events.emit(forecast)

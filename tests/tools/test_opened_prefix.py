@@ -109,3 +109,44 @@ def test_each_tool_given_an_opened_prefix_opens_nothing_again(opened_toy):
 def test_an_opened_prefix_hides_its_options():
     opened = open_prefix("memory://opened-repr", {"token": "secret-value"})
     assert "secret-value" not in repr(opened) and repr(opened) == "OpenedPrefix('memory://opened-repr')"
+
+
+def test_explain_given_an_opened_prefix_opens_nothing_again(opened_toy):
+    """Earlier versions are listed through the prefix the caller opened (the one its plan read)."""
+    from executor.engine.events import Events, StepExplained
+    from executor.tools.explain import run_explain
+    from executor.tools.loading import load_experiment
+
+    opened, toy = opened_toy
+    toy.write(VOCAB="8192")
+    said: list = []
+    assert run_explain(load_experiment(toy.path).graph, "toy/tokenize", opened, None,
+                       events=Events([said.append])) == 0
+    [explained] = [e for e in said if isinstance(e, StepExplained)]
+    text = "\n".join(explained.lines)
+    assert "(storage) ->" in text and "4096" in text and "8192" in text, text
+
+
+@pytest.mark.parametrize("how", ["command", "flag"])
+def test_explain_with_cache_from_opens_its_prefix_once(ran_toy, tmp_path, monkeypatch, how):
+    """`stepgraph explain` and `--explain` with --cache-from: the plan (through the API) and the listing of
+    earlier versions read one opened prefix: it is opened once (it was opened twice)."""
+    opens = Opens(monkeypatch)
+    opened: list[str] = []  # each open of a location: its store (open_location, open_store) or filesystem
+    for name in ("open_store", "open_filesystem"):
+        def counting(prefix, *args, _real=getattr(location, name), **kwargs):
+            opened.append(prefix)
+            return _real(prefix, *args, **kwargs)
+
+        monkeypatch.setattr(location, name, counting)
+    ran_toy.write(VOCAB="8192")
+    elsewhere = str(tmp_path / "elsewhere")
+    if how == "command":
+        code, out = run_main("explain", "--prefix", ran_toy.prefix, "--cache-from", elsewhere, str(ran_toy.path),
+                             "toy/tokenize")
+    else:
+        code, out = ran_toy.run("--explain", "toy/tokenize", "--cache-from", elsewhere)
+    assert code == 0, out
+    assert "8192" in out, out
+    assert opens.connects.count(ran_toy.prefix) == 1, opens.connects
+    assert opened.count(ran_toy.prefix) == 1, opened

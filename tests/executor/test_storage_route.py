@@ -104,3 +104,21 @@ def test_a_run_on_a_bucket_opens_it_once_and_its_steps_write_there_with_the_opti
     [opened] = resolutions.opened
     written = sorted(p.rsplit("/", 2)[-2] for p in opened.filesystem.glob(f"{prefix}/route-s3/*/out.txt"))
     assert [w.split("-")[0] for w in written] == ["first", "second"], written
+
+
+def test_an_opened_prefix_given_to_the_api_is_used_as_it_is_by_every_call(monkeypatch):
+    """docs/python-api.md: `Options(prefix=<an OpenedPrefix>)` is neither resolved nor opened again, so
+    a plan, a run and a result read share one open; storage options beside it are refused."""
+    import executor
+    from executor.core.errors import ExecutorError
+    from executor.engine.prefix.prefixes import open_prefix
+
+    opened = open_prefix("memory://route-api")
+    resolutions = Resolutions(monkeypatch)
+    steps = two_steps("api")
+    assert executor.run(steps, prefix=opened, environ={}).ok
+    assert {s.decision for s in executor.plan(steps, prefix=opened, environ={}).steps} == {"skip"}
+    assert executor.load_result(steps[0], prefix=opened, environ={}) == {}
+    assert (resolutions.resolved, resolutions.connects, resolutions.json_read) == (0, [], 0)
+    with pytest.raises(ExecutorError, match="an opened prefix holds its storage options"):
+        executor.plan(steps, prefix=opened, storage_options={"token": "anon"}, environ={})

@@ -19,7 +19,7 @@ from executor.core.exit_codes import ExitCode
 from executor.engine.run import collector
 from executor.engine.prefix import location
 from executor.core.errors import ExecutorError
-from executor.core.graph import Graph, build_graph
+from executor.core.graph import Graph
 from executor.core.step import ExecutorStep
 from executor.engine.prefix.prefixes import OpenedPrefix, open_given
 from executor.engine.events import Events

@@ -57,8 +57,9 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_recheck import merge_continued, recheck, skip_run_before, why_not_recheckable  # noqa: E402
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
-                               list_mutants, load_equivalents, reclassify, render_report, score_from_json,
-                               score_session, score_to_json, session_progress, unsettled)
+                               list_mutants, load_equivalents, module_files, module_shas, reclassify,
+                               render_report, score_from_json, score_session, score_to_json, session_progress,
+                               stale_since, today, unsettled)
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "scripts" / "mutation" / "equivalent.json"
@@ -112,15 +113,6 @@ def run_baseline(target: Target, work: Path, python: str) -> Baseline:
         return Baseline(passed=False, seconds=time.monotonic() - start, tail="timed out")
     return Baseline(passed=proc.returncode == 0, seconds=time.monotonic() - start,
                     tail=(proc.stdout + proc.stderr)[-2000:])
-
-
-def module_files(target: Target, work: Path) -> list[str]:
-    """The target's modules as files (a directory stands for the .py files under it)."""
-    files = []
-    for module in target.modules:
-        path = work / module
-        files += sorted(str(p.relative_to(work)) for p in path.rglob("*.py")) if path.is_dir() else [module]
-    return files
 
 
 def record_coverage(target: Target, work: Path, python: str, files: list[str]) -> dict[str, dict[str, list[str]]]:
@@ -238,9 +230,10 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int,
     """The target's score (only the mutants `kept` has not run, with --continue), and whether its
     working copy is still clean (no deadline came mid-run)."""
     python = str(work / ".venv" / "bin" / "python")
+    shas, measured_on = module_shas(target, work), today()  # before any mutant touches the copy
     baseline = run_baseline(target, work, python)
     if not baseline.trusted(target.timeout_s):
-        return TargetScore(target=target, baseline=baseline), True
+        return TargetScore(target=target, baseline=baseline, module_sha256=shas, measured_on=measured_on), True
     start = time.monotonic()
     (work / SELECT_DIR).mkdir(exist_ok=True)
     covered_lines = prepare_selection(target, work, python)
@@ -261,6 +254,7 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int,
                        lambda: session_progress(target.name, session, time.monotonic() - started))
     score = score_session(target, baseline, session, load_equivalents(EQUIVALENTS))
     score.seconds, score.coverage_seconds, score.covered_lines = time.monotonic() - start, coverage_s, covered_lines
+    score.module_sha256, score.measured_on = shas, measured_on
     return score, clean
 
 
@@ -354,11 +348,16 @@ def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Names
             shutil.rmtree(work, ignore_errors=True)
 
 
-def kept_results(results: Path) -> dict[str, TargetScore]:
-    """Each target's kept result, judged against today's list of equivalents."""
+def kept_results(results: Path, root: Path = ROOT) -> dict[str, TargetScore]:
+    """Each target's kept result, judged against today's list of equivalents, and marked stale where
+    the target's modules under `root` are not the ones it mutated."""
     equivalents = load_equivalents(EQUIVALENTS)
-    return {p.stem: reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
-            for p in sorted(results.glob("*.json"))}
+    kept = {}
+    for p in sorted(results.glob("*.json")):
+        score = reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
+        score.stale = stale_since(score, root)
+        kept[p.stem] = score
+    return kept
 
 
 def report_strictly(scores: dict[str, TargetScore], wanted: list[str]) -> int:

@@ -7,7 +7,9 @@ plain functions that scripts/tests/test_mutation_outcomes.py holds.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
@@ -49,7 +51,7 @@ TARGETS = [
             "tests/cache/test_cache_from.py"), 240.0),  # the plan's set-aside of what copies were made from
     Target("lease", ("executor/engine/run/lease.py",), ("tests/executor/test_lease.py",)),
     # 150 s: seven times the quiet baseline (21 s); a mutant that hangs the run loop costs the whole timeout.
-    Target("execute", ("executor/engine/run/execute.py",),
+    Target("execute", ("executor/engine/run/execute.py", "executor/engine/run/jobs.py", "executor/engine/run/step_job.py"),
            ("tests/executor/test_run_inline.py", "tests/promises/test_snapshot_and_override.py",
             "tests/leases/test_record_fencing.py", "tests/executor/test_staleness.py",
             "tests/executor/test_waits_and_preparation.py", "tests/executor/test_run_loop.py",
@@ -133,14 +135,60 @@ class TargetScore:
     covered_lines: int = 0
     pending: int = 0                # mutants left unrun when the run's deadline came
     provenance: str = ""            # the command, commit, time and load it was measured with
+    # each module file the run mutated -> its sha256 when the run began, and that day (UTC): what the
+    # kept result measured; a result whose modules differ from these now is stale (stale_since)
+    module_sha256: dict[str, str] = field(default_factory=dict)
+    measured_on: str = ""
+    stale: str = ""                 # set when a kept result is loaded against a tree (not stored)
 
     def counts(self) -> Counter:
         return Counter(m.outcome for m in self.mutants)
 
 
+def module_files(target: Target, root: Path) -> list[str]:
+    """The target's modules as files under `root` (a directory stands for the .py files under it)."""
+    files = []
+    for module in target.modules:
+        path = root / module
+        files += sorted(str(p.relative_to(root)) for p in path.rglob("*.py")) if path.is_dir() else [module]
+    return files
+
+
+def module_shas(target: Target, root: Path) -> dict[str, str]:
+    """Each of the target's module files under `root` -> the sha256 of its bytes (what a run records)."""
+    return {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in module_files(target, root)}
+
+
+def today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def stale_since(score: TargetScore, root: Path) -> str:
+    """"" when the target's modules under `root` are byte for byte those its kept run mutated, else
+    what changed: a module whose sha256 differs, one the run did not mutate (added to the target
+    since), one gone, or no sha256 recorded at all."""
+    if not score.module_sha256:
+        return "the run recorded no sha256 of its modules"
+    now = module_shas(score.target, root)
+    changed = [f for f in now if f in score.module_sha256 and now[f] != score.module_sha256[f]]
+    added = [f for f in now if f not in score.module_sha256]
+    gone = [f for f in score.module_sha256 if f not in now]
+    what = ([f"{', '.join(changed)} changed"] if changed else []) + \
+           ([f"{', '.join(added)} not mutated by it"] if added else []) + ([f"{', '.join(gone)} gone"] if gone else [])
+    return "; ".join(what)
+
+
+def stale_text(score: TargetScore) -> str:
+    """How a stale result is named wherever it would be read as a score."""
+    return f"stale: code changed since this run ({score.measured_on or 'undated'}): {score.stale}"
+
+
 def unsettled(score: TargetScore) -> list[str]:
     """What keeps a target's result from standing as a full, trusted score (empty when it stands):
-    a refused baseline, survivors not listed as equivalent, timeouts, errors, mutants left unrun."""
+    a result of code that has changed since, a refused baseline, survivors not listed as
+    equivalent, timeouts, errors, mutants left unrun."""
+    if score.stale:
+        return [stale_text(score)]
     if not score.baseline.trusted(score.target.timeout_s):
         return [score.baseline.why_refused(score.target.timeout_s)]
     counts = score.counts()
@@ -357,6 +405,7 @@ def score_to_json(score: TargetScore) -> dict:
     return {"target": score.target.name, "baseline": asdict(score.baseline), "seconds": score.seconds,
             "coverage_seconds": score.coverage_seconds, "covered_lines": score.covered_lines,
             "pending": score.pending, "provenance": score.provenance,
+            "module_sha256": score.module_sha256, "measured_on": score.measured_on,
             "mutants": [{**asdict(m), "outcome": m.outcome.value,
                          "diff": "" if m.outcome is Outcome.KILLED else m.diff}  # the report shows no killed diff
                         for m in score.mutants]}
@@ -367,7 +416,8 @@ def score_from_json(data: dict, targets: list[Target]) -> TargetScore:
     mutants = [Mutant(**{**m, "outcome": Outcome(m["outcome"])}) for m in data["mutants"]]
     return TargetScore(target=target, baseline=Baseline(**data["baseline"]), mutants=mutants,
                        seconds=data["seconds"], coverage_seconds=data["coverage_seconds"],
-                       covered_lines=data["covered_lines"], pending=data["pending"], provenance=data["provenance"])
+                       covered_lines=data["covered_lines"], pending=data["pending"], provenance=data["provenance"],
+                       module_sha256=data.get("module_sha256", {}), measured_on=data.get("measured_on", ""))
 
 
 def reclassify(score: TargetScore, equivalents: list[dict]) -> TargetScore:

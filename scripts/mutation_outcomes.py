@@ -315,16 +315,24 @@ def score_text(c: Counter) -> str:
 
 def settled_head(scores: list[TargetScore], wanted: list[str] | None) -> list[str]:
     """The report's first lines: how many of the wanted targets settle (what `--render --strict`
-    judges), and each unsettled one with why."""
+    judges), which are stale (their code changed since their run: no score of theirs stands), and
+    each other unsettled one with why."""
     by_name = {s.target.name: s for s in scores}
     wanted = wanted if wanted is not None else list(by_name)
     open_ = {n: unsettled(by_name[n]) if n in by_name else ["no result"] for n in wanted}
-    open_ = {n: why for n, why in open_.items() if why}
-    lines = [f"**Settled {len(wanted) - len(open_)} of {len(wanted)}** (`scripts/mutation.sh --render --strict` "
-             f"exits {1 if open_ else 0} on these results: a target settles when every mutant is killed or "
-             "listed, with a trusted baseline, nothing timed out, in error or left unrun)."]
-    if open_:
-        lines += ["", "Unsettled:"] + [f"- {n}: {', '.join(why)}" for n, why in open_.items()]
+    settled = [n for n, why in open_.items() if not why]
+    stale = {n: by_name[n] for n in wanted if n in by_name and by_name[n].stale}
+    unsure = {n: why for n, why in open_.items() if why and n not in stale}
+    lines = [f"**Settled {len(settled)} of {len(wanted)}** (`scripts/mutation.sh --render --strict` "
+             f"exits {1 if len(settled) < len(wanted) else 0} on these results: a target settles when its "
+             "result is of today's code, every mutant killed or listed, with a trusted baseline, nothing timed "
+             "out, in error or left unrun)."]
+    lines += ["", f"Settled: {', '.join(settled) or 'none'}."]
+    if stale:
+        lines += ["", "Stale (the code changed since the run: its figures are not shown as a score; "
+                  "re-run the target):"] + [f"- {n}: {stale_text(s).removeprefix('stale: ')}" for n, s in stale.items()]
+    if unsure:
+        lines += ["", "Unsettled:"] + [f"- {n}: {', '.join(why)}" for n, why in unsure.items()]
     return lines + [""]
 
 
@@ -340,6 +348,9 @@ def render_report(scores: list[TargetScore], sampled: int | None, wanted: list[s
               "| score | run |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
+        if s.stale:
+            lines.append(f"| {s.target.name} | {stale_text(s)} | | | | | | | | | {s.seconds:.0f} s |")
+            continue
         if not s.baseline.trusted(s.target.timeout_s):
             lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} "
                          "| | | | | | | | | |")
@@ -358,10 +369,13 @@ def render_report(scores: list[TargetScore], sampled: int | None, wanted: list[s
               "continued or re-checked run's own baseline is in its line below. Run: the whole target (a coverage "
               "run of its tests, then each mutant: the tests covering the mutated line, and all its tests if "
               "those pass; scripts/mutation_select.py). \"of N (deadline)\": the run's --deadline came first; "
-              "the rest of that target's mutants were not run.", ""]
+              "the rest of that target's mutants were not run. \"stale\": the sha256 of a module the run "
+              "mutated (recorded when it began) differs from today's, or the target has a module the run did "
+              "not mutate; its kept figures are of other code, so none is shown, and its open mutants are not "
+              "listed below (they stay in its result file).", ""]
     lines += [f"- {s.target.name}: {s.provenance}" for s in scores if s.provenance] + [""]
     for s in scores:
-        for m in s.mutants:
+        for m in [] if s.stale else s.mutants:
             if m.outcome in (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR):
                 took = f"{m.seconds:.1f} s" if m.seconds is not None else "time not kept (run before it was)"
                 lines += [f"## {m.outcome.value}: {m.module}:{m.line} {m.function} {m.operator}", "",

@@ -316,11 +316,19 @@ def reusable_kept(args: argparse.Namespace, option: str, need_unrun: bool) -> di
     for name in args.targets:
         score = kept.get(name)
         refusals[name] = ("no kept result" if score is None else "its kept run left no mutant unrun"
-                          if need_unrun and not score.pending else why_not_recheckable(score, ROOT))
+                          if need_unrun and not score.pending else changed_since(score))
     for name, why in refusals.items():
         if why:
             print(f"{name}: no --{option}: {why}", file=sys.stderr)
     return None if any(refusals.values()) else {name: kept[name] for name in args.targets}
+
+
+def changed_since(score: TargetScore) -> str | None:
+    """Why a kept result's mutants are not today's, or None: by the sha256 its run recorded (a module
+    moved but unchanged is still the one it mutated), else by git against the commit it names."""
+    if score.module_sha256:
+        return f"{score.stale}: its mutants are not today's; run the target again" if score.stale else None
+    return why_not_recheckable(score, ROOT)
 
 
 def should_stop(args: argparse.Namespace) -> bool:

@@ -372,6 +372,8 @@ def test_a_result_whose_modules_changed_since_its_run_is_stale_shows_no_score_an
     [row] = [line for line in report.splitlines() if line.startswith("| retry |")]
     assert "stale: code changed since this run (2026-12-01)" in row and "%" not in row and "| 1 |" not in row
     assert "Settled: none." in report and f"- retry: code changed since this run (2026-12-01): {module} changed" in report
+    assert mutation.main(["--recheck", "--results", str(results), "retry"]) == 2  # its mutants are not today's
+    assert f"retry: no --recheck: {module} changed: its mutants are not today's" in capsys.readouterr().err
     rc, err, _ = judged({**shas, "executor/engine/store/gone.py": "0" * 64})
     assert rc == 1 and "executor/engine/store/gone.py gone" in err
     rc, err, _ = judged({})

@@ -207,7 +207,8 @@ def test_strict_render_fails_on_an_unsettled_kept_result_and_the_nightly_job_ask
     target = next(t for t in TARGETS if t.name == "retry")
     results = tmp_path / "results"
     results.mkdir()
-    score = TargetScore(target, Baseline(True, 10.0), [Mutant(target.modules[0], 1, "f", "op", "x", "", Outcome.KILLED)],
+    killed = [Mutant(target.modules[0], 1, "f", "op", "x", "", Outcome.KILLED)]
+    score = TargetScore(target, Baseline(True, 10.0), killed,
                         module_sha256=module_shas(target, REPO), measured_on="2026-12-07")  # of today's code
     (results / "retry.json").write_text(json.dumps(score_to_json(score)))
     argv = ["--render", "--strict", "--report", str(tmp_path / "report.md"), "--results", str(results)]
@@ -371,7 +372,8 @@ def test_a_result_whose_modules_changed_since_its_run_is_stale_shows_no_score_an
     assert rc == 1 and why in err
     [row] = [line for line in report.splitlines() if line.startswith("| retry |")]
     assert "stale: code changed since this run (2026-12-01)" in row and "%" not in row and "| 1 |" not in row
-    assert "Settled: none." in report and f"- retry: code changed since this run (2026-12-01): {module} changed" in report
+    assert "Settled: none." in report
+    assert f"- retry: code changed since this run (2026-12-01): {module} changed" in report
     assert mutation.main(["--recheck", "--results", str(results), "retry"]) == 2  # its mutants are not today's
     assert f"retry: no --recheck: {module} changed: its mutants are not today's" in capsys.readouterr().err
     rc, err, _ = judged({**shas, "executor/engine/store/gone.py": "0" * 64})

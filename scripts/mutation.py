@@ -33,7 +33,9 @@ A score can be trusted only if it counts what the tests found:
   *survived* when they passed, and *equivalent* when it survived and is listed, with its reason, in
   scripts/mutation/equivalent.json (matched by module, function, operator, the mutated line, its line
   number and cosmic-ray's occurrence), or *time or cost* when its entry says `"kind": "time or cost"`
-  (it differs only in how long or how much: not equivalent, shown apart).
+  (it differs only in how long or how much: not equivalent, shown apart);
+- a kept result records the sha256 of each module its run mutated: once one differs from today's (or
+  the target gained a module), the result is stale, shows no score and does not settle.
 """
 
 from __future__ import annotations

@@ -56,9 +56,10 @@ def corpora(tmp_path_factory) -> dict[str, str]:
             "tokenizer": str(root / "tokenizer.json")}
 
 
-def tokenize_step(corpus: str, tokenizer: str) -> ExecutorStep:
+def tokenize_step(corpus: str, tokenizer: str, num_output_shards: int = 0, **extra) -> ExecutorStep:
     return ExecutorStep("tokenized", tokenize, TokenizeConfig(corpus, this_output_path(), tokenizer_path=tokenizer,
-                                                              num_output_shards=0, validation_fraction=0.2))
+                                                              num_output_shards=num_output_shards,
+                                                              validation_fraction=0.2, **extra))
 
 
 def dedup_step(corpus: str) -> ExecutorStep:
@@ -103,6 +104,27 @@ def test_a_grown_corpus_processes_only_its_new_and_changed_shards(kind, corpora,
         assert grown["shards_rewritten"] == len(changed | {"attributes/part-00003.jsonl.zst"}) > 2
         # the 14 reused shards' stored records reached the shuffle together, in one task
         assert grown["nodes_per_stage"]["reused-records"] == 1 and "reused-records" not in fresh["nodes_per_stage"]
+
+
+def test_a_fixed_number_of_output_shards_encodes_only_the_new_and_changed_files(corpora, tmp_path):
+    """num_output_shards=5: the grown corpus moves every later shard boundary, yet only the added and
+    changed input files are encoded (the rest reused from by-file/); the output is byte-identical to a
+    fresh full run, and its shards hold the same bytes as encoding each record range directly."""
+    make = lambda corpus, **extra: tokenize_step(corpus, corpora["tokenizer"], num_output_shards=5, **extra)  # noqa: E731
+    first_out, first = run_step(make(corpora["first"]), tmp_path / "p")
+    assert (first["shards_processed"], first["shards_reused"], first["shards"]) == (SHARDS, 0, 5)
+    incremental, grown = run_step(make(corpora["grown"]), tmp_path / "p")
+    full, fresh = run_step(make(corpora["grown"]), tmp_path / "q")
+    assert (grown["shards_processed"], grown["shards_reused"], grown["shards"]) == (2, SHARDS - 2, 5)
+    assert (fresh["shards_processed"], fresh["shards_reused"]) == (SHARDS, 0)
+    assert_same_bytes(incremental, full)
+    moved = [n for n in files_of(full) if n.startswith("train/") and files_of(first_out).get(n) != files_of(full)[n]]
+    assert len(moved) >= 3  # the boundaries did move: most output shards differ from the first run's
+    # the path that encodes each output shard's record range directly (no by-file results) writes the same shards
+    direct, _ = run_step(make(corpora["grown"], on_bad_line="skip"), tmp_path / "r")
+    shards = {n: b for n, b in files_of(direct).items() if n.split("/")[0] in ("train", "validation", "shards")}
+    assert len(shards) == 5 * 7 and {n: files_of(full)[n] for n in shards} == shards
+    assert files_of(full)["ledger.json"] == files_of(direct)["ledger.json"]
 
 
 def test_reused_shards_records_are_grouped_by_partition_bytes():

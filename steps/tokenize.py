@@ -2,8 +2,9 @@
 
 1. Tokenizer: reuse `<output>/tokenizer.json` when resuming, else load `tokenizer_path`, else
    train a byte-level BPE on (up to `max_tokenizer_training_bytes` of) the training documents.
-2. Plan: count the records of every input file; cut the global record order (files sorted by
-   path, then line order) into `num_output_shards` contiguous ranges.
+2. Plan: count the records of every input file (from its by-file result when there is one); cut
+   the global record order (files sorted by path, then line order) into `num_output_shards`
+   contiguous ranges.
 3. Encode, shard by shard in parallel: each document goes to "validation" when a hash of its id
    falls under `validation_fraction`, else to "train"; EOS follows every document. A shard writes
    its arrays, then `shards/<name>.json`; a shard whose marker exists is not redone on resume.
@@ -61,8 +62,9 @@ class TokenizeConfig:
     validation_fraction: float = 0.01
     split_seed: int = 0
     num_output_shards: int = 8
-    """Output shards, cut from the global record order; 0: one per input file, named after it, and
-    unchanged files' results are reused from earlier runs of the step (incremental)."""
+    """Output shards, cut from the global record order; 0: one per input file, named after it.
+    Either way unchanged files' results are reused from earlier runs of the step (incremental; with
+    > 0 only under on_bad_line="error", through per-file results under by-file/)."""
     eos_token: str = DEFAULT_EOS
     max_tokenizer_training_bytes: int = 200_000_000
     min_pair_frequency: int = 2

@@ -169,9 +169,12 @@ def test_shard_tasks_on_ray_reuse_the_same_way(ray_local, corpora, tmp_path):
     assert_same_bytes(str(tmp_path / "p" / "deduped-000000000002"), str(tmp_path / "q" / "deduped-000000000002"))
 
 
-def test_a_grown_corpus_on_the_ray_runner_processes_only_its_new_and_changed_shards(ray_local, corpora, tmp_path):
+@pytest.mark.parametrize("num_output_shards", [0, 5])
+def test_a_grown_corpus_on_the_ray_runner_processes_only_its_new_and_changed_shards(num_output_shards, ray_local,
+                                                                                     corpora, tmp_path):
     """The executor's Ray runner (the module's cluster, joined): each shard task claims, reuses or
-    makes its own result in a Ray worker; the output is byte-identical to a fresh full run."""
+    makes its own result in a Ray worker; the output is byte-identical to a fresh full run. With
+    num_output_shards=5 the shards are the input files' by-file results, then 5 assembled shards."""
 
     def on_ray(step: ExecutorStep, prefix: Path) -> tuple[str, dict]:
         result = run([step], prefix=str(prefix), runner="ray")
@@ -179,9 +182,9 @@ def test_a_grown_corpus_on_the_ray_runner_processes_only_its_new_and_changed_sha
         out = result.step(step).output_path
         return out, json.loads((Path(out) / ".executor" / "record.json").read_text())["result"]
 
-    on_ray(tokenize_step(corpora["first"], corpora["tokenizer"]), tmp_path / "p")
-    incremental, grown = on_ray(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "p")
-    full, _ = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "q")
+    on_ray(tokenize_step(corpora["first"], corpora["tokenizer"], num_output_shards), tmp_path / "p")
+    incremental, grown = on_ray(tokenize_step(corpora["grown"], corpora["tokenizer"], num_output_shards), tmp_path / "p")
+    full, _ = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"], num_output_shards), tmp_path / "q")
     assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
     assert_same_bytes(incremental, full)
     assert len(list((tmp_path / "p" / ".shard-claims" / "tokenized").glob("*.json"))) == SHARDS + 2

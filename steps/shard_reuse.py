@@ -144,7 +144,8 @@ def reuse_or_make(output_path: str, address: str, sources: list[str], make: Call
         found = find(None)
         return (found, False) if found is not None else (make(), True)
     return claim_once(f"{folder}/{address}.json", find, lambda: (make(), out.rpartition("/")[2]),
-                      label=f"{folder.rpartition('/')[2]} shard {address[:12]}", settings=settings)
+                      label=f"{folder.rpartition('/')[2]} shard {address[:12]}", settings=settings,
+                      holder=f"{out}/.executor/status.json")  # the step's lease: a restart takes its claims at once
 
 
 def record(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:

@@ -172,14 +172,10 @@ class _Plan:
 
 def _minhash(job: tuple[_Plan, int]) -> dict:
     plan, k = job
-    found = fuzzy_reuse.reused_keys(plan.reuse, plan.config, k) if plan.reuse else None
-    if found is not None:
-        result, key, index = found
-        result = {**result, "reused": True}
-    else:
+    if plan.reuse is None:
         result, key, index = _band_keys_of_shard(plan, k)
-        if plan.reuse:
-            fuzzy_reuse.store_keys(plan.reuse, plan.config, k, key, index, result)
+    else:  # reused, or computed under the shard's claim (fuzzy_reuse.band_keys)
+        result, key, index = fuzzy_reuse.band_keys(plan.reuse, plan.config, k, lambda: _band_keys_of_shard(plan, k))
     shuffled = write_partitioned(f"{plan.work}/keys", {"key": key, "shard": np.full(len(key), k, np.int32),
                                                        "index": index},
                                  plan.partition(key), plan.num_partitions, f"{k:06d}")

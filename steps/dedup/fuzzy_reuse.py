@@ -24,11 +24,10 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from executor import map_shards
 from steps import shard_reuse
 from steps.dedup.output import ShardWrite, write_dedup_shard
 from steps.dedup.shuffle import arrow_column, numpy_column, read_table, write_table
-from steps.documents import DocumentShard, read_json
+from steps.documents import DocumentShard, list_document_files, plan_document_shards, read_json, shard_names
 
 LIBRARIES = ["xxhash", "pyarrow", "numpy", "zstandard"]
 
@@ -47,15 +46,32 @@ class FuzzyReuse:
         return shard_reuse.shard_address(f"fuzzy-dedup/{stage}", self.code, settings, {**self.shards[k], **extra})
 
 
-def plan_reuse(config: Any, shards: list[DocumentShard], names: list[str], modules: list[ModuleType]) -> FuzzyReuse:
-    """Addresses' ingredients: the input files' sha256 (one task per file), the code of `modules`,
-    and the earlier outputs of the step under the prefix."""
+def plan_reuse(config: Any, shards: list[DocumentShard], names: list[str], modules: list[ModuleType],
+               digests: dict[str, str | None] | None = None) -> FuzzyReuse:
+    """Addresses' ingredients: the input files' sha256 (one task per file, unless given), the code
+    of `modules`, and the outputs of the step to reuse from (steps/shard_reuse.py's sources)."""
     files = sorted({s.path for s in shards})
-    digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="fuzzy-dedup: input digests")))
+    if digests is None:
+        digests = dict(zip(files, shard_reuse.input_digests(config.output_path, files, "fuzzy-dedup: input digests")))
     described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
                   **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
     return FuzzyReuse(shard_reuse.code_digest(modules, LIBRARIES), described,
                       tuple(shard_reuse.sources(config.output_path)), config.output_path.rstrip("/"))
+
+
+def forecast(config: Any, checksums: dict[str, dict[str, str]], modules: list[ModuleType]) -> tuple[int, int] | str:
+    """A dry run's forecast (docs/steps.md): (shards whose stored band keys it expects to reuse,
+    shards), from the upstream manifest's checksums and listings of the stored shard indexes
+    (no shard is read); or why it cannot say."""
+    files = list_document_files(config.input_path)
+    digests = shard_reuse.sha256_of(checksums, files, config.output_path)
+    if isinstance(digests, str):
+        return f"not forecast: {digests}"
+    shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
+    reuse = plan_reuse(config, shards, shard_names(shards), modules, dict(zip(files, digests)))
+    stored = shard_reuse.stored_addresses(config.output_path)
+    settings = minhash_settings(config)
+    return sum(reuse.address("minhash", settings, k) in stored for k in range(len(shards))), len(shards)
 
 
 def minhash_settings(config: Any) -> dict[str, Any]:

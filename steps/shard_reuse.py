@@ -17,6 +17,11 @@ machinery) at `<parent>/.shard-claims/<name>/<address>.json` beside the step's o
 waits for it to end and copies the result from the output its SUCCESS names. The index entry is
 written (atomically) after the shard's files and the claim ends after the entry, so a half-written
 shard is never reused.
+A dry run forecasts reuse without reading shards (`stored_addresses`, `sha256_of`): from the upstream
+manifest's checksums and listings of the sources' indexes. On a bucket the manifest keeps the
+store's checksum (crc32c, MD5, ETag), so `input_digests`, which reads each input for its sha256
+anyway, notes in `shard-inputs.json` which sha256 each store checksum stands for; addresses stay
+sha256, and reuse exact.
 All storage goes through `executor.url_to_fs` (the step's storage options).
 """
 

@@ -5,7 +5,8 @@ ChangeNoted per new id with an earlier version, ShardsForecast (incremental data
 (--cache-from), MirrorPlanned per mirrored input, CrossRegionNoted per cross-location read and TransferRefusal when the run would be
 refused (executor/engine/events.py). The command line renders them (console_view.py); a library
 caller subscribes its own function and gets the same plan, nothing printed:
-`dry_run(steps, executor.Options(prefix=...), subscribers=[seen.append])`.
+`dry_run(steps, executor.Options(prefix=...), subscribers=[seen.append])`. `dry_run_json` is
+`--dry-run --json`: the plan as one JSON document, shard forecasts in the rows.
 """
 
 from __future__ import annotations

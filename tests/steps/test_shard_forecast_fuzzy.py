@@ -20,7 +20,8 @@ from tests.steps.test_shard_forecast import pipeline as tokenize_pipeline
 def pipeline(source: str) -> list[ExecutorStep]:
     """The upstream copy, then fuzzy dedup of it, tokenize and exact dedup (tests/steps/test_shard_forecast.py)."""
     corpus, tok, dedup = tokenize_pipeline(source, None)
-    fuzzy = ExecutorStep("fuzzy-deduped", fuzzy_dedup, FuzzyDedupConfig(output_path_of(corpus, "docs"), this_output_path()))
+    fuzzy = ExecutorStep("fuzzy-deduped", fuzzy_dedup,
+                         FuzzyDedupConfig(output_path_of(corpus, "docs"), this_output_path()))
     return [corpus, fuzzy, tok, dedup]
 
 
@@ -43,9 +44,10 @@ def dry_run(steps: list[ExecutorStep], prefix: Path, capsys, *extra: str) -> tup
     return said[False], {row["name"]: row.get("shard_forecast") for row in rows}
 
 
-def test_fuzzy_dedup_forecasts_the_shards_a_grown_corpus_reuses_in_text_and_json(corpora, tmp_path, capsys):  # noqa: F811
+def test_fuzzy_dedup_forecasts_the_shards_a_grown_corpus_reuses_in_text_and_json(corpora, tmp_path,  # noqa: F811
+                                                                                 capsys):
     prefix = tmp_path / "prefix"
-    first, grown = with_tokenizer(pipeline(corpora["first"]), corpora), with_tokenizer(pipeline(corpora["grown"]), corpora)
+    first, grown = (with_tokenizer(pipeline(corpora[n]), corpora) for n in ("first", "grown"))
     assert run(first[1:], prefix=str(prefix), runner="inline").ok
     assert run(grown[:1], prefix=str(prefix), runner="inline").ok  # the upstream has written the grown corpus
     text, rows = dry_run(grown[1:], prefix, capsys)
@@ -62,7 +64,7 @@ def test_a_forecast_counts_results_under_cache_from_prefixes(corpora, tmp_path, 
     """A new prefix whose steps' earlier outputs are under a --cache-from prefix: without the flag
     nothing is forecast reused, with it the unchanged shards, and the run with it reuses them."""
     team, mine = tmp_path / "team", tmp_path / "mine"
-    first, grown = with_tokenizer(pipeline(corpora["first"]), corpora), with_tokenizer(pipeline(corpora["grown"]), corpora)
+    first, grown = (with_tokenizer(pipeline(corpora[n]), corpora) for n in ("first", "grown"))
     assert run(first[1:], prefix=str(team), runner="inline").ok
     assert run(grown[:1], prefix=str(mine), runner="inline").ok
     text, rows = dry_run(grown[1:], mine, capsys)

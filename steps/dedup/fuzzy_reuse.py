@@ -98,7 +98,9 @@ def band_keys(reuse: FuzzyReuse, config: Any, k: int,
         made.append((keys, indexes))
         return result
 
-    result, made_here = shard_reuse.reuse_or_make(reuse.output_path, address, list(reuse.sources), make)
+    found = shard_reuse.reuse(reuse.output_path, address, list(reuse.sources))  # no claim for a stored result
+    result, made_here = (found, False) if found is not None else shard_reuse.reuse_or_make(
+        reuse.output_path, address, list(reuse.sources), make)
     if made_here:
         return result, *made[0]
     table = read_table(f"{reuse.output_path}/{rel}")

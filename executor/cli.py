@@ -321,13 +321,11 @@ def _dry_run(graph: Graph, options: ExecutorOptions, run_options: api.Options, d
              main_file: str | None, environ: dict[str, str], view: ConsoleView) -> int:
     """The plan, reported as events to `view` (tools/dry_run.py); with --json, the plan as JSON on
     stdout (its drift warnings on stderr)."""
-    if options.json:
-        from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
-        from executor.tools.plan_json import write_plan_json
+    if options.json:  # drift warnings (issue 7) on stderr; each row with its shard forecast (issue 48)
+        from executor.tools.dry_run import dry_run_json
 
-        planned = api.decide(graph, run_options, environ=environ)
-        warn_drift(planned.plan, planned.prefix, planned.fs, Events([ConsoleView(ConsoleReporter(stderr=True))]))
-        write_plan_json(planned.plan, planned.prefix, sys.stdout)
+        planned = dry_run_json(graph, run_options, sys.stdout, environ=environ,
+                               subscribers=[ConsoleView(ConsoleReporter(stderr=True))])
     else:
         from executor.tools.dry_run import dry_run
 

@@ -194,7 +194,7 @@ def _jobs_per_file(config: TokenizeConfig, files: list[str], out: str, tokenizer
                    folder: str = "") -> list[_ShardJob]:
     """One job per input file, each with its result's address and the earlier outputs to look in."""
     names = shard_names([DocumentShard(f) for f in files])
-    digests = map_shards(shard_reuse.file_sha256, files, desc="tokenize: input digests")
+    digests = shard_reuse.input_digests(out, files, "tokenize: input digests")
     sources = tuple(shard_reuse.sources(out))
     addresses = _addresses(config, files, digests, tokenizer_json, folder)
     return [_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources, folder)
@@ -229,7 +229,7 @@ def forecast_shards(config: TokenizeConfig, checksums: dict[str, dict[str, str]]
     if config.tokenizer_path is None:
         return "not forecast: the tokenizer is trained on the input (give tokenizer_path to reuse shards)"
     files = list_document_files(config.input_path)
-    digests = shard_reuse.sha256_of(checksums, files)
+    digests = shard_reuse.sha256_of(checksums, files, config.output_path)
     if isinstance(digests, str):
         return f"not forecast: {digests}"
     _, text = load_tokenizer_json(config.tokenizer_path)

@@ -162,7 +162,7 @@ def test_explain_with_cache_from_opens_its_prefix_once(ran_toy, tmp_path, monkey
 def test_a_cache_from_prefix_is_opened_once(ran_toy, tmp_path, monkeypatch, how):
     """A --cache-from prefix is opened once by a command that plans with it: the plan's taint check and its
     copy sources, a run, and explain's plan, per-step lines and earlier versions all read that one open
-    (planning opened it two or three times, explain four or more)."""
+    (before: twice for a dry run or a run, four times for explain and --explain)."""
     source, here = ran_toy.prefix, str(tmp_path / "here")
     ran_toy.write(VOCAB="8192")  # raw is copied from the source; tokenize (new) and what reads it run
     opens = Opens(monkeypatch)

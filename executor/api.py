@@ -35,7 +35,7 @@ from executor.engine.prefix import outputs
 from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
 from executor.core.locations import Storage
 from executor.core.urls import protocol_of
-from executor.engine.prefix.prefixes import OpenedPrefix, open_given
+from executor.engine.prefix.prefixes import OpenedPrefix, open_given, open_prefix
 from executor.engine.run.legacy_carry import carry_over
 from executor.engine.run.snapshot import read_snapshot
 
@@ -137,6 +137,7 @@ class PlanResult(_Steps):
     store: Any = field(default=None, repr=False, compare=False)
     fs: Any = field(default=None, repr=False, compare=False)
     opened: Optional[OpenedPrefix] = field(default=None, repr=False, compare=False)  # the prefix, as opened once
+    cache_from: tuple[OpenedPrefix, ...] = field(default=(), repr=False, compare=False)  # --cache-from, opened once
 
     @property
     def needs_runner(self) -> bool:
@@ -267,6 +268,7 @@ class Decided(NamedTuple):
 
     opened: OpenedPrefix
     plan: Plan
+    sources: tuple[OpenedPrefix, ...] = ()  # the --cache-from prefixes, opened once (in order)
 
     @property
     def prefix(self) -> str:
@@ -288,7 +290,7 @@ class Decided(NamedTuple):
         with gc_paused():  # a few acyclic objects per step
             reports = tuple(_report(self.prefix, d) for d in self.plan.decisions.values())
         return PlanResult(self.prefix, reports, graph, plan=self.plan, storage_options=self.storage_options,
-                          store=self.store, fs=self.fs, opened=self.opened)
+                          store=self.store, fs=self.fs, opened=self.opened, cache_from=self.sources)
 
 
 def _lease_settings(options: Options) -> Any:
@@ -311,16 +313,17 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
     environ = environment(environ)
     opened = _open(options, environ)  # a run reuses it: store and fs
     prefix, storage_options, store, fs = opened.url, opened.storage, opened.store, opened.fs
+    sources = _open_sources(options, environ, opened)  # each --cache-from prefix opened once, for the whole plan
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
         snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
-        tainted = _tainted(graph, snapshot, store, options, environ, prefix, storage_options)
+        tainted = _tainted(graph, snapshot, store, sources)
         plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time(),
                                    tainted=tainted)
         decided = plan_steps(graph, snapshot, plan_options)
         decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
-    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store, tainted)
-    return Decided(opened, decided)
+    decided = _plan_transfers(graph, decided, options, environ, opened, sources, tainted)
+    return Decided(opened, decided, sources)
 
 
 DRIFT_POLICIES = ("warn", "strict")
@@ -342,33 +345,32 @@ def _strict_drift(graph: Graph, snapshot: Any, planned: Plan, plan_options: Plan
     return plan_steps(graph, snapshot, dataclasses.replace(plan_options, code_changed=reasons))
 
 
-def _tainted(graph: Graph, snapshot: Any, store: Any, options: Options, environ: Mapping[str, str],
-             prefix: str, storage: Storage) -> dict[str, str]:
-    """digest -> why it is not reused: tainted here or in a --cache-from prefix, or derived from such an
-    output (executor.tools.taint). One listing of taints/ per prefix; nothing more where it is empty."""
-    from executor.engine.prefix.location import open_store
+def _tainted(graph: Graph, snapshot: Any, store: Any, sources: tuple[OpenedPrefix, ...]) -> dict[str, str]:
+    """digest -> why it is not reused: tainted here or in a --cache-from prefix (`sources`, opened), or
+    derived from such an output (executor.tools.taint). One listing of taints/ per prefix; nothing more
+    where it is empty."""
     from executor.tools.taint import all_taints, tainted_steps, through_tags, under_legacy_ids
 
-    sources = _cache_from(options, environ, prefix)
-    stores = [store, *(open_store(source, storage) for source in sources)]
+    stores = [store, *(source.store for source in sources)]
     return tainted_steps(graph, snapshot, through_tags(store, graph, under_legacy_ids(graph, all_taints(stores))))
 
 
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],
-                    prefix: str, storage: Storage, store: Any, tainted: Mapping[str, str] | None = None) -> Plan:
-    """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
-    mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
-    run without them), copies get the rest."""
+                    opened: OpenedPrefix, cache_from: tuple[OpenedPrefix, ...],
+                    tainted: Mapping[str, str] | None = None) -> Plan:
+    """Cache copies (from `cache_from`, the --cache-from prefixes opened), mirrored inputs and cross-region
+    reads under one transfer budget: the mirrored inputs and cross-region reads of the steps that run are
+    reserved first (those steps cannot run without them), copies get the rest."""
     from executor.engine.transfers.budget import GB, copy_bytes
 
-    cache_from = _cache_from(options, environ, prefix)
+    prefix, storage, store = opened.url, opened.storage, opened.store
 
     def with_copies(reserved: int) -> Plan:
         if not cache_from:  # no source, no read: a run without --cache-from plans as before
             return planned
         from executor.engine.transfers.cache_from import plan_copies
 
-        return plan_copies(graph, planned, cache_from, storage, only=options.only, force_run=options.force_run,
+        return plan_copies(graph, planned, cache_from, only=options.only, force_run=options.force_run,
                            budget_gb=options.transfer_budget_gb, reserved_bytes=reserved, refused=tainted)
 
     decided = with_copies(0)
@@ -403,6 +405,12 @@ def _cache_from(options: Options, environ: Mapping[str, str], prefix: str) -> tu
     from executor.engine.transfers.cache_from import cache_from_list
 
     return cache_from_list(options.cache_from, environ, prefix)
+
+
+def _open_sources(options: Options, environ: Mapping[str, str], opened: OpenedPrefix) -> tuple[OpenedPrefix, ...]:
+    """The --cache-from prefixes (else EXECUTOR_CACHE_FROM), each opened once with the run's storage
+    options: the plan's taint check and copy sources, explain and the run read these, none opens one again."""
+    return tuple(open_prefix(source, opened.storage) for source in _cache_from(options, environ, opened.url))
 
 
 def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
@@ -588,12 +596,11 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     settings = _lease_settings(options)
     keeper = LeaseKeeper(planned.store, settings)
     guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
-    return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs, storage=planned.storage_options,
-                      owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s), runner_factory=runner,
-                      events=events, invocation=info, main_file=call.main_file,
+    return RunContext(opened=planned.opened, owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s),
+                      runner_factory=runner, events=events, invocation=info, main_file=call.main_file,
                       max_concurrent=options.max_concurrent,
                       mirror_sources=mirror_sources_list(options.mirror_sources, environ),
-                      cache_from=_cache_from(options, environ, planned.prefix),
+                      cache_from=tuple(source.url for source in planned.cache_from),
                       transfers=TransferLedger(options.transfer_budget_gb, planned_bytes))
 
 

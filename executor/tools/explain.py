@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import StatusError
-from executor.engine.prefix import location
 from executor.engine.prefix import outputs
 from executor.engine.events import ChangeNoted, Events, StepExplained
 from executor.core.graph import Graph, StepNode
@@ -65,17 +64,16 @@ class EarlierVersions:
 
     @classmethod
     def gather(cls, names: Iterable[str], prefix: str | None, main_file: str | None, *, fs: Any = None,
-               storage: Any = None, cache_from: Sequence[str] = ()) -> "EarlierVersions":
+               cache_from: Sequence[OpenedPrefix] = ()) -> "EarlierVersions":
         """From the prefix's records (read through `fs`, the filesystem it was opened with), then the
-        cache-from prefixes' (in order, each opened once with `storage`), then the ids file."""
+        cache-from prefixes' (in order, through each one's filesystem as the plan opened it), then the ids file."""
         versions = cls()
         names = sorted(set(names))
         if prefix is not None:
             for v in versions_on_storage(prefix, names, fs):
                 versions.add(v)
         for other in cache_from:
-            other_fs = location.open_filesystem(other, storage)
-            for v in versions_on_storage(other, names, other_fs, source=f"cache-from {other}"):
+            for v in versions_on_storage(other.url, names, other.fs, source=f"cache-from {other.url}"):
                 versions.add(v)
         if main_file:
             plan = read_plan(plan_file_path(main_file))
@@ -214,10 +212,11 @@ def one_line(graph: Graph, e: StepExplanation) -> str:
 # -- entry points ----------------------------------------------------------------------------------
 
 def run_explain(graph: Graph, name: str, opened: OpenedPrefix | None, main_file: str | None, *, events: Events,
-                plan: Plan | None = None, cache_from: Sequence[str] = ()) -> int:
+                plan: Plan | None = None, cache_from: Sequence[OpenedPrefix] = ()) -> int:
     """Why each step named `name` has its id: a StepExplained event per step, to `events`. Earlier
     versions are read through `opened`, the prefix as the caller opened it (the one the plan was read
-    from: nothing opens it again). With `cache_from` (and the `plan` a run with them would act on):
+    from: nothing opens it again). With `cache_from` (the cache-from prefixes as that plan opened them,
+    and the `plan` a run with them would act on):
     first what that run would do with the step (copy, and from where), and the cache-from prefixes'
     records count as earlier versions too."""
     nodes = graph.node_by_name(name)
@@ -225,12 +224,11 @@ def run_explain(graph: Graph, name: str, opened: OpenedPrefix | None, main_file:
         names = ", ".join(sorted({n.name for n in graph.nodes.values()}))
         events.error(f"--explain {name!r} matches no step; steps are: {names}")
         return ExitCode.USAGE
-    prefix, storage = (opened.url, opened.storage) if opened is not None else (None, None)
+    prefix = opened.url if opened is not None else None
     versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file,
-                                      fs=opened.fs if opened is not None else None, storage=storage,
-                                      cache_from=cache_from)
+                                      fs=opened.fs if opened is not None else None, cache_from=cache_from)
     for node in nodes:
-        lines = [cache_from_line(node, plan, cache_from, storage)] if plan is not None else []
+        lines = [cache_from_line(node, plan, cache_from)] if plan is not None else []
         events.emit(StepExplained(node.name, tuple(lines + explain_lines(graph, node, versions, prefix, main_file))))
     return ExitCode.OK
 
@@ -259,20 +257,21 @@ def explain_lines(graph: Graph, node: StepNode, versions: EarlierVersions, prefi
     return [*lines, cascade_summary(len(explanation.readdressed()), explanation.roots())]
 
 
-def cache_from_plan(graph: Graph, options: Any, environ: Mapping[str, str]) -> tuple[Plan | None, tuple[str, ...]]:
+def cache_from_plan(graph: Graph, options: Any,
+                    environ: Mapping[str, str]) -> tuple[Plan | None, tuple[OpenedPrefix, ...]]:
     """The plan a run with these options (executor.api.Options) would act on, and its cache-from
-    prefixes (--cache-from, else EXECUTOR_CACHE_FROM); (None, ()) when there are none: then
-    nothing is read."""
+    prefixes (--cache-from, else EXECUTOR_CACHE_FROM) as that plan opened them, once; (None, ()) when
+    there are none: then nothing is read."""
     from executor import api
-    from executor.engine.transfers.cache_from import ENV_VAR, cache_from_list
+    from executor.engine.transfers.cache_from import ENV_VAR
 
     if not options.cache_from and not environ.get(ENV_VAR):
         return None, ()
     decided = api.decide(graph, options, environ=environ)
-    return decided.plan, cache_from_list(options.cache_from, environ, decided.prefix)
+    return decided.plan, decided.sources
 
 
-def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[str], storage_options: Any = None) -> str:
+def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[OpenedPrefix]) -> str:
     """What a run with --cache-from would do with the step: copy it (from where), or not, and why."""
     decision = plan.decisions.get(node.digest) or plan.standby.get(node.digest)
     if decision is None:
@@ -283,8 +282,8 @@ def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[str], stora
     if decision.action == Action.RUN:
         from executor.engine.transfers.cache_from import find_sources
 
-        if not find_sources([node], cache_from, storage_options):
-            line += f"; no SUCCESS of {node.step_id} under {', '.join(cache_from)}"
+        if not find_sources([node], cache_from):
+            line += f"; no SUCCESS of {node.step_id} under {', '.join(source.url for source in cache_from)}"
     return line
 
 

@@ -36,6 +36,18 @@ class Opens:
         monkeypatch.setattr(location, "_probe", counting_probe)
 
 
+def location_opens(monkeypatch) -> list[str]:
+    """Each open of a location in this test, by its URL: its store (open_location, open_store) or filesystem."""
+    opened: list[str] = []
+    for name in ("open_store", "open_filesystem"):
+        def counting(prefix, *args, _real=getattr(location, name), **kwargs):
+            opened.append(prefix)
+            return _real(prefix, *args, **kwargs)
+
+        monkeypatch.setattr(location, name, counting)
+    return opened
+
+
 def test_gc_delete_opens_and_probes_an_s3_prefix_once(toy, s3_emulator, monkeypatch):
     """`gc --delete` on a bucket: its reachability (tags for loading), listing, statuses, run files and
     deletions all go through one open; it opened and probed the bucket about seven times before."""
@@ -132,13 +144,7 @@ def test_explain_with_cache_from_opens_its_prefix_once(ran_toy, tmp_path, monkey
     """`stepgraph explain` and `--explain` with --cache-from: the plan (through the API) and the listing of
     earlier versions read one opened prefix: it is opened once (it was opened twice)."""
     opens = Opens(monkeypatch)
-    opened: list[str] = []  # each open of a location: its store (open_location, open_store) or filesystem
-    for name in ("open_store", "open_filesystem"):
-        def counting(prefix, *args, _real=getattr(location, name), **kwargs):
-            opened.append(prefix)
-            return _real(prefix, *args, **kwargs)
-
-        monkeypatch.setattr(location, name, counting)
+    opened = location_opens(monkeypatch)
     ran_toy.write(VOCAB="8192")
     elsewhere = str(tmp_path / "elsewhere")
     if how == "command":
@@ -150,3 +156,28 @@ def test_explain_with_cache_from_opens_its_prefix_once(ran_toy, tmp_path, monkey
     assert "8192" in out, out
     assert opens.connects.count(ran_toy.prefix) == 1, opens.connects
     assert opened.count(ran_toy.prefix) == 1, opened
+
+
+@pytest.mark.parametrize("how", ["dry-run", "run", "explain", "--explain"])
+def test_a_cache_from_prefix_is_opened_once(ran_toy, tmp_path, monkeypatch, how):
+    """A --cache-from prefix is opened once by a command that plans with it: the plan's taint check and its
+    copy sources, a run, and explain's plan, per-step lines and earlier versions all read that one open
+    (before: twice for a dry run or a run, four times for explain and --explain)."""
+    source, here = ran_toy.prefix, str(tmp_path / "here")
+    ran_toy.write(VOCAB="8192")  # raw is copied from the source; tokenize (new) and what reads it run
+    opens = Opens(monkeypatch)
+    opened = location_opens(monkeypatch)
+    flags = ("--prefix", here, "--cache-from", source)
+    if how == "explain":
+        code, out = run_main("explain", *flags, str(ran_toy.path), "toy/tokenize")
+    else:
+        extra = {"dry-run": ("--dry-run",), "run": ("--runner", "inline"), "--explain": ("--explain", "toy/tokenize")}
+        code, out = ran_toy.run(*extra[how], *flags, prefix=False)
+    assert code == 0, out
+    expected = {"dry-run": "copy from " + source, "run": "toy/raw      │ copied", "explain": "no SUCCESS of toy/tokenize",
+                "--explain": "no SUCCESS of toy/tokenize"}[how]
+    assert expected in out, out
+    if how.endswith("explain"):  # the source's record of tokenize, as the earlier version
+        assert f"(cache-from {source}) ->" in out and "4096 -> 8192" in out, out
+    assert opened.count(source) == 1, opened
+    assert opens.connects.count(source) == 1, opens.connects

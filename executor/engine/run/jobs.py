@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, StepNode
@@ -32,15 +32,15 @@ from executor.engine.run.snapshot import observe
 from executor.engine.store.base import CoordinationStore
 from executor.engine.transfers.budget import TransferLedger
 
+if TYPE_CHECKING:
+    from executor.engine.prefix.prefixes import OpenedPrefix
+
 
 @dataclass(frozen=True)
 class RunContext:
     """Everything the loop needs from outside, passed in (no environment reads here)."""
 
-    prefix: str
-    store: CoordinationStore
-    fs: Any
-    storage: Storage  # the run's storage options keyed by location: each step's call carries them
+    opened: OpenedPrefix  # the run's prefix, opened once: URL, storage options, store, filesystem
     owner: Owner
     keeper: LeaseKeeper
     watch: StalenessWatch
@@ -55,6 +55,23 @@ class RunContext:
     poll_s: float = 0.5
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
+
+    @property
+    def prefix(self) -> str:
+        return self.opened.url
+
+    @property
+    def store(self) -> CoordinationStore:
+        return self.opened.store
+
+    @property
+    def fs(self) -> Any:
+        return self.opened.fs
+
+    @property
+    def storage(self) -> Storage:
+        """The run's storage options keyed by location: each step's call carries them."""
+        return self.opened.storage
 
 
 class Job:

@@ -14,10 +14,11 @@ encoder with the module-qualified names ids were made of before, for carrying ol
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
 memoises the text of dataclasses and large containers that several steps share (the same optimizer
-config object in 10,000 steps is encoded once), and of each dataclass field's constant default
-and default_factory value: planning a large graph is mostly this function. It walks the same structure as tree.fold, and tests
-hold the two to the same answer. A `hashed_unless_default` field (one added to a class whose steps
-already have outputs) is left out while it holds its default, so ids made before it existed stay.
+config object in 10,000 steps is encoded once), and of each dataclass field's constant default and
+default_factory value: planning a large graph is mostly this function. It walks the same structure
+as tree.fold, and tests hold the two to the same answer. A `hashed_unless_default` field (one added
+to a class whose steps already have outputs) is left out while it holds its default, so ids made
+before it existed stay.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ Public surface (tested in tests/executor/test_public_api.py):
     map_shards                                        shard-level parallelism inside a step
     claim_once, ClaimSettings                         work inside a step done once across runners (a lease)
     cache_from_outputs                                a step's outputs under the run's --cache-from prefixes
+    stored_checksum                                   a file's checksum as the store keeps it (what a bucket manifest records)
     current_node                                      the node a step's code runs on (Ray node id, else the host name)
     Progress                                          progress lines (count, rate, ETA) for long work inside a step
     open_file, url_to_fs                              open a path or gs:// / s3:// URL with the step's storage options
@@ -50,6 +51,7 @@ _HOME = {
     "map_shards": "executor.engine.worker.parallel",
     **dict.fromkeys(("ClaimSettings", "claim_once"), "executor.engine.worker.claims"),
     "cache_from_outputs": "executor.engine.worker.shard_sources",
+    "stored_checksum": "executor.engine.prefix.outputs",
     "current_node": "executor.engine.runner.here",
     "Progress": "executor.engine.worker.progress",
     **dict.fromkeys(("ExecutorStep", "Resources", "execution_only", "hashed_unless_default", "mirrored",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from executor.engine.prefix.location import current_storage, open_file, url_to_fs
     from executor.engine.worker.claims import ClaimSettings, claim_once
     from executor.engine.worker.shard_sources import cache_from_outputs
+    from executor.engine.prefix.outputs import stored_checksum
     from executor.engine.worker.parallel import map_shards
     from executor.engine.worker.progress import Progress
     from executor.engine.runner.here import current_node
@@ -127,6 +130,7 @@ __all__ = [
     "register_encoding",
     "run",
     "secret",
+    "stored_checksum",
     "this_output_path",
     "url_to_fs",
 ]

@@ -33,9 +33,9 @@ from executor.core.record import Owner
 from executor.core.step import ExecutorStep, Resources
 from executor.engine.prefix import outputs
 from executor.engine.events import Events, PlanMade, RunFinished, RunStarted, Subscriber
-from executor.core.locations import Storage, storage_from
+from executor.core.locations import Storage
 from executor.core.urls import protocol_of
-from executor.engine.prefix.prefixes import open_prefix, resolve_prefix, storage_options_from_env
+from executor.engine.prefix.prefixes import OpenedPrefix, open_given, open_prefix
 from executor.engine.run.legacy_carry import carry_over
 from executor.engine.run.snapshot import read_snapshot
 
@@ -44,7 +44,10 @@ from executor.engine.run.snapshot import read_snapshot
 class Options:
     """How to plan and run; the same meaning as the executor flags of the same names."""
 
-    prefix: Optional[str] = None  # None: env EXECUTOR_PREFIX, else cache/ in the script's project (absolute)
+    # None: env EXECUTOR_PREFIX, else cache/ in the script's project (absolute). An OpenedPrefix
+    # (executor.engine.prefix.prefixes.open_prefix / open_given) is used as it is, its storage options with it:
+    # nothing resolves or opens it again (storage_options stays None then)
+    prefix: Optional[str | OpenedPrefix] = None
     only: Optional[str] = None  # regex over step names: these plus what they need
     force_failed: bool = True  # retry steps whose previous attempt failed
     force_run: Optional[str] = None  # regex: re-run matching steps even when they succeeded
@@ -133,6 +136,8 @@ class PlanResult(_Steps):
     storage_options: Storage = field(default_factory=Storage, repr=False, compare=False)  # keyed by location
     store: Any = field(default=None, repr=False, compare=False)
     fs: Any = field(default=None, repr=False, compare=False)
+    opened: Optional[OpenedPrefix] = field(default=None, repr=False, compare=False)  # the prefix, as opened once
+    cache_from: tuple[OpenedPrefix, ...] = field(default=(), repr=False, compare=False)  # --cache-from, opened once
 
     @property
     def needs_runner(self) -> bool:
@@ -214,7 +219,9 @@ def plan(steps: Iterable[ExecutorStep], options: Options | None = None, *,
     """Decide, for `steps` and everything they need, what a run would do and why. Writes nothing;
     emits PlanMade to `subscribers`."""
     options, environ = _options(options, overrides), environment(environ)
-    graph = graph_of(_step_list(steps), options, environ)
+    step_list = _step_list(steps)
+    options = with_opened_prefix(options, environ)  # once: the graph's tags and the plan read one opened prefix
+    graph = graph_of(step_list, options, environ)
     decided = decide(graph, options, environ=environ)
     Events(subscribers).emit(PlanMade(graph, decided.plan, decided.prefix, None, decided.fs, decided.storage_options,
                                       store=decided.store))
@@ -226,7 +233,7 @@ def graph_of(steps: list[ExecutorStep], options: Options, environ: Mapping[str, 
     prefix is opened only if a config reads a tag)."""
     from executor.tools.tags import tag_lookup
 
-    return build_graph(steps, tags=tag_lookup(lambda: _open(options, environ)[2]))
+    return build_graph(steps, tags=tag_lookup(lambda: _open(options, environ).store))
 
 
 def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -236,31 +243,54 @@ def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return dict(os.environ) if environ is None else environ
 
 
-def _open(options: Options, environ: Mapping[str, str]) -> tuple[str, Storage, Any, Any]:
-    """The prefix, the call's storage options (a Storage value keyed by location), coordination
-    store and filesystem (once per call)."""
-    prefix = resolve_prefix(options.prefix, environ, main_file_path())
-    storage = (storage_from(options.storage_options, prefix, source="Options(storage_options=...)")
-               if options.storage_options is not None else storage_options_from_env(prefix, environ))
-    opened = open_prefix(prefix, storage)
-    return prefix, storage, opened.store, opened.fs
+def _open(options: Options, environ: Mapping[str, str]) -> OpenedPrefix:
+    """The call's prefix: `options.prefix` when it is an OpenedPrefix (the command line's, or one a
+    caller opened), else resolved and opened here (open_given: the one place that does it)."""
+    if isinstance(options.prefix, OpenedPrefix):
+        if options.storage_options is not None:
+            raise ExecutorError("Options(prefix=<an opened prefix>, storage_options=...): an opened prefix holds its "
+                                "storage options; give them to open_prefix, or give the prefix as a URL")
+        return options.prefix
+    return open_given(options.prefix, environ, main_file_path(), storage=options.storage_options)
+
+
+def with_opened_prefix(options: Options, environ: Mapping[str, str] | None = None) -> Options:
+    """`options` with their prefix opened (once; as it is when it is one already): every part of a call
+    given them reads the same OpenedPrefix, none resolves or opens it again."""
+    if isinstance(options.prefix, OpenedPrefix):
+        return options
+    return dataclasses.replace(options, prefix=_open(options, environment(environ)), storage_options=None)
 
 
 class Decided(NamedTuple):
-    """A plan and where it was made (prefix, storage options, store, filesystem): plan_graph's
-    result without its per-step reports, which a dry run and a run with nothing to do never read."""
+    """A plan and where it was made (the opened prefix: URL, storage options, store, filesystem):
+    plan_graph's result without its per-step reports, which a dry run and a run with nothing to do never read."""
 
-    prefix: str
-    storage_options: Storage
-    store: Any
-    fs: Any
+    opened: OpenedPrefix
     plan: Plan
+    sources: tuple[OpenedPrefix, ...] = ()  # the --cache-from prefixes, opened once (in order)
+
+    @property
+    def prefix(self) -> str:
+        return self.opened.url
+
+    @property
+    def storage_options(self) -> Storage:
+        return self.opened.storage
+
+    @property
+    def store(self) -> Any:
+        return self.opened.store
+
+    @property
+    def fs(self) -> Any:
+        return self.opened.fs
 
     def result(self, graph: Graph) -> PlanResult:
         with gc_paused():  # a few acyclic objects per step
             reports = tuple(_report(self.prefix, d) for d in self.plan.decisions.values())
         return PlanResult(self.prefix, reports, graph, plan=self.plan, storage_options=self.storage_options,
-                          store=self.store, fs=self.fs)
+                          store=self.store, fs=self.fs, opened=self.opened, cache_from=self.sources)
 
 
 def _lease_settings(options: Options) -> Any:
@@ -281,17 +311,19 @@ def decide(graph: Graph, options: Options, *, environ: Mapping[str, str] | None 
     """`write`: a run's plan, which may write (outputs made under legacy ids are adopted)."""
     _lease_settings(options)  # what a run would refuse is refused before anything is read (a dry run too)
     environ = environment(environ)
-    prefix, storage_options, store, fs = _open(options, environ)  # a run reuses store and fs
+    opened = _open(options, environ)  # a run reuses it: store and fs
+    prefix, storage_options, store, fs = opened.url, opened.storage, opened.store, opened.fs
+    sources = _open_sources(options, environ, opened)  # each --cache-from prefix opened once, for the whole plan
     with gc_paused():  # a few acyclic objects per step: one pause for the whole plan
         snapshot = read_snapshot(store, graph.nodes.values())
         snapshot = carry_over(graph, snapshot, store, fs, prefix, write=write)
-        tainted = _tainted(graph, snapshot, store, options, environ, prefix, storage_options)
+        tainted = _tainted(graph, snapshot, store, sources)
         plan_options = PlanOptions(options.force_failed, options.force_run, options.only, now=time.time(),
                                    tainted=tainted)
         decided = plan_steps(graph, snapshot, plan_options)
         decided = _strict_drift(graph, snapshot, decided, plan_options, options.drift, prefix, fs)
-    decided = _plan_transfers(graph, decided, options, environ, prefix, storage_options, store, tainted)
-    return Decided(prefix, storage_options, store, fs, decided)
+    decided = _plan_transfers(graph, decided, options, environ, opened, sources, tainted)
+    return Decided(opened, decided, sources)
 
 
 DRIFT_POLICIES = ("warn", "strict")
@@ -313,33 +345,32 @@ def _strict_drift(graph: Graph, snapshot: Any, planned: Plan, plan_options: Plan
     return plan_steps(graph, snapshot, dataclasses.replace(plan_options, code_changed=reasons))
 
 
-def _tainted(graph: Graph, snapshot: Any, store: Any, options: Options, environ: Mapping[str, str],
-             prefix: str, storage: Storage) -> dict[str, str]:
-    """digest -> why it is not reused: tainted here or in a --cache-from prefix, or derived from such an
-    output (executor.tools.taint). One listing of taints/ per prefix; nothing more where it is empty."""
-    from executor.engine.prefix.location import open_store
+def _tainted(graph: Graph, snapshot: Any, store: Any, sources: tuple[OpenedPrefix, ...]) -> dict[str, str]:
+    """digest -> why it is not reused: tainted here or in a --cache-from prefix (`sources`, opened), or
+    derived from such an output (executor.tools.taint). One listing of taints/ per prefix; nothing more
+    where it is empty."""
     from executor.tools.taint import all_taints, tainted_steps, through_tags, under_legacy_ids
 
-    sources = _cache_from(options, environ, prefix)
-    stores = [store, *(open_store(source, storage) for source in sources)]
+    stores = [store, *(source.store for source in sources)]
     return tainted_steps(graph, snapshot, through_tags(store, graph, under_legacy_ids(graph, all_taints(stores))))
 
 
 def _plan_transfers(graph: Graph, planned: Plan, options: Options, environ: Mapping[str, str],
-                    prefix: str, storage: Storage, store: Any, tainted: Mapping[str, str] | None = None) -> Plan:
-    """Cache copies (--cache-from), mirrored inputs and cross-region reads under one transfer budget: the
-    mirrored inputs and cross-region reads of the steps that run are reserved first (those steps cannot
-    run without them), copies get the rest."""
+                    opened: OpenedPrefix, cache_from: tuple[OpenedPrefix, ...],
+                    tainted: Mapping[str, str] | None = None) -> Plan:
+    """Cache copies (from `cache_from`, the --cache-from prefixes opened), mirrored inputs and cross-region
+    reads under one transfer budget: the mirrored inputs and cross-region reads of the steps that run are
+    reserved first (those steps cannot run without them), copies get the rest."""
     from executor.engine.transfers.budget import GB, copy_bytes
 
-    cache_from = _cache_from(options, environ, prefix)
+    prefix, storage, store = opened.url, opened.storage, opened.store
 
     def with_copies(reserved: int) -> Plan:
         if not cache_from:  # no source, no read: a run without --cache-from plans as before
             return planned
         from executor.engine.transfers.cache_from import plan_copies
 
-        return plan_copies(graph, planned, cache_from, storage, only=options.only, force_run=options.force_run,
+        return plan_copies(graph, planned, cache_from, only=options.only, force_run=options.force_run,
                            budget_gb=options.transfer_budget_gb, reserved_bytes=reserved, refused=tainted)
 
     decided = with_copies(0)
@@ -376,6 +407,12 @@ def _cache_from(options: Options, environ: Mapping[str, str], prefix: str) -> tu
     return cache_from_list(options.cache_from, environ, prefix)
 
 
+def _open_sources(options: Options, environ: Mapping[str, str], opened: OpenedPrefix) -> tuple[OpenedPrefix, ...]:
+    """The --cache-from prefixes (else EXECUTOR_CACHE_FROM), each opened once with the run's storage
+    options: the plan's taint check and copy sources, explain and the run read these, none opens one again."""
+    return tuple(open_prefix(source, opened.storage) for source in _cache_from(options, environ, opened.url))
+
+
 def plan_graph(graph: Graph, options: Options, *, environ: Mapping[str, str] | None = None) -> PlanResult:
     return decide(graph, options, environ=environ).result(graph)
 
@@ -402,7 +439,9 @@ def run(steps: Iterable[ExecutorStep], options: Options | None = None, *, descri
     any, nothing is printed.
     """
     options, environ = _options(options, overrides), environment(environ)
-    return run_graph(graph_of(_step_list(steps), options, environ), options, description=description,
+    step_list = _step_list(steps)
+    options = with_opened_prefix(options, environ)  # once: the graph's tags and the run read one opened prefix
+    return run_graph(graph_of(step_list, options, environ), options, description=description,
                      environ=environ, subscribers=subscribers, main_file=main_file)
 
 
@@ -451,18 +490,29 @@ def _run_decided(graph: Graph, decided: Decided, options: Options, events: Event
                  call: _Call) -> RunResult:
     if not decided.plan.needs_runner:  # nothing to run or wait for: each step ends as the plan decided
         with gc_paused():
-            return RunResult(decided.prefix, tuple(_ended_as_planned(decided.prefix, d)
-                                                   for d in decided.plan.decisions.values()), graph)
+            return RunResult(decided.prefix, _ended_as_planned(decided.prefix, decided.plan.decisions.values()), graph)
     from executor.engine.run.signals import SignalGuard
 
     with SignalGuard() as guard:  # active only for executor_main, on the main thread (engine/run/signals.py)
         return _execute(graph, decided.result(graph), options, events, guard, environ, call)
 
 
-def _ended_as_planned(prefix: str, decision: Decision) -> StepReport:
-    """A step of a run with nothing to run: failed or blocked with the plan's reason, as in a run."""
-    status = outcome_of_action(decision.action)
-    return _report(prefix, decision, status=status, error=decision.reason if status.unsuccessful else None)
+def _ended_as_planned(prefix: str, decisions: Iterable[Decision]) -> tuple[StepReport, ...]:
+    """Each step of a run with nothing to run: failed or blocked with the plan's reason, as in a
+    run. _report's fields, written out in one loop: a no-op re-run of 10,000 steps makes 10,000."""
+    root, reports = outputs.join(prefix), []
+    for decision in decisions:
+        node, action, observed = decision.node, decision.action, decision.observed.status
+        status = outcome_of_action(action)
+        if observed is not None and observed.alias_of and action == Action.SKIP:  # an adopted output
+            output_path = outputs.join(prefix, observed.alias_of["output_rel"])
+        else:
+            output_path = root + "/" + node.output_rel.strip("/") if node.output_rel else root
+        reports.append(new_frozen(StepReport, {
+            "name": node.step.name, "step_id": node.step_id, "digest": node.digest, "output_path": output_path,
+            "decision": action, "reason": decision.reason, "status": status,
+            "error": decision.reason if status.unsuccessful else None, "ran_here": False, "cut_off": None}))
+    return tuple(reports)
 
 
 def _new_runner(options: Options, events: Events, environ: Mapping[str, str], prefix: str,
@@ -557,12 +607,11 @@ def _run_context(planned: PlanResult, options: Options, events: Events, guard: A
     settings = _lease_settings(options)
     keeper = LeaseKeeper(planned.store, settings)
     guard.on_force(lambda signum: keeper.release_all(reason_for(signum)))  # a forced exit releases leases first
-    return RunContext(prefix=planned.prefix, store=planned.store, fs=planned.fs, storage=planned.storage_options,
-                      owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s), runner_factory=runner,
-                      events=events, invocation=info, main_file=call.main_file,
+    return RunContext(opened=planned.opened, owner=owner, keeper=keeper, watch=StalenessWatch(settings.ttl_s),
+                      runner_factory=runner, events=events, invocation=info, main_file=call.main_file,
                       max_concurrent=options.max_concurrent,
                       mirror_sources=mirror_sources_list(options.mirror_sources, environ),
-                      cache_from=_cache_from(options, environ, planned.prefix),
+                      cache_from=tuple(source.url for source in planned.cache_from),
                       transfers=TransferLedger(options.transfer_budget_gb, planned_bytes))
 
 
@@ -613,10 +662,11 @@ def load_result(step: ExecutorStep, options: Options | None = None, *, as_type: 
     from executor.engine.prefix import location
     from executor.engine.prefix.results import decode_result
 
-    options = _options(options, overrides)
-    graph = graph_of([step], options, environment(environ))
+    environ = environment(environ)
+    options = with_opened_prefix(_options(options, overrides), environ)
+    graph = graph_of([step], options, environ)
     node = graph.nodes[graph.digest_of(step)]
-    prefix, storage, store, _ = _open(options, environment(environ))
+    prefix, storage, store = options.prefix.url, options.prefix.storage, options.prefix.store
     status = read_snapshot(store, [node])[node.digest].status
     if status is None or status.state != State.SUCCESS or status.digest != node.digest:
         found = "no status" if status is None else f"status {status.state.value}"

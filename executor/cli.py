@@ -19,9 +19,9 @@ from executor.core.exit_codes import ExitCode
 from executor.engine.run import collector
 from executor.engine.prefix import location
 from executor.core.errors import ExecutorError
-from executor.core.graph import Graph, build_graph
+from executor.core.graph import Graph
 from executor.core.step import ExecutorStep
-from executor.engine.prefix.prefixes import resolve_prefix, storage_options_from_env
+from executor.engine.prefix.prefixes import OpenedPrefix, open_given
 from executor.engine.events import Events
 from executor.tools.console_reporter import ConsoleReporter, Reporter
 from executor.tools.console_view import ConsoleView
@@ -43,7 +43,7 @@ class ExecutorOptions:
     only: Optional[str] = _flag(None, "a step name, or a regex over names: run these plus what they need")
     force_failed: bool = _flag(True, "retry steps whose previous attempt failed (false: leave them failed)")
     force_run: Optional[str] = _flag(None, "a step name, or a regex over names: re-run these even when they succeeded (and what consumed their changed outputs)")
-    max_concurrent: int = _flag(8, "steps running at once (per runner)")
+    max_concurrent: int = _flag(8, "steps and copies (cache, mirror) running at once (per runner)")
     ray_address: Optional[str] = _flag(None, "join an existing Ray cluster (auto, ray://host:port; "
                                              "default: env RAY_ADDRESS, else an embedded local cluster)")
     runner: Literal["auto", "ray", "inline"] = _flag("auto", "where steps run: auto: each step in a child process of this one, "
@@ -250,11 +250,14 @@ def _run_argv(steps: Any, description: str | None, config: Any, argv: Sequence[s
         step_list = list(steps(user_config) if callable(steps) else steps or [])
         if not step_list:
             raise ExecutorError("no steps given to executor_main")
-        graph = api.graph_of(step_list, api_options(options, storage_flag), environ)
+        if options.check or options.update_plan:  # ids only: the prefix is opened only if a config reads a tag
+            return _check(step_list, options, storage_flag, main_file, environ, view)
+        # the prefix and its storage options, resolved and opened once; this one value goes down from here
+        opened = open_given(options.prefix, environ, main_file, flag=storage_flag)
+        graph = api.graph_of(step_list, api_options(options, opened), environ)
         from executor.engine.run.provenance import secret_flag_names
 
-        return _run_graph(graph, options, description, main_file, environ, view, storage_flag,
-                          secret_flag_names(config))
+        return _run_graph(graph, options, opened, description, main_file, environ, view, secret_flag_names(config))
     except ExecutorError as e:
         return _usage(str(e), _asks_json(argv))
     except StoreError as e:
@@ -272,60 +275,62 @@ def _drift_policy(drift: str | None) -> str:
     return drift or "warn"
 
 
-def api_options(flags_: ExecutorOptions, storage_flag: str | None = None) -> api.Options:
-    """The API's options from the flags of the same names (storage options: `--storage-options`,
-    else from the environment; never copied by name, since the API takes a dict)."""
+def api_options(flags_: ExecutorOptions, opened: OpenedPrefix | None = None) -> api.Options:
+    """The API's options from the flags of the same names; the prefix is `opened` (the prefix and its
+    storage options, resolved and opened once by the command line) when given, else the flag as given."""
     names = {f.name for f in dataclasses.fields(api.Options)} & {f.name for f in dataclasses.fields(flags_)}
-    storage = location.storage_options_from(storage_flag, {}) if storage_flag is not None else None
+
     def listed(value: str | None) -> tuple[str, ...]:  # a repeated flag: joined by parse_flags
         return tuple(p for p in (value or "").split(",") if p.strip())
 
-    return api.Options(**{n: getattr(flags_, n) for n in names - {"storage_options", "cache_from", "mirror_sources",
-                                                                   "drift"}},
-                       storage_options=storage, cache_from=listed(flags_.cache_from),
+    return api.Options(**{n: getattr(flags_, n) for n in names - {"prefix", "storage_options", "cache_from",
+                                                                   "mirror_sources", "drift"}},
+                       prefix=opened if opened is not None else flags_.prefix, cache_from=listed(flags_.cache_from),
                        mirror_sources=listed(flags_.mirror_sources), drift=flags_.drift or "warn")
 
 
-def _run_graph(graph: Graph, options: ExecutorOptions, description: str | None,
-               main_file: str | None, environ: dict[str, str], view: ConsoleView,
-               storage_flag: str | None = None, secret_flags: frozenset[str] = frozenset()) -> int:
-    """A run, or the dry run, --check or --explain: each reports through events to `view`."""
-    if options.check or options.update_plan:
-        from executor.tools.plan_file import run_check
+def _check(steps: list[ExecutorStep], options: ExecutorOptions, storage_flag: str | None, main_file: str | None,
+           environ: dict[str, str], view: ConsoleView) -> int:
+    """--check / --update-plan: the ids against the committed ids file, reported as events to `view`. A
+    config reading a tag opens the prefix (once, through the API); nothing else reads it."""
+    from executor.tools.plan_file import run_check
 
-        return run_check(graph, main_file, update=options.update_plan, events=Events([view]))
-    # the default prefix is cache/ in the project holding the experiment, wherever it runs from (19.4)
-    options = dataclasses.replace(options, prefix=resolve_prefix(options.prefix, environ, main_file))
+    storage = location.parse_storage_options(storage_flag, location.FLAG) if storage_flag is not None else None
+    graph = api.graph_of(steps, dataclasses.replace(api_options(options), storage_options=storage), environ)
+    return run_check(graph, main_file, update=options.update_plan, events=Events([view]))
+
+
+def _run_graph(graph: Graph, options: ExecutorOptions, opened: OpenedPrefix, description: str | None,
+               main_file: str | None, environ: dict[str, str], view: ConsoleView,
+               secret_flags: frozenset[str] = frozenset()) -> int:
+    """A run, or the dry run or --explain, on the prefix opened once: each reports through events to `view`."""
+    run_options = api_options(options, opened)
     if options.explain:
         from executor.tools.explain import cache_from_plan, run_explain
 
-        prefix = options.prefix
-        plan, sources = cache_from_plan(graph, api_options(options, storage_flag), environ)
-        return run_explain(graph, options.explain, prefix, main_file, events=Events([view]),
-                           storage_options=storage_options_from_env(prefix, environ, storage_flag),
-                           plan=plan, cache_from=sources)
+        plan, sources = cache_from_plan(graph, run_options, environ)
+        return run_explain(graph, options.explain, opened, main_file, events=Events([view]), plan=plan,
+                           cache_from=sources)
     if options.dry_run:
-        return _dry_run(graph, options, description, main_file, environ, view, storage_flag)
-    return api.run_graph(graph, api_options(options, storage_flag), description=description, environ=environ,
+        return _dry_run(graph, options, run_options, description, main_file, environ, view)
+    return api.run_graph(graph, run_options, description=description, environ=environ,
                          subscribers=[view], main_file=main_file, secret_flags=secret_flags).exit_code
 
 
-def _dry_run(graph: Graph, options: ExecutorOptions, description: str | None, main_file: str | None,
-             environ: dict[str, str], view: ConsoleView, storage_flag: str | None = None) -> int:
+def _dry_run(graph: Graph, options: ExecutorOptions, run_options: api.Options, description: str | None,
+             main_file: str | None, environ: dict[str, str], view: ConsoleView) -> int:
     """The plan, reported as events to `view` (tools/dry_run.py); with --json, the plan as JSON on
     stdout (its drift warnings on stderr)."""
-    if options.json:
-        from executor.tools.drift import warn_drift  # issue 7: completed outputs whose step code changed
-        from executor.tools.plan_json import write_plan_json
+    if options.json:  # drift warnings (issue 7) on stderr; each row with its shard forecast (issue 48)
+        from executor.tools.dry_run import dry_run_json
 
-        planned = api.decide(graph, api_options(options, storage_flag), environ=environ)
-        warn_drift(planned.plan, planned.prefix, planned.fs, Events([ConsoleView(ConsoleReporter(stderr=True))]))
-        write_plan_json(planned.plan, planned.prefix, sys.stdout)
+        planned = dry_run_json(graph, run_options, sys.stdout, environ=environ,
+                               subscribers=[ConsoleView(ConsoleReporter(stderr=True))])
     else:
         from executor.tools.dry_run import dry_run
 
-        planned = dry_run(graph, api_options(options, storage_flag), subscribers=[view], environ=environ,
-                          main_file=main_file, description=description)
+        planned = dry_run(graph, run_options, subscribers=[view], environ=environ, main_file=main_file,
+                          description=description)
     if options.graph:
         from executor.tools.draw import draw_plan
 

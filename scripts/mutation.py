@@ -33,7 +33,9 @@ A score can be trusted only if it counts what the tests found:
   *survived* when they passed, and *equivalent* when it survived and is listed, with its reason, in
   scripts/mutation/equivalent.json (matched by module, function, operator, the mutated line, its line
   number and cosmic-ray's occurrence), or *time or cost* when its entry says `"kind": "time or cost"`
-  (it differs only in how long or how much: not equivalent, shown apart).
+  (it differs only in how long or how much: not equivalent, shown apart);
+- a kept result records the sha256 of each module its run mutated: once one differs from today's (or
+  the target gained a module), the result is stale, shows no score and does not settle.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_recheck import merge_continued, recheck, skip_run_before, why_not_recheckable  # noqa: E402
 from mutation_outcomes import (EXCLUDED_OPERATORS, TARGETS, Baseline, Target, TargetScore,  # noqa: E402
-                               list_mutants, load_equivalents, reclassify, render_report, score_from_json,
-                               score_session, score_to_json, session_progress, unsettled)
+                               list_mutants, load_equivalents, module_files, module_shas, reclassify,
+                               render_report, score_from_json, score_session, score_to_json, session_progress,
+                               stale_since, today, unsettled)
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "scripts" / "mutation" / "equivalent.json"
@@ -112,15 +115,6 @@ def run_baseline(target: Target, work: Path, python: str) -> Baseline:
         return Baseline(passed=False, seconds=time.monotonic() - start, tail="timed out")
     return Baseline(passed=proc.returncode == 0, seconds=time.monotonic() - start,
                     tail=(proc.stdout + proc.stderr)[-2000:])
-
-
-def module_files(target: Target, work: Path) -> list[str]:
-    """The target's modules as files (a directory stands for the .py files under it)."""
-    files = []
-    for module in target.modules:
-        path = work / module
-        files += sorted(str(p.relative_to(work)) for p in path.rglob("*.py")) if path.is_dir() else [module]
-    return files
 
 
 def record_coverage(target: Target, work: Path, python: str, files: list[str]) -> dict[str, dict[str, list[str]]]:
@@ -238,9 +232,10 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int,
     """The target's score (only the mutants `kept` has not run, with --continue), and whether its
     working copy is still clean (no deadline came mid-run)."""
     python = str(work / ".venv" / "bin" / "python")
+    shas, measured_on = module_shas(target, work), today()  # before any mutant touches the copy
     baseline = run_baseline(target, work, python)
     if not baseline.trusted(target.timeout_s):
-        return TargetScore(target=target, baseline=baseline), True
+        return TargetScore(target=target, baseline=baseline, module_sha256=shas, measured_on=measured_on), True
     start = time.monotonic()
     (work / SELECT_DIR).mkdir(exist_ok=True)
     covered_lines = prepare_selection(target, work, python)
@@ -261,6 +256,7 @@ def run_target(target: Target, work: Path, keep: int | None, seed: int,
                        lambda: session_progress(target.name, session, time.monotonic() - started))
     score = score_session(target, baseline, session, load_equivalents(EQUIVALENTS))
     score.seconds, score.coverage_seconds, score.covered_lines = time.monotonic() - start, coverage_s, covered_lines
+    score.module_sha256, score.measured_on = shas, measured_on
     return score, clean
 
 
@@ -322,11 +318,19 @@ def reusable_kept(args: argparse.Namespace, option: str, need_unrun: bool) -> di
     for name in args.targets:
         score = kept.get(name)
         refusals[name] = ("no kept result" if score is None else "its kept run left no mutant unrun"
-                          if need_unrun and not score.pending else why_not_recheckable(score, ROOT))
+                          if need_unrun and not score.pending else changed_since(score))
     for name, why in refusals.items():
         if why:
             print(f"{name}: no --{option}: {why}", file=sys.stderr)
     return None if any(refusals.values()) else {name: kept[name] for name in args.targets}
+
+
+def changed_since(score: TargetScore) -> str | None:
+    """Why a kept result's mutants are not today's, or None: by the sha256 its run recorded (a module
+    moved but unchanged is still the one it mutated), else by git against the commit it names."""
+    if score.module_sha256:
+        return f"{score.stale}: its mutants are not today's; run the target again" if score.stale else None
+    return why_not_recheckable(score, ROOT)
 
 
 def should_stop(args: argparse.Namespace) -> bool:
@@ -354,11 +358,16 @@ def work_through(queue: list[Target], lock: threading.Lock, args: argparse.Names
             shutil.rmtree(work, ignore_errors=True)
 
 
-def kept_results(results: Path) -> dict[str, TargetScore]:
-    """Each target's kept result, judged against today's list of equivalents."""
+def kept_results(results: Path, root: Path = ROOT) -> dict[str, TargetScore]:
+    """Each target's kept result, judged against today's list of equivalents, and marked stale where
+    the target's modules under `root` are not the ones it mutated."""
     equivalents = load_equivalents(EQUIVALENTS)
-    return {p.stem: reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
-            for p in sorted(results.glob("*.json"))}
+    kept = {}
+    for p in sorted(results.glob("*.json")):
+        score = reclassify(score_from_json(json.loads(p.read_text()), TARGETS), equivalents)
+        score.stale = stale_since(score, root)
+        kept[p.stem] = score
+    return kept
 
 
 def report_strictly(scores: dict[str, TargetScore], wanted: list[str]) -> int:

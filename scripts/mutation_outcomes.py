@@ -7,7 +7,9 @@ plain functions that scripts/tests/test_mutation_outcomes.py holds.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
@@ -49,11 +51,13 @@ TARGETS = [
             "tests/cache/test_cache_from.py"), 240.0),  # the plan's set-aside of what copies were made from
     Target("lease", ("executor/engine/run/lease.py",), ("tests/executor/test_lease.py",)),
     # 150 s: seven times the quiet baseline (21 s); a mutant that hangs the run loop costs the whole timeout.
-    Target("execute", ("executor/engine/run/execute.py",),
+    Target("execute", ("executor/engine/run/execute.py", "executor/engine/run/jobs.py",
+                       "executor/engine/run/step_job.py"),
            ("tests/executor/test_run_inline.py", "tests/promises/test_snapshot_and_override.py",
             "tests/leases/test_record_fencing.py", "tests/executor/test_staleness.py",
             "tests/executor/test_waits_and_preparation.py", "tests/executor/test_run_loop.py",
-            "tests/cache/test_cache_from.py"), 150.0,  # the run loop's copies of another prefix's outputs
+            "tests/cache/test_cache_from.py",  # the run loop's copies of another prefix's outputs
+            "tests/executor/test_start_slots.py"), 150.0,  # the two survivors issue 46 found (slots, _fail)
            hang_s=30.0),  # its slowest test: 8 s beside two other test runs
     Target("record", ("executor/core/record.py",),
            ("tests/executor/test_record.py", "tests/executor/test_run_inline.py", "tests/executor/test_lease.py",
@@ -133,14 +137,60 @@ class TargetScore:
     covered_lines: int = 0
     pending: int = 0                # mutants left unrun when the run's deadline came
     provenance: str = ""            # the command, commit, time and load it was measured with
+    # each module file the run mutated -> its sha256 when the run began, and that day (UTC): what the
+    # kept result measured; a result whose modules differ from these now is stale (stale_since)
+    module_sha256: dict[str, str] = field(default_factory=dict)
+    measured_on: str = ""
+    stale: str = ""                 # set when a kept result is loaded against a tree (not stored)
 
     def counts(self) -> Counter:
         return Counter(m.outcome for m in self.mutants)
 
 
+def module_files(target: Target, root: Path) -> list[str]:
+    """The target's modules as files under `root` (a directory stands for the .py files under it)."""
+    files = []
+    for module in target.modules:
+        path = root / module
+        files += sorted(str(p.relative_to(root)) for p in path.rglob("*.py")) if path.is_dir() else [module]
+    return files
+
+
+def module_shas(target: Target, root: Path) -> dict[str, str]:
+    """Each of the target's module files under `root` -> the sha256 of its bytes (what a run records)."""
+    return {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in module_files(target, root)}
+
+
+def today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def stale_since(score: TargetScore, root: Path) -> str:
+    """"" when the target's modules under `root` are byte for byte those its kept run mutated, else
+    what changed: a module whose sha256 differs, one the run did not mutate (added to the target
+    since), one gone, or no sha256 recorded at all."""
+    if not score.module_sha256:
+        return "the run recorded no sha256 of its modules"
+    now = module_shas(score.target, root)
+    changed = [f for f in now if f in score.module_sha256 and now[f] != score.module_sha256[f]]
+    added = [f for f in now if f not in score.module_sha256]
+    gone = [f for f in score.module_sha256 if f not in now]
+    what = ([f"{', '.join(changed)} changed"] if changed else []) + \
+           ([f"{', '.join(added)} not mutated by it"] if added else []) + ([f"{', '.join(gone)} gone"] if gone else [])
+    return "; ".join(what)
+
+
+def stale_text(score: TargetScore) -> str:
+    """How a stale result is named wherever it would be read as a score."""
+    return f"stale: code changed since this run ({score.measured_on or 'undated'}): {score.stale}"
+
+
 def unsettled(score: TargetScore) -> list[str]:
     """What keeps a target's result from standing as a full, trusted score (empty when it stands):
-    a refused baseline, survivors not listed as equivalent, timeouts, errors, mutants left unrun."""
+    a result of code that has changed since, a refused baseline, survivors not listed as
+    equivalent, timeouts, errors, mutants left unrun."""
+    if score.stale:
+        return [stale_text(score)]
     if not score.baseline.trusted(score.target.timeout_s):
         return [score.baseline.why_refused(score.target.timeout_s)]
     counts = score.counts()
@@ -267,16 +317,24 @@ def score_text(c: Counter) -> str:
 
 def settled_head(scores: list[TargetScore], wanted: list[str] | None) -> list[str]:
     """The report's first lines: how many of the wanted targets settle (what `--render --strict`
-    judges), and each unsettled one with why."""
+    judges), which are stale (their code changed since their run: no score of theirs stands), and
+    each other unsettled one with why."""
     by_name = {s.target.name: s for s in scores}
     wanted = wanted if wanted is not None else list(by_name)
     open_ = {n: unsettled(by_name[n]) if n in by_name else ["no result"] for n in wanted}
-    open_ = {n: why for n, why in open_.items() if why}
-    lines = [f"**Settled {len(wanted) - len(open_)} of {len(wanted)}** (`scripts/mutation.sh --render --strict` "
-             f"exits {1 if open_ else 0} on these results: a target settles when every mutant is killed or "
-             "listed, with a trusted baseline, nothing timed out, in error or left unrun)."]
-    if open_:
-        lines += ["", "Unsettled:"] + [f"- {n}: {', '.join(why)}" for n, why in open_.items()]
+    settled = [n for n, why in open_.items() if not why]
+    stale = {n: by_name[n] for n in wanted if n in by_name and by_name[n].stale}
+    unsure = {n: why for n, why in open_.items() if why and n not in stale}
+    lines = [f"**Settled {len(settled)} of {len(wanted)}** (`scripts/mutation.sh --render --strict` "
+             f"exits {1 if len(settled) < len(wanted) else 0} on these results: a target settles when its "
+             "result is of today's code, every mutant killed or listed, with a trusted baseline, nothing timed "
+             "out, in error or left unrun)."]
+    lines += ["", f"Settled: {', '.join(settled) or 'none'}."]
+    if stale:
+        lines += ["", "Stale (the code changed since the run: its figures are not shown as a score; "
+                  "re-run the target):"] + [f"- {n}: {stale_text(s).removeprefix('stale: ')}" for n, s in stale.items()]
+    if unsure:
+        lines += ["", "Unsettled:"] + [f"- {n}: {', '.join(why)}" for n, why in unsure.items()]
     return lines + [""]
 
 
@@ -292,6 +350,9 @@ def render_report(scores: list[TargetScore], sampled: int | None, wanted: list[s
               "| score | run |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
+        if s.stale:
+            lines.append(f"| {s.target.name} | {stale_text(s)} | | | | | | | | | {s.seconds:.0f} s |")
+            continue
         if not s.baseline.trusted(s.target.timeout_s):
             lines.append(f"| {s.target.name} | refused: {s.baseline.why_refused(s.target.timeout_s)} "
                          "| | | | | | | | | |")
@@ -310,10 +371,13 @@ def render_report(scores: list[TargetScore], sampled: int | None, wanted: list[s
               "continued or re-checked run's own baseline is in its line below. Run: the whole target (a coverage "
               "run of its tests, then each mutant: the tests covering the mutated line, and all its tests if "
               "those pass; scripts/mutation_select.py). \"of N (deadline)\": the run's --deadline came first; "
-              "the rest of that target's mutants were not run.", ""]
+              "the rest of that target's mutants were not run. \"stale\": the sha256 of a module the run "
+              "mutated (recorded when it began) differs from today's, or the target has a module the run did "
+              "not mutate; its kept figures are of other code, so none is shown, and its open mutants are not "
+              "listed below (they stay in its result file).", ""]
     lines += [f"- {s.target.name}: {s.provenance}" for s in scores if s.provenance] + [""]
     for s in scores:
-        for m in s.mutants:
+        for m in [] if s.stale else s.mutants:
             if m.outcome in (Outcome.SURVIVED, Outcome.TIMED_OUT, Outcome.ERROR):
                 took = f"{m.seconds:.1f} s" if m.seconds is not None else "time not kept (run before it was)"
                 lines += [f"## {m.outcome.value}: {m.module}:{m.line} {m.function} {m.operator}", "",
@@ -357,6 +421,7 @@ def score_to_json(score: TargetScore) -> dict:
     return {"target": score.target.name, "baseline": asdict(score.baseline), "seconds": score.seconds,
             "coverage_seconds": score.coverage_seconds, "covered_lines": score.covered_lines,
             "pending": score.pending, "provenance": score.provenance,
+            "module_sha256": score.module_sha256, "measured_on": score.measured_on,
             "mutants": [{**asdict(m), "outcome": m.outcome.value,
                          "diff": "" if m.outcome is Outcome.KILLED else m.diff}  # the report shows no killed diff
                         for m in score.mutants]}
@@ -367,7 +432,8 @@ def score_from_json(data: dict, targets: list[Target]) -> TargetScore:
     mutants = [Mutant(**{**m, "outcome": Outcome(m["outcome"])}) for m in data["mutants"]]
     return TargetScore(target=target, baseline=Baseline(**data["baseline"]), mutants=mutants,
                        seconds=data["seconds"], coverage_seconds=data["coverage_seconds"],
-                       covered_lines=data["covered_lines"], pending=data["pending"], provenance=data["provenance"])
+                       covered_lines=data["covered_lines"], pending=data["pending"], provenance=data["provenance"],
+                       module_sha256=data.get("module_sha256", {}), measured_on=data.get("measured_on", ""))
 
 
 def reclassify(score: TargetScore, equivalents: list[dict]) -> TargetScore:

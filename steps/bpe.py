@@ -18,13 +18,13 @@ from steps.extras import DATA, require_extra
 
 require_extra("data", "steps.bpe", DATA)
 
+import array
 import collections
 import contextvars
 import itertools
 import functools
 import json
 import re
-import struct
 import unicodedata
 from itertools import chain
 from typing import Iterable, Iterator
@@ -101,7 +101,6 @@ def eos_id_of(tokenizer: Tokenizer, eos_token: str, where: str) -> int:
 _GPT2_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
 _PROBES = ("a{}a", "1{}1", "!{}!", " {} ", "{}{}", "'{}s")
 _LONG_TEXT_CHARS = 1 << 20
-_UINT32 = struct.Struct("<I")
 # Split points of a long text where every pre-token ends (see _windows): before the space of
 # "letter space letter", and after the newline of "printable newline printable" (ASCII neighbours).
 _SAFE_SPLIT = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])|(?<=[!-~]\n)(?=[!-~])")
@@ -235,18 +234,28 @@ class BatchEncoder:
         """(ids of every text concatenated, ids per text) for texts that take the fast path: split in
         Python, each pre-token's BPE looked up in the pool (HF asked only for new pre-tokens), and
         the ids gathered with numpy: no Python object per id."""
-        split = [self._pattern.findall(t) for t in texts]
-        pieces = list(chain.from_iterable(split))
+        split = list(map(self._pattern.findall, texts))
         if len(self._pool) > self._max_cached:
             self._pool = _PretokenPool()
-        found, new = self._pool.indexes(pieces)
+        found, new = self._pool.indexes(chain.from_iterable(split))
         if new:
-            # without the regex, the pre-tokenizer leaves each piece whole: BPE of the piece alone
-            self._pool.add(new, [e.ids for e in self._pieces.encode_batch_fast(new, add_special_tokens=False)])
+            self._pool.add(new, *self._encode_new_pieces(new))
         tokens, per_piece = self._pool.gather(found)
         piece_ends = np.cumsum(np.fromiter(map(len, split), np.int64, len(split)))
         token_ends = np.concatenate([[0], np.cumsum(per_piece)])[piece_ends]
         return tokens, np.diff(token_ends, prepend=0)
+
+    def _encode_new_pieces(self, pieces: list[str], sequences: int = 8) -> tuple[np.ndarray, np.ndarray]:
+        """(the BPE ids of each piece alone, concatenated; the number of ids of each piece): the pieces
+        given to HF as a few pre-tokenized sequences, each piece one word (BPE never crosses a word;
+        without the regex, the pre-tokenizer leaves each word whole), split back by the words' ids.
+        One Encoding per sequence instead of one per piece."""
+        size = -(-len(pieces) // sequences)
+        parts = [pieces[k:k + size] for k in range(0, len(pieces), size)]
+        encodings = self._pieces.encode_batch(parts, is_pretokenized=True, add_special_tokens=False)
+        ids = np.concatenate([np.asarray(e.ids, np.uint32) for e in encodings])
+        words = np.concatenate([np.asarray(e.word_ids, np.int64) + k * size for k, e in enumerate(encodings)])
+        return ids, np.bincount(words, minlength=len(pieces)).astype(np.int64)
 
     def _encode_pieces(self, texts: list[str]) -> list[list[int]]:
         tokens, counts = self._encode_pieces_flat(texts)
@@ -297,12 +306,12 @@ class BatchEncoder:
 
 class _PretokenPool:
     """The BPE ids of the pre-tokens met so far, stored flat: pre-token i's ids are
-    `tokens[starts[i]:starts[i] + lengths[i]]`; `index` maps a pre-token to i (4 bytes, so that a
-    batch's indexes are one `bytes.join`), and gives a piece not met before the next free i as it is
-    looked up: one dict lookup per piece, in C."""
+    `tokens[starts[i]:starts[i] + lengths[i]]`; `index` maps a pre-token to i (gathered into a C
+    array of unsigned ints as it is read: no Python object per piece is kept), and gives a piece not
+    met before the next free i as it is looked up: one dict lookup per piece, in C."""
 
     def __init__(self) -> None:
-        self.index: dict[str, bytes] = collections.defaultdict(map(_UINT32.pack, itertools.count()).__next__)
+        self.index: dict[str, int] = collections.defaultdict(itertools.count().__next__)
         self.tokens = np.zeros(1 << 16, np.uint32)
         self.starts = np.zeros(1 << 12, np.int64)
         self.lengths = np.zeros(1 << 12, np.int64)
@@ -313,18 +322,17 @@ class _PretokenPool:
     def __len__(self) -> int:
         return len(self.index)
 
-    def indexes(self, pieces: list[str]) -> tuple[np.ndarray, list[str]]:
+    def indexes(self, pieces: Iterable[str]) -> tuple[np.ndarray, list[str]]:
         """(each piece's index; the pieces met for the first time, in index order), the latter to be
         given their ids with `add` before `gather`."""
-        found = np.frombuffer(b"".join(map(self.index.__getitem__, pieces)), np.uint32)
+        found = np.frombuffer(array.array("I", map(self.index.__getitem__, pieces)), np.uintc)
         fresh = len(self.index) - self.known
         return found, list(itertools.islice(reversed(self.index), fresh))[::-1] if fresh else []
 
-    def add(self, pieces: list[str], ids: list[list[int]]) -> None:
-        """Store the ids of the pieces `indexes` met for the first time."""
+    def add(self, pieces: list[str], flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Store the ids of the pieces `indexes` met for the first time (concatenated, and how many
+        each piece has)."""
         first, count = self.known, len(pieces)
-        lengths = np.fromiter(map(len, ids), np.int64, count)
-        flat = np.fromiter(chain.from_iterable(ids), np.uint32, int(lengths.sum()))
         self.tokens = _grown(self.tokens, self.used + len(flat))
         self.starts, self.lengths = _grown(self.starts, first + count), _grown(self.lengths, first + count)
         self.tokens[self.used:self.used + len(flat)] = flat

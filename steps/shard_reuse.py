@@ -17,6 +17,11 @@ machinery) at `<parent>/.shard-claims/<name>/<address>.json` beside the step's o
 waits for it to end and copies the result from the output its SUCCESS names. The index entry is
 written (atomically) after the shard's files and the claim ends after the entry, so a half-written
 shard is never reused.
+A dry run forecasts reuse without reading shards (`stored_addresses`, `sha256_of`): from the upstream
+manifest's checksums and listings of the sources' indexes. On a bucket the manifest keeps the
+store's checksum (crc32c, MD5, ETag), so `input_digests`, which reads each input for its sha256
+anyway, notes in `shard-inputs.json` which sha256 each store checksum stands for; addresses stay
+sha256, and reuse exact.
 All storage goes through `executor.url_to_fs` (the step's storage options).
 """
 
@@ -30,10 +35,11 @@ import re
 from types import ModuleType
 from typing import Any, Callable
 
-from executor import ClaimSettings, cache_from_outputs, claim_once, url_to_fs
+from executor import ClaimSettings, cache_from_outputs, claim_once, map_shards, stored_checksum, url_to_fs
 from steps.documents import read_json, write_file_atomically, write_json_atomically
 
 INDEX_DIR = "shard-index"
+INPUTS_FILE = "shard-inputs.json"  # store checksum -> sha256 of the inputs (written where the store keeps one)
 CLAIMS_DIR = ".shard-claims"  # a dot-folder: no step name starts with "." (docs/concepts.md)
 _ID_SUFFIX = re.compile(r"^(?P<name>.+)-[0-9a-f]{12}$")  # executor.core.identity: <name>-<12 hex>
 _CHUNK = 1 << 20
@@ -93,10 +99,11 @@ def sources(output_path: str) -> list[str]:
 
 
 def stored_addresses(output_path: str) -> set[str]:
-    """The addresses of the shard results held by the earlier outputs of this step (one listing of
-    the step's folder and one of each earlier output's index: what a dry run's forecast reads)."""
+    """The addresses of the shard results held by the outputs a run would take them from
+    (`sources`: one listing of the step's folder, and one of each source's index: what a dry run's
+    forecast reads)."""
     found: set[str] = set()
-    for source in earlier_outputs(output_path):
+    for source in sources(output_path):
         fs, target = url_to_fs(f"{source}/{INDEX_DIR}")
         try:
             names = fs.ls(target, detail=False)
@@ -106,17 +113,64 @@ def stored_addresses(output_path: str) -> set[str]:
     return found
 
 
-def sha256_of(checksums: dict[str, dict[str, str]], files: list[str]) -> list[str] | str:
-    """Each file's sha256 as the upstream manifest records it, or why not (for a forecast)."""
-    digests, missing = [], []
+def input_digests(output_path: str, files: list[str], desc: str) -> list[str]:
+    """Each input file's sha256 (one task per file). Where the store keeps its own checksum of a
+    file (a bucket: crc32c, MD5, ETag, as the upstream manifest records it), the output also
+    gets `shard-inputs.json`, that checksum -> the sha256, so a dry run can tell a bucket file's
+    address without reading it (`sha256_of`). Every run of the same inputs writes the same file."""
+    found = map_shards(_digests, files, desc=desc)
+    known = {_checksum_key(checksum): sha for sha, checksum in found if checksum}
+    if known:
+        write_json_atomically(f"{output_path.rstrip('/')}/{INPUTS_FILE}", {"schema": 1, "sha256": known})
+    return [sha for sha, _ in found]
+
+
+def _digests(path: str) -> tuple[str, dict[str, str] | None]:
+    return file_sha256(path), stored_checksum(path)
+
+
+def _checksum_key(checksum: dict[str, str]) -> str:
+    return f"{checksum.get('algorithm')}:{checksum.get('value')}"
+
+
+def recorded_inputs(output_path: str) -> dict[str, str] | None:
+    """Store checksum -> sha256 of the inputs the sources' runs read (`input_digests`); None when no
+    source recorded any."""
+    found: dict[str, str] | None = None
+    for source in sources(output_path):
+        entry = read_json(f"{source}/{INPUTS_FILE}")
+        if entry and entry.get("schema") == 1:
+            found = {**(found or {}), **entry["sha256"]}
+    return found
+
+
+def sha256_of(checksums: dict[str, dict[str, str]], files: list[str],
+              output_path: str | None = None) -> list[str | None] | str:
+    """Each file's sha256 for a forecast: as the upstream manifest records it, or (given the step's
+    `output_path`) translated from the store's checksum it records through what earlier runs noted
+    (`recorded_inputs`); None for a file no earlier run read (its shards are to process). Else why
+    not: a file without a manifest entry, or store checksums no source's run noted."""
+    digests: list[str | None] = []
+    missing: list[str] = []
+    noted: dict[str, str] | None = None
     for path in files:
         checksum = checksums.get(path.rstrip("/")) or {}
-        if checksum.get("algorithm") != "sha256":
-            missing.append(path)
-        digests.append(checksum.get("value", ""))
+        if checksum.get("algorithm") == "sha256" or not checksum:
+            digests.append(checksum.get("value"))
+            missing += [] if checksum else [path]
+            continue
+        if output_path is not None and noted is None:
+            noted = recorded_inputs(output_path) or {}
+        digests.append((noted or {}).get(_checksum_key(checksum)))
     if missing:
-        return (f"the upstream manifest holds no sha256 for {len(missing)} of {len(files)} input file(s) "
-                f"(e.g. {missing[0]}; bucket manifests keep the store's checksums)")
+        return (f"the upstream manifest lists {len(missing)} of {len(files)} input file(s) without a checksum "
+                f"(e.g. {missing[0]})")
+    unknown = [f for f, d in zip(files, digests) if d is None]
+    if unknown and not noted and (output_path is None or sources(output_path)):
+        said = (f"the upstream manifest holds the store's checksums, not sha256, for {len(unknown)} of "
+                f"{len(files)} input file(s) (e.g. {unknown[0]})")
+        return said if output_path is None else (f"{said}, and no earlier output of the step noted which sha256 "
+                                                 f"they stand for ({INPUTS_FILE}: its runs predate it)")
     return digests
 
 
@@ -144,7 +198,8 @@ def reuse_or_make(output_path: str, address: str, sources: list[str], make: Call
         found = find(None)
         return (found, False) if found is not None else (make(), True)
     return claim_once(f"{folder}/{address}.json", find, lambda: (make(), out.rpartition("/")[2]),
-                      label=f"{folder.rpartition('/')[2]} shard {address[:12]}", settings=settings)
+                      label=f"{folder.rpartition('/')[2]} shard {address[:12]}", settings=settings,
+                      holder=f"{out}/.executor/status.json")  # the step's lease: a restart takes its claims at once
 
 
 def record(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:

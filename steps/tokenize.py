@@ -2,8 +2,9 @@
 
 1. Tokenizer: reuse `<output>/tokenizer.json` when resuming, else load `tokenizer_path`, else
    train a byte-level BPE on (up to `max_tokenizer_training_bytes` of) the training documents.
-2. Plan: count the records of every input file; cut the global record order (files sorted by
-   path, then line order) into `num_output_shards` contiguous ranges.
+2. Plan: count the records of every input file (from its by-file result when there is one); cut
+   the global record order (files sorted by path, then line order) into `num_output_shards`
+   contiguous ranges.
 3. Encode, shard by shard in parallel: each document goes to "validation" when a hash of its id
    falls under `validation_fraction`, else to "train"; EOS follows every document. A shard writes
    its arrays, then `shards/<name>.json`; a shard whose marker exists is not redone on resume.
@@ -14,6 +15,11 @@ result is addressed by the tokenizer, the split settings, this code and the file
 (steps/shard_reuse.py): a later run under a new id copies every unchanged file's result from an
 earlier output of the step (checked against its recorded sha256) and encodes only new or changed
 files; the output is byte-identical to a full run.
+With `num_output_shards > 0` (and `on_bad_line="error"`) each input file is encoded on its own into
+`by-file/` (its arrays, each document's split in `by-file/splits/<file>.npy`, addressed and reused
+the same way), then step 3 becomes an assembly: each output shard's record range is cut from the
+files' arrays (numpy slices, no tokenizing). A grown corpus moves every later shard boundary, but
+only its new or changed files are encoded. The price: the output holds the token arrays twice.
 Input and output may be local paths or fsspec URLs (gs://, s3://).
 """
 
@@ -56,8 +62,9 @@ class TokenizeConfig:
     validation_fraction: float = 0.01
     split_seed: int = 0
     num_output_shards: int = 8
-    """Output shards, cut from the global record order; 0: one per input file, named after it, and
-    unchanged files' results are reused from earlier runs of the step (incremental)."""
+    """Output shards, cut from the global record order; 0: one per input file, named after it.
+    Either way unchanged files' results are reused from earlier runs of the step (incremental; with
+    > 0 only under on_bad_line="error", through per-file results under by-file/)."""
     eos_token: str = DEFAULT_EOS
     max_tokenizer_training_bytes: int = 200_000_000
     min_pair_frequency: int = 2
@@ -94,6 +101,20 @@ class _ShardJob:
     """With num_output_shards=0: the shard's result address (steps/shard_reuse.py)."""
     sources: tuple[str, ...] = ()
     """Earlier outputs of this step to reuse the shard's result from."""
+    folder: str = ""
+    """Where under the output its files go: "" (an output shard) or BY_FILE (one input file's
+    arrays and its documents' splits, cut into output shards by `_assemble_shard`)."""
+
+
+BY_FILE = "by-file"
+
+
+@dataclass
+class _AssembleJob:
+    name: str
+    pieces: list[tuple[str, int, int]]   # (input file's name under by-file/, first document, end document)
+    output_path: str
+    dtype: str                           # the token ids' dtype (token_cache.token_dtype)
 
 
 def tokenize(config: TokenizeConfig) -> dict[str, Any]:
@@ -103,14 +124,17 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
     tokenizer_json = _tokenizer(config, files, out)
     if config.num_output_shards == 0:
         jobs = _jobs_per_file(config, files, out, tokenizer_json)
+        results = map_shards(_tokenize_shard, jobs, desc="tokenize: shards", num_cpus=config.num_cpus_per_shard)
+        per_file = results
+    elif _by_file(config):
+        results, per_file = _assembled(config, files, out, tokenizer_json)
     else:
         counts = map_shards(count_records, files, desc="tokenize: count records")
-        if sum(counts) == 0:
-            raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; "
-                                f"nothing to tokenize")
+        _check_documents(config, files, counts)
         jobs = [_ShardJob(name, pieces, out, tokenizer_json, config)
                 for name, pieces in _plan_shards(files, counts, config.num_output_shards)]
-    results = map_shards(_tokenize_shard, jobs, desc="tokenize: shards", num_cpus=config.num_cpus_per_shard)
+        results = map_shards(_tokenize_shard, jobs, desc="tokenize: shards", num_cpus=config.num_cpus_per_shard)
+        per_file = []
     ledger = _ledger(results, tokenizer_json, config)
     if sum(s["docs"] for s in ledger["splits"].values()) == 0:
         raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; nothing to tokenize")
@@ -128,27 +152,65 @@ def tokenize(config: TokenizeConfig) -> dict[str, Any]:
         "skipped_lines": sum(r["skipped_lines"] for r in results),
         "shards": len(results),
         "shards_resumed": sum(bool(r["resumed"]) for r in results),
-        "shards_reused": sum(bool(r.get("reused")) for r in results),
-        "shards_processed": sum(not r["resumed"] and not r.get("reused") for r in results),
+        **_reuse_counts(per_file if per_file else results),
     }
 
 
-def _jobs_per_file(config: TokenizeConfig, files: list[str], out: str, tokenizer_json: str) -> list[_ShardJob]:
+def _by_file(config: TokenizeConfig) -> bool:
+    """Whether output shards are assembled from per-file results (reused across runs): with
+    num_output_shards > 0 and every line a document (a skipped line would shift record ranges)."""
+    return config.num_output_shards > 0 and config.on_bad_line == "error"
+
+
+def _reuse_counts(results: list[dict]) -> dict[str, int]:
+    """Reused and processed units: output shards (num_output_shards=0), or input files (by-file)."""
+    return {"shards_reused": sum(bool(r.get("reused")) for r in results),
+            "shards_processed": sum(not r["resumed"] and not r.get("reused") for r in results)}
+
+
+def _check_documents(config: TokenizeConfig, files: list[str], counts: list[int]) -> None:
+    if sum(counts) == 0:
+        raise BadInputError(f"input {config.input_path!r}: {len(files)} file(s) but no documents; "
+                            f"nothing to tokenize")
+
+
+def _assembled(config: TokenizeConfig, files: list[str], out: str, tokenizer_json: str) -> tuple[list[dict], list[dict]]:
+    """(output shards' results, input files' results): each file encoded (or reused) into by-file/,
+    then the fixed number of output shards cut from those arrays."""
+    file_jobs = _jobs_per_file(config, files, out, tokenizer_json, BY_FILE)
+    per_file = map_shards(_tokenize_shard, file_jobs, desc="tokenize: input files", num_cpus=config.num_cpus_per_shard)
+    counts = [sum(r["splits"][split]["docs"] for split in SPLITS) for r in per_file]
+    _check_documents(config, files, counts)
+    names = {job.pieces[0][0]: job.name for job in file_jobs}
+    from tokenizers import Tokenizer
+
+    dtype = token_cache.token_dtype(Tokenizer.from_str(tokenizer_json).get_vocab_size()).name
+    jobs = [_AssembleJob(name, [(names[path], first, end) for path, first, end in pieces], out, dtype)
+            for name, pieces in _plan_shards(files, counts, config.num_output_shards)]
+    return map_shards(_assemble_shard, jobs, desc="tokenize: output shards"), per_file
+
+
+def _jobs_per_file(config: TokenizeConfig, files: list[str], out: str, tokenizer_json: str,
+                   folder: str = "") -> list[_ShardJob]:
     """One job per input file, each with its result's address and the earlier outputs to look in."""
     names = shard_names([DocumentShard(f) for f in files])
-    digests = map_shards(shard_reuse.file_sha256, files, desc="tokenize: input digests")
+    digests = shard_reuse.input_digests(out, files, "tokenize: input digests")
     sources = tuple(shard_reuse.sources(out))
-    return [_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources)
-            for name, path, address in zip(names, files, _addresses(config, files, digests, tokenizer_json))]
+    addresses = _addresses(config, files, digests, tokenizer_json, folder)
+    return [_ShardJob(name, [(path, 0, -1)], out, tokenizer_json, config, address, sources, folder)
+            for name, path, address in zip(names, files, addresses)]
 
 
-def _addresses(config: TokenizeConfig, files: list[str], digests: list[str], tokenizer_json: str) -> list[str]:
-    """The result address of each input file's shard (num_output_shards=0)."""
+def _addresses(config: TokenizeConfig, files: list[str], digests: list[str], tokenizer_json: str,
+               folder: str = "") -> list[str]:
+    """The result address of each input file's shard (num_output_shards=0), or of its arrays under
+    `folder` (BY_FILE: a different set of files, so a different address)."""
     code = shard_reuse.code_digest([sys.modules[__name__], token_cache, bpe, documents],
                                    ["tokenizers", "numpy", "xxhash"])
     settings = {"tokenizer_sha256": hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest(),
                 "validation_fraction": config.validation_fraction, "split_seed": config.split_seed,
-                "eos_token": config.eos_token, "on_bad_line": config.on_bad_line}
+                "eos_token": config.eos_token, "on_bad_line": config.on_bad_line,
+                **({"layout": folder} if folder else {})}
     names = shard_names([DocumentShard(f) for f in files])
     # a skipped line's example names the file's path, which differs between upstream outputs
     return [shard_reuse.shard_address("tokenize", code, settings,
@@ -160,18 +222,20 @@ def _addresses(config: TokenizeConfig, files: list[str], digests: list[str], tok
 def forecast_shards(config: TokenizeConfig, checksums: dict[str, dict[str, str]]) -> tuple[int, int] | str | None:
     """A dry run's forecast (docs/steps.md): (shards whose stored result it expects to reuse, shards),
     from the upstream manifest's checksums and listings of the earlier outputs' shard indexes; or
-    why it cannot say; None when the step is not incremental (num_output_shards > 0)."""
-    if config.num_output_shards != 0:
+    why it cannot say; None when the step is not incremental (num_output_shards > 0 with
+    on_bad_line="skip")."""
+    if config.num_output_shards != 0 and not _by_file(config):
         return None
     if config.tokenizer_path is None:
         return "not forecast: the tokenizer is trained on the input (give tokenizer_path to reuse shards)"
     files = list_document_files(config.input_path)
-    digests = shard_reuse.sha256_of(checksums, files)
+    digests = shard_reuse.sha256_of(checksums, files, config.output_path)
     if isinstance(digests, str):
         return f"not forecast: {digests}"
     _, text = load_tokenizer_json(config.tokenizer_path)
     stored = shard_reuse.stored_addresses(config.output_path)
-    return sum(a in stored for a in _addresses(config, files, digests, text)), len(files)
+    folder = BY_FILE if _by_file(config) else ""
+    return sum(a in stored for a in _addresses(config, files, digests, text, folder)), len(files)
 
 
 tokenize.shard_forecast = forecast_shards  # type: ignore[attr-defined]  # read by the dry run (executor.tools.shard_forecast)
@@ -263,9 +327,12 @@ def _process_encoder(tokenizer_json: str) -> BatchEncoder:
 
 
 def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
-    marker = token_cache.join(job.output_path, "shards", f"{job.name}.json")
-    files = [f"{split}/{job.name}.{kind}.npy" for split in SPLITS for kind in ("tokens", "offsets", "bytes")]
-    files.append(f"shards/{job.name}.json")  # the marker last: copied last on reuse
+    at = f"{job.folder}/" if job.folder else ""
+    marker = token_cache.join(job.output_path, at, "shards", f"{job.name}.json")
+    files = [f"{at}{split}/{job.name}.{kind}.npy" for split in SPLITS for kind in ("tokens", "offsets", "bytes")]
+    if job.folder:
+        files.append(f"{at}splits/{job.name}.npy")
+    files.append(f"{at}shards/{job.name}.json")  # the marker last: copied last on reuse
     committed = read_json(marker)
     if committed is not None:
         if job.address is not None:  # a run killed between the marker and its index entry
@@ -294,11 +361,13 @@ def _encode_shard(job: _ShardJob) -> dict[str, Any]:
     dtype = token_cache.token_dtype(tokenizer.get_vocab_size())
     buffers = {split: _SplitBuffer() for split in SPLITS}
     stats = ReadStats()
+    flags: list[np.ndarray] = []  # each document's split (1: validation), kept for by-file results
 
     def flush(texts: list[str], validation: list[bool]) -> None:
         tokens, counts = encode(texts)
         byte_lengths = np.fromiter((len(t.encode("utf-8")) for t in texts), np.int64, len(texts))
         chosen = np.asarray(validation, bool)
+        flags.append(chosen)
         if not chosen.any():
             buffers["train"].add(tokens, counts, byte_lengths, eos_id, dtype)
             return
@@ -322,10 +391,54 @@ def _encode_shard(job: _ShardJob) -> dict[str, Any]:
                     texts, validation, chars = [], [], 0
     if texts:
         flush(texts, validation)
-    entries = {split: buffers[split].write(token_cache.join(job.output_path, split), job.name, dtype)
-               for split in SPLITS}
+    root = token_cache.join(job.output_path, job.folder)
+    entries = {split: buffers[split].write(token_cache.join(root, split), job.name, dtype) for split in SPLITS}
+    if job.folder:
+        chosen = np.concatenate(flags) if flags else np.zeros(0, bool)
+        token_cache.save_array_atomically(token_cache.join(root, "splits", f"{job.name}.npy"), chosen.astype(np.uint8))
     return {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
             "skipped_examples": stats.skip_examples}
+
+
+def _assemble_shard(job: _AssembleJob) -> dict[str, Any]:
+    """Cut one output shard's documents from the input files' arrays under by-file/ and write its
+    arrays and marker: the same bytes as encoding its record range directly."""
+    marker = token_cache.join(job.output_path, "shards", f"{job.name}.json")
+    committed = read_json(marker)
+    if committed is not None:
+        return {**committed, "resumed": True}
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {split: [] for split in SPLITS}
+    for name, first, end in job.pieces:
+        flags = token_cache.load_array(token_cache.join(job.output_path, BY_FILE, "splits", f"{name}.npy"))
+        validation = np.concatenate([[0], np.cumsum(flags[:end], dtype=np.int64)])  # validation documents before each
+        ranges = {"validation": (validation[first], validation[end]),
+                  "train": (first - validation[first], end - validation[end])}
+        for split, (lo, hi) in ranges.items():
+            if hi > lo:
+                parts[split].append(_cut(token_cache.join(job.output_path, BY_FILE, split), name, int(lo), int(hi)))
+    entries = {split: _write_cut(job.output_path, split, job.name, parts[split], np.dtype(job.dtype))
+               for split in SPLITS}
+    result = {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": 0, "skipped_examples": []}
+    write_json_atomically(marker, result)
+    return {**result, "resumed": False}
+
+
+def _cut(split_dir: str, name: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(token ids, ids per document, UTF-8 bytes per document) of documents lo..hi-1 of a file's split."""
+    offsets = token_cache.load_array(token_cache.join(split_dir, f"{name}.offsets.npy"))
+    tokens = token_cache.load_array(token_cache.join(split_dir, f"{name}.tokens.npy"), ranged=True)
+    doc_bytes = token_cache.load_array(token_cache.join(split_dir, f"{name}.bytes.npy"))
+    return (np.asarray(tokens[int(offsets[lo]):int(offsets[hi])]), np.diff(offsets[lo:hi + 1]),
+            np.asarray(doc_bytes[lo:hi]))
+
+
+def _write_cut(out: str, split: str, name: str, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+               dtype: np.dtype) -> dict:
+    tokens = np.concatenate([p[0] for p in parts]).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+    lengths = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+    doc_bytes = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+    return token_cache.write_shard(token_cache.join(out, split), name, tokens, offsets, doc_bytes.astype(np.int64))
 
 
 def _encoder(tokenizer_json: str, fast: bool) -> tuple[Callable[[list[str]], tuple[np.ndarray, np.ndarray]], Any]:

@@ -14,10 +14,11 @@ encoder with the module-qualified names ids were made of before, for carrying ol
 
 The encoder writes the JSON text directly rather than building the structure and dumping it, and
 memoises the text of dataclasses and large containers that several steps share (the same optimizer
-config object in 10,000 steps is encoded once), and of each dataclass field's constant default:
-planning a large graph is mostly this function. It walks the same structure as tree.fold, and tests
-hold the two to the same answer. A `hashed_unless_default` field (one added to a class whose steps
-already have outputs) is left out while it holds its default, so ids made before it existed stay.
+config object in 10,000 steps is encoded once), and of each dataclass field's constant default and
+default_factory value: planning a large graph is mostly this function. It walks the same structure
+as tree.fold, and tests hold the two to the same answer. A `hashed_unless_default` field (one added
+to a class whose steps already have outputs) is left out while it holds its default, so ids made
+before it existed stay.
 """
 
 from __future__ import annotations
@@ -352,7 +353,9 @@ def _compile_dataclass_encoder(t: type, name_of: Callable[[type], str]) -> Calla
     sub-config: attribute reads, the str/int/float/None/bool cases without a call to text(), small
     plain lists, tuples and dicts without its dispatch, one join, no loop.
     A field that still holds its default object, when no instance can change that object (see
-    _is_constant), is its text encoded once: most fields of a large config keep their defaults.
+    _is_constant), is its text encoded once: most fields of a large config keep their defaults. A
+    field whose value is exactly what its default_factory makes (a fresh list or dict per instance)
+    is that value's text too, found by a generated comparison (_factory_templates).
     """
     if omitted_defaults(t):  # which fields are hashed depends on the instance: no fixed layout
         def encode_instance(v: Any, text: Callable[[Any], str]) -> str:
@@ -361,8 +364,10 @@ def _compile_dataclass_encoder(t: type, name_of: Callable[[type], str]) -> Calla
         return encode_instance
     head, keys = _dataclass_layout(t, name_of)
     defaults = {f.name: f.default for f in dataclasses.fields(t) if _is_constant(f.default)}
+    made = _factory_templates(t)
     namespace: dict[str, Any] = {"S": _string, "F": _float, "Q": _sequence_text, "M": _dict_text,
-                                 "N": MEMO_MIN_ITEMS, "LH": "[", "LT": "]", "TH": '{"tuple":[', "TT": "]}"}
+                                 "MISSING": _MISSING, "N": MEMO_MIN_ITEMS, "LH": "[", "LT": "]", "TH": '{"tuple":[',
+                                 "TT": "]}"}
     pieces = []
     for i, (name, key) in enumerate(keys):
         pieces.append(repr((head if i == 0 else "") + key))
@@ -371,6 +376,9 @@ def _compile_dataclass_encoder(t: type, name_of: Callable[[type], str]) -> Calla
             namespace[f"D{i}"] = defaults[name]
             namespace[f"T{i}"] = CanonicalEncoder(_no_dependencies).text(defaults[name])
             test, typed = f"T{i} if (x := {read}) is D{i} else ", "type(x)"
+        elif name in made:  # a fresh copy of its default_factory's value: the same text, checked exactly
+            namespace[f"T{i}"] = CanonicalEncoder(_no_dependencies).text(made[name])
+            test, typed = f"T{i} if ({_same_as(made[name], read, 'x', [0])}) else ", "type(x)"
         else:
             test, typed = "", f"type(x := {read})"
         pieces.append(f"({test}S(x) if (k := {typed}) is str else str(x) if k is int "
@@ -384,6 +392,65 @@ def _compile_dataclass_encoder(t: type, name_of: Callable[[type], str]) -> Calla
     source = f"def encode(v, text):\n    return ''.join(({', '.join(pieces)},))\n"
     exec(compile(source, f"<canonical encoder of {name_of(t)}>", "exec"), namespace)  # noqa: S102
     return namespace["encode"]
+
+
+# A default_factory value is matched exactly (each item's type and value) by generated code only
+# while it is this small: a larger one is encoded as any other value.
+TEMPLATE_MAX_ITEMS = 32
+_MISSING = object()  # what a template's dict lookup finds for an absent key: no item is it
+
+
+def _factory_templates(t: type) -> dict[str, Any]:
+    """Field name -> the value its default_factory makes, for factories that make small plain data
+    (str/int/bool/None in lists, tuples and str-keyed dicts; a list or dict each instance gets anew).
+
+    The encoder then writes such a field's text without encoding it when the instance's value is
+    exactly that data (_same_as). The factory is called once per class encoded (dataclasses call it
+    for every instance); the value only serves as a pattern to compare with, so a factory that makes
+    something else later costs a comparison, never a wrong text. A factory that fails is left alone."""
+    made: dict[str, Any] = {}
+    for f in dataclasses.fields(t):
+        if f.default_factory is dataclasses.MISSING or f.name not in kept_field_names(t, is_hashed_field):
+            continue
+        try:
+            value = f.default_factory()
+        except Exception:  # noqa: BLE001 - a factory that needs something: no template, nothing else changes
+            continue
+        if _template_size(value) <= TEMPLATE_MAX_ITEMS:
+            made[f.name] = value
+    return made
+
+
+def _template_size(value: Any) -> float:
+    """How many items `value` holds if it is plain data a template can match; inf if it is not."""
+    t = type(value)
+    if t is str or t is bool or value is None or (t is int and value.bit_length() <= 64):
+        return 1
+    if t in (list, tuple):
+        return 1 + sum(_template_size(x) for x in value)
+    if t is dict and all(type(k) is str for k in value):
+        return 1 + sum(_template_size(x) for x in value.values())
+    return float("inf")  # floats (0.0 == -0.0), sets, objects: encoded as any value
+
+
+def _same_as(value: Any, expr: str, name: str, names: list[int]) -> str:
+    """A Python expression, true exactly when `expr` evaluates to data of `value`'s types and
+    values throughout (1, True and 1.0 differ; so do a list and its subclass), so that its canonical
+    text is `value`'s. `expr` is evaluated once, first, into the local `name`; `names` counts the
+    locals made for the items (y0, y1, ...)."""
+    bound = f"({name} := {expr})"
+    t = type(value)
+    if value is None or t is bool:
+        return f"{bound} is {value!r}"
+    if t in (str, int):
+        return f"type({bound}) is {t.__name__} and {name} == {value!r}"
+    items = list(enumerate(value)) if t is not dict else list(value.items())
+    checks = [f"type({bound}) is {t.__name__}", f"len({name}) == {len(value)}"]
+    for key, item in items:
+        names[0] += 1
+        read = f"{name}[{key}]" if t is not dict else f"{name}.get({key!r}, MISSING)"
+        checks.append(f"({_same_as(item, read, f'y{names[0]}', names)})")
+    return " and ".join(checks)
 
 
 def _is_constant(value: Any) -> bool:

@@ -236,6 +236,30 @@ class IdsWritten:
 
 
 @dataclass(frozen=True)
+class ExperimentChecked:
+    """`stepgraph check`: one experiment file's ids checked (its `--check` process, and the ids recomputed
+    under a second hash seed); `lines`: what those said, plain. `exit_code` None: the file has no ids file
+    (`ids_file`), so it was not checked."""
+
+    file: str
+    exit_code: Optional[int]
+    lines: tuple[str, ...] = ()
+    ids_file: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code in (None, 0)
+
+
+@dataclass(frozen=True)
+class ExperimentsChecked:
+    """`stepgraph check`: the end: how many experiment files were checked and which did not pass."""
+
+    checked: int
+    failed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StepExplained:
     """`--explain`: why one step has its id, as plain lines (what changed, through which dependency)."""
 
@@ -253,7 +277,7 @@ class RunFinished:
 
 Event = (PlanMade | RunStarted | StepStarted | StepWaiting | StepRetried | LeaseLost | StepFinished | MirrorCopied
          | LogLine | CrossRegionNoted | DriftFound | ChangeNoted | ShardsForecast | StandbyNoted | MirrorPlanned | TransferRefusal
-         | IdsChecked | IdsWritten | StepExplained | RunFinished)
+         | IdsChecked | IdsWritten | ExperimentChecked | ExperimentsChecked | StepExplained | RunFinished)
 Subscriber = Callable[[Event], None]
 
 
@@ -277,7 +301,8 @@ class Events:
         self.emit(LogLine("error", text))
 
 
-__all__ = ["ChangeNoted", "CrossRegionNoted", "DriftFound", "Event", "Events", "IdsChecked", "IdsWritten", "LeaseLost",
+__all__ = ["ChangeNoted", "CrossRegionNoted", "DriftFound", "Event", "Events", "ExperimentChecked",
+           "ExperimentsChecked", "IdsChecked", "IdsWritten", "LeaseLost",
            "LogLine", "MirrorCopied", "MirrorPlanned", "PlanMade", "RunFinished", "RunStarted", "ShardsForecast", "StandbyNoted",
            "StepExplained", "StepFinished", "StepRetried", "StepStarted", "StepWaiting", "Subscriber",
            "TransferRefusal"]

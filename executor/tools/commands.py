@@ -136,12 +136,13 @@ def _load(args: Any, path: str | None = None, opened: OpenedPrefix | None = None
     return load_experiment(path, args.experiment_args, tags)
 
 
-def _run_options(args: Any, prefix: str) -> Any:
-    """The options of a plain run of the loaded experiment at `prefix`, with --cache-from (else
-    EXECUTOR_CACHE_FROM, read where the plan is made), as the planning commands show its plan."""
+def _run_options(args: Any, opened: OpenedPrefix) -> Any:
+    """The options of a plain run of the loaded experiment at the prefix the command opened (its storage
+    options with it), with --cache-from (else EXECUTOR_CACHE_FROM, read where the plan is made), as the
+    planning commands show its plan."""
     from executor import api
 
-    return api.Options(prefix=prefix, storage_options=args.storage_options,
+    return api.Options(prefix=opened,
                        cache_from=tuple(p for given in args.cache_from for p in given.split(",") if p.strip()))
 
 
@@ -151,21 +152,21 @@ def cmd_explain(args: Any) -> int:
     from executor.tools.console_view import ConsoleView
     from executor.tools.explain import cache_from_plan, run_explain
 
-    loaded = _load(args)
-    prefix = default_prefix(args.prefix, loaded.path)
-    plan, sources = cache_from_plan(loaded.graph, _run_options(args, prefix), os.environ)
-    return run_explain(loaded.graph, args.step, prefix, loaded.path, events=Events([ConsoleView(ConsoleReporter())]),
-                       storage_options=args.storage_options, plan=plan, cache_from=sources)
+    opened = opened_prefix(args, _resolved(args.experiment))  # once: the load's tags, the plan, earlier versions
+    loaded = _load(args, opened=opened)
+    plan, sources = cache_from_plan(loaded.graph, _run_options(args, opened), os.environ)
+    return run_explain(loaded.graph, args.step, opened, loaded.path, events=Events([ConsoleView(ConsoleReporter())]),
+                       plan=plan, cache_from=sources)
 
 
 def cmd_graph(args: Any) -> int:
     from executor import api
     from executor.tools.draw import draw_plan
 
-    loaded = _load(args)
-    prefix = default_prefix(args.prefix, loaded.path)
-    plan = api.decide(loaded.graph, _run_options(args, prefix), environ=os.environ).plan
-    print(f"graph of {len(plan.decisions)} step(s) against {prefix} written to {draw_plan(plan, args.file)}")
+    opened = opened_prefix(args, _resolved(args.experiment))  # once: the load's tags and the plan
+    loaded = _load(args, opened=opened)
+    plan = api.decide(loaded.graph, _run_options(args, opened), environ=os.environ).plan
+    print(f"graph of {len(plan.decisions)} step(s) against {opened.url} written to {draw_plan(plan, args.file)}")
     return ExitCode.OK
 
 
@@ -181,9 +182,11 @@ def cmd_ids(args: Any) -> int:
 
 
 def cmd_check(args: Any) -> int:
+    from executor.tools.console_reporter import ConsoleReporter
+    from executor.tools.console_view import ConsoleView
     from executor.tools.plan_check import check_experiments
 
-    return check_experiments(args.paths)
+    return check_experiments(args.paths, subscribers=[ConsoleView(ConsoleReporter())]).exit_code
 
 
 # -- adopt --------------------------------------------------------------------------------------

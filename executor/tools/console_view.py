@@ -1,4 +1,4 @@
-"""What the command line shows of a run, a dry run, `--check` and `--explain`: the subscriber it gives them.
+"""What the command line shows of a run, a dry run, `--check`, `--explain`, `stepgraph check`: its subscriber.
 
 It turns events (executor/engine/events.py: data, never markup) into console lines drawn by a
 Reporter (console_reporter.py, which styles them and escapes every text from a step), swaps in the
@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from executor.core.outcome import Outcome
 from executor.core.plan import Action
-from executor.engine.events import (ChangeNoted, CrossRegionNoted, DriftFound, Event, Events, IdsChecked, IdsWritten,
+from executor.engine.events import (ChangeNoted, CrossRegionNoted, DriftFound, Event, Events, ExperimentChecked,
+                                    ExperimentsChecked, IdsChecked, IdsWritten,
                                     LeaseLost, LogLine, MirrorCopied, MirrorPlanned, PlanMade, RunFinished,
                                     ShardsForecast, StandbyNoted, StepExplained, StepFinished, StepRetried, StepStarted, StepWaiting,
                                     TransferRefusal)
@@ -78,7 +79,7 @@ class ConsoleView:
         if new > NOTES_UP_TO:
             self.reporter.plain(f"{new} new step ids; `stepgraph explain EXPERIMENT STEP` says why one changed")
         elif new:
-            note_changes(e.graph, e.plan, e.prefix, self.main_file, Events([self]), e.storage_options)
+            note_changes(e.graph, e.plan, e.prefix, e.fs, self.main_file, Events([self]))
 
     def _change_noted(self, e: ChangeNoted) -> None:
         if not self._changes_shown:
@@ -135,6 +136,21 @@ class ConsoleView:
         for line in e.changes:
             self.reporter.plain("  " + line)
         self.reporter.plain(e.fix)
+
+    def _experiment_checked(self, e: ExperimentChecked) -> None:  # `stepgraph check`, one file
+        if e.exit_code is None:
+            self.reporter.plain(f"{e.file}: no {e.ids_file}; not checked")
+            return
+        self.reporter.plain(f"{e.file}:")
+        for line in e.lines:
+            self.reporter.plain(f"  {line}")
+
+    def _experiments_checked(self, e: ExperimentsChecked) -> None:
+        if e.failed:
+            self.reporter.plain(f"ids check failed for {len(e.failed)} of {e.checked} experiment(s): "
+                                f"{', '.join(e.failed)}")
+        else:
+            self.reporter.plain(f"ids check ok for {e.checked} experiment(s)")
 
     def _ids_written(self, e: IdsWritten) -> None:
         self.reporter.plain(f"{e.path} is up to date ({e.steps} steps)" if e.up_to_date
@@ -249,4 +265,5 @@ _HANDLERS: dict[type, Callable[[ConsoleView, Any], None]] = {
     ShardsForecast: ConsoleView._shards_forecast, StandbyNoted: ConsoleView._standby_noted, MirrorPlanned: ConsoleView._mirror_planned,
     CrossRegionNoted: ConsoleView._cross_region, TransferRefusal: ConsoleView._transfer_refusal,
     IdsChecked: ConsoleView._ids_checked, IdsWritten: ConsoleView._ids_written,
+    ExperimentChecked: ConsoleView._experiment_checked, ExperimentsChecked: ConsoleView._experiments_checked,
     StepExplained: ConsoleView._step_explained}

@@ -11,11 +11,10 @@ in hello/greeting: config.greeting"). Reads only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from executor.core.exit_codes import ExitCode
 from executor.core.errors import StatusError
-from executor.engine.prefix import location
 from executor.engine.prefix import outputs
 from executor.engine.events import ChangeNoted, Events, StepExplained
 from executor.core.graph import Graph, StepNode
@@ -23,6 +22,9 @@ from executor.tools.identity_diff import DependencyChange, FieldChange, cascade_
 from executor.core.plan import Action, Plan
 from executor.tools.plan_file import plan_file_path, read_plan
 from executor.core.record import EXECUTOR_DIR
+
+if TYPE_CHECKING:
+    from executor.engine.prefix.prefixes import OpenedPrefix
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,17 @@ class EarlierVersions:
         return min(candidates, key=lambda v: (len(diff_documents(v.identity, node.identity)), -v.finished_at))
 
     @classmethod
-    def gather(cls, names: Iterable[str], prefix: str | None, main_file: str | None,
-               storage_options: dict | None = None, cache_from: Sequence[str] = ()) -> "EarlierVersions":
-        """From the prefix's records, then the cache-from prefixes' (in order), then the ids file."""
+    def gather(cls, names: Iterable[str], prefix: str | None, main_file: str | None, *, fs: Any = None,
+               cache_from: Sequence[OpenedPrefix] = ()) -> "EarlierVersions":
+        """From the prefix's records (read through `fs`, the filesystem it was opened with), then the
+        cache-from prefixes' (in order, through each one's filesystem as the plan opened it), then the ids file."""
         versions = cls()
         names = sorted(set(names))
         if prefix is not None:
-            for v in versions_on_storage(prefix, names, storage_options):
+            for v in versions_on_storage(prefix, names, fs):
                 versions.add(v)
         for other in cache_from:
-            for v in versions_on_storage(other, names, storage_options, source=f"cache-from {other}"):
+            for v in versions_on_storage(other.url, names, other.fs, source=f"cache-from {other.url}"):
                 versions.add(v)
         if main_file:
             plan = read_plan(plan_file_path(main_file))
@@ -79,10 +82,9 @@ class EarlierVersions:
         return versions
 
 
-def versions_on_storage(prefix: str, names: Iterable[str], storage_options: dict | None = None,
-                        source: str = "storage") -> list[Version]:
-    """Records of earlier runs of these step names under the prefix (any state of their status)."""
-    fs = location.open_filesystem(prefix, storage_options)
+def versions_on_storage(prefix: str, names: Iterable[str], fs: Any, source: str = "storage") -> list[Version]:
+    """Records of earlier runs of these step names under the prefix, read through its filesystem `fs`
+    (any state of their status)."""
     found = []
     for name in sorted(set(names)):
         try:
@@ -209,21 +211,24 @@ def one_line(graph: Graph, e: StepExplanation) -> str:
 
 # -- entry points ----------------------------------------------------------------------------------
 
-def run_explain(graph: Graph, name: str, prefix: str | None, main_file: str | None, *, events: Events,
-                storage_options: dict | None = None, plan: Plan | None = None,
-                cache_from: Sequence[str] = ()) -> int:
-    """Why each step named `name` has its id: a StepExplained event per step, to `events`. With
-    `cache_from` (and the `plan` a run with them would act on): first what that run would do with
-    the step (copy, and from where), and the cache-from prefixes' records count as earlier versions too."""
+def run_explain(graph: Graph, name: str, opened: OpenedPrefix | None, main_file: str | None, *, events: Events,
+                plan: Plan | None = None, cache_from: Sequence[OpenedPrefix] = ()) -> int:
+    """Why each step named `name` has its id: a StepExplained event per step, to `events`. Earlier
+    versions are read through `opened`, the prefix as the caller opened it (the one the plan was read
+    from: nothing opens it again). With `cache_from` (the cache-from prefixes as that plan opened them,
+    and the `plan` a run with them would act on):
+    first what that run would do with the step (copy, and from where), and the cache-from prefixes'
+    records count as earlier versions too."""
     nodes = graph.node_by_name(name)
     if not nodes:
         names = ", ".join(sorted({n.name for n in graph.nodes.values()}))
         events.error(f"--explain {name!r} matches no step; steps are: {names}")
         return ExitCode.USAGE
-    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options,
-                                      cache_from)
+    prefix = opened.url if opened is not None else None
+    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file,
+                                      fs=opened.fs if opened is not None else None, cache_from=cache_from)
     for node in nodes:
-        lines = [cache_from_line(node, plan, cache_from, storage_options)] if plan is not None else []
+        lines = [cache_from_line(node, plan, cache_from)] if plan is not None else []
         events.emit(StepExplained(node.name, tuple(lines + explain_lines(graph, node, versions, prefix, main_file))))
     return ExitCode.OK
 
@@ -252,20 +257,21 @@ def explain_lines(graph: Graph, node: StepNode, versions: EarlierVersions, prefi
     return [*lines, cascade_summary(len(explanation.readdressed()), explanation.roots())]
 
 
-def cache_from_plan(graph: Graph, options: Any, environ: Mapping[str, str]) -> tuple[Plan | None, tuple[str, ...]]:
+def cache_from_plan(graph: Graph, options: Any,
+                    environ: Mapping[str, str]) -> tuple[Plan | None, tuple[OpenedPrefix, ...]]:
     """The plan a run with these options (executor.api.Options) would act on, and its cache-from
-    prefixes (--cache-from, else EXECUTOR_CACHE_FROM); (None, ()) when there are none: then
-    nothing is read."""
+    prefixes (--cache-from, else EXECUTOR_CACHE_FROM) as that plan opened them, once; (None, ()) when
+    there are none: then nothing is read."""
     from executor import api
-    from executor.engine.transfers.cache_from import ENV_VAR, cache_from_list
+    from executor.engine.transfers.cache_from import ENV_VAR
 
     if not options.cache_from and not environ.get(ENV_VAR):
         return None, ()
     decided = api.decide(graph, options, environ=environ)
-    return decided.plan, cache_from_list(options.cache_from, environ, decided.prefix)
+    return decided.plan, decided.sources
 
 
-def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[str], storage_options: Any = None) -> str:
+def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[OpenedPrefix]) -> str:
     """What a run with --cache-from would do with the step: copy it (from where), or not, and why."""
     decision = plan.decisions.get(node.digest) or plan.standby.get(node.digest)
     if decision is None:
@@ -276,18 +282,18 @@ def cache_from_line(node: StepNode, plan: Plan, cache_from: Sequence[str], stora
     if decision.action == Action.RUN:
         from executor.engine.transfers.cache_from import find_sources
 
-        if not find_sources([node], cache_from, storage_options):
-            line += f"; no SUCCESS of {node.step_id} under {', '.join(cache_from)}"
+        if not find_sources([node], cache_from):
+            line += f"; no SUCCESS of {node.step_id} under {', '.join(source.url for source in cache_from)}"
     return line
 
 
-def dry_run_notes(graph: Graph, plan: Plan, prefix: str, main_file: str | None,
-                  storage_options: dict | None = None) -> dict[str, str]:
-    """For each step that runs because it is new: one line on what changed (by digest)."""
+def dry_run_notes(graph: Graph, plan: Plan, prefix: str, fs: Any, main_file: str | None) -> dict[str, str]:
+    """For each step that runs because it is new: one line on what changed (by digest). `fs`: the
+    prefix's filesystem, as the plan opened it."""
     new = [d.node for d in plan.decisions.values() if d.action == Action.RUN and d.observed.status is None]
     if not new:
         return {}
-    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, storage_options)
+    versions = EarlierVersions.gather([n.name for n in graph.nodes.values()], prefix, main_file, fs=fs)
     seen: dict = {}
     notes = {}
     for node in new:
@@ -309,11 +315,11 @@ def cutoff_check(graph: Graph, node: StepNode, old: Version) -> str:
     return f"runs unless {names} {plural} unchanged (then cut off); "
 
 
-def note_changes(graph: Graph, plan: Plan, prefix: str, main_file: str | None, events: Events,
-                 storage_options: dict | None = None) -> None:
-    """The "what changed" notes of a plan: a ChangeNoted event per new id with an earlier version."""
+def note_changes(graph: Graph, plan: Plan, prefix: str, fs: Any, main_file: str | None, events: Events) -> None:
+    """The "what changed" notes of a plan: a ChangeNoted event per new id with an earlier version, read
+    through `fs`, the prefix's filesystem as the plan opened it."""
     try:
-        notes = dry_run_notes(graph, plan, prefix, main_file, storage_options)
+        notes = dry_run_notes(graph, plan, prefix, fs, main_file)
     except Exception as e:  # noqa: BLE001 - a hint must never break the dry run
         events.warning(f"could not compare with earlier versions: {type(e).__name__}: {e}")
         return

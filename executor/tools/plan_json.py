@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
-from typing import IO, Any
+from typing import IO, Any, Mapping
 
 import orjson
 
@@ -12,7 +12,8 @@ from executor.core.plan import Action, Plan
 from executor.engine.prefix import outputs
 
 
-def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
+def plan_rows(plan: Plan, prefix: str, forecasts: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A row per step; `forecasts`: step digest -> its shard forecast (executor.tools.shard_forecast)."""
     rows = []
     for d in plan.decisions.values():
         status = d.observed.status
@@ -24,19 +25,21 @@ def plan_rows(plan: Plan, prefix: str) -> list[dict[str, Any]]:
                       {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,
                        "heartbeat_written_at": status.written_at}),
         })
+        if forecasts and d.node.digest in forecasts:  # an incremental data step: the shards it expects to reuse
+            rows[-1]["shard_forecast"] = forecasts[d.node.digest]
         if d.sources:  # a copy: where from (best first) and how many bytes
             rows[-1]["copy_from"] = [{"prefix": s.prefix, "run_id": s.run_id, "bytes": s.bytes} for s in d.sources]
     return rows
 
 
-def write_plan_json(plan: Plan, prefix: str, out: IO[str]) -> None:
+def write_plan_json(plan: Plan, prefix: str, out: IO[str], forecasts: Mapping[str, dict[str, Any]] | None = None) -> None:
     """The plan as one JSON document, a step per line: 10,000 steps are 4 MB. Rows are encoded by
     orjson (several times faster than json.dumps) and written a thousand at a time; a stream that
     cannot take UTF-8 gets json.dumps' ASCII escapes instead."""
     utf8 = codecs.lookup(getattr(out, "encoding", None) or "utf-8").name == "utf-8"  # StringIO: None
     dumps = (lambda row: orjson.dumps(row).decode()) if utf8 else json.dumps
     out.write(f'{{"schema": 1, "prefix": {json.dumps(prefix)}, "steps": [')
-    rows = plan_rows(plan, prefix)
+    rows = plan_rows(plan, prefix, forecasts)
     for start in range(0, len(rows), 1000):
         out.write(("\n" if start == 0 else ",\n") + ",\n".join([dumps(row) for row in rows[start:start + 1000]]))
     out.write("\n]")

@@ -13,10 +13,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from mutation_outcomes import (TARGETS, Baseline, Mutant, Outcome, Target, TargetScore, classify, list_mutants,  # noqa: E402
-                               load_equivalents, reclassify, render_report, score_from_json, score_session,
-                               score_to_json, session_progress, unsettled)
+                               load_equivalents, module_files, module_shas, reclassify, render_report,
+                               score_from_json, score_session, score_to_json, session_progress, unsettled)
 
 EQUIVALENTS = REPO / "scripts" / "mutation" / "equivalent.json"
+TO_RE_DECIDE = REPO / "scripts" / "mutation" / "to-re-decide.json"
+RESULTS = REPO / "scripts" / "mutation" / "results"
+REPORT = REPO / "scripts" / "mutation" / "report.md"
 
 
 def test_cosmic_ray_results_are_classified_with_timeouts_and_crashes_apart():
@@ -204,7 +207,9 @@ def test_strict_render_fails_on_an_unsettled_kept_result_and_the_nightly_job_ask
     target = next(t for t in TARGETS if t.name == "retry")
     results = tmp_path / "results"
     results.mkdir()
-    score = TargetScore(target, Baseline(True, 10.0), [Mutant(target.modules[0], 1, "f", "op", "x", "", Outcome.KILLED)])
+    killed = [Mutant(target.modules[0], 1, "f", "op", "x", "", Outcome.KILLED)]
+    score = TargetScore(target, Baseline(True, 10.0), killed,
+                        module_sha256=module_shas(target, REPO), measured_on="2026-12-07")  # of today's code
     (results / "retry.json").write_text(json.dumps(score_to_json(score)))
     argv = ["--render", "--strict", "--report", str(tmp_path / "report.md"), "--results", str(results)]
     assert mutation.main([*argv, "retry"]) == 0
@@ -243,19 +248,53 @@ def test_an_equivalent_without_a_reason_is_refused(tmp_path):
 
 
 def test_every_listed_equivalent_names_one_surviving_mutant_of_the_current_code():
-    """Each entry names exactly one mutant of today's code by line and occurrence (one that moved,
-    or whose line now holds another mutant, must be re-examined, not kept); no two entries name the
-    same mutant; and none names a mutant the kept results show killed (then it is no equivalent)."""
+    """Each entry of a target whose kept result is of today's code (or that has none) names exactly
+    one mutant of today's code by line and occurrence (one that moved, or whose line now holds
+    another mutant, must be re-examined, not kept); no two entries name the same mutant; and none
+    names a mutant the kept results show killed (then it is no equivalent). An entry of a target whose
+    code changed since its run is not matched against code it was not written about: the committed
+    report must say that target is stale (its next run judges the entry)."""
+    import mutation
+
     entries = load_equivalents(EQUIVALENTS)
     assert entries, "the committed list is read"
-    problems = stale_equivalents(entries, REPO, kept_outcomes())
+    kept = mutation.kept_results(RESULTS)
+    stale = {name for name, score in kept.items() if score.stale}
+    of_stale = [e for e in entries if target_of(e["module"]) in stale]
+    current = [e for e in entries if target_of(e["module"]) not in stale]
+    problems = stale_equivalents(current, REPO, kept_outcomes(skip=stale))
+    problems += [f"duplicate: {e}" for i, e in enumerate(of_stale) if e in of_stale[:i]]
+    report = REPORT.read_text()
+    problems += [f"{name} is stale ({kept[name].stale}) but the committed report does not say so: "
+                 "scripts/mutation.sh --render --report scripts/mutation/report.md"
+                 for name in sorted({target_of(e["module"]) for e in of_stale})
+                 if f"| {name} | stale: code changed since this run" not in report]
     assert not problems, "\n".join(problems)
 
 
-def kept_outcomes() -> dict[tuple, str]:
-    """(module, line, operator, mutated line) -> outcome, from the kept results."""
+def target_of(module: str) -> str:
+    """The target that mutates `module` (a file of today's tree)."""
+    [name] = [t.name for t in TARGETS if module in module_files(t, REPO)]
+    return name
+
+
+def test_entries_to_re_decide_keep_their_reason_and_say_what_changed():
+    """Entries whose code changed since the run they were written about wait in to-re-decide.json,
+    reason kept, with what changed and where they were; none of them is matched as an equivalent."""
+    waiting = json.loads(TO_RE_DECIDE.read_text())
+    assert waiting, "the list is read"
+    for e in waiting:
+        assert e["reason"].strip() and e["why_re_decide"].strip() and e["was"]["commit"], e
+    listed = load_equivalents(EQUIVALENTS)
+    assert not [e for e in waiting if {k: v for k, v in e.items() if k not in ("why_re_decide", "was")} in listed]
+
+
+def kept_outcomes(skip: set[str] = frozenset()) -> dict[tuple, str]:
+    """(module, line, operator, mutated line) -> outcome, from the kept results (but those of `skip`)."""
     found = {}
-    for path in (REPO / "scripts" / "mutation" / "results").glob("*.json"):
+    for path in RESULTS.glob("*.json"):
+        if path.stem in skip:
+            continue
         for m in json.loads(path.read_text())["mutants"]:
             found[(m["module"], m["line"], m["operator"], m["mutated_line"])] = m["outcome"]
     return found
@@ -302,3 +341,42 @@ def test_every_target_names_modules_and_tests_that_exist():
     for t in TARGETS:
         for path in (*t.modules, *t.tests):
             assert (REPO / path).exists(), f"target {t.name}: {path} does not exist"
+
+
+def test_a_result_whose_modules_changed_since_its_run_is_stale_shows_no_score_and_strict_fails(tmp_path, capsys):
+    """A kept result records the sha256 of each module its run mutated: one that differs from today's
+    (here changed by hand), a module of the target the run did not mutate, or no sha256 at all makes
+    it stale: its row shows no score, the head names it stale, and --strict exits 1 saying why."""
+    import mutation
+
+    target = next(t for t in TARGETS if t.name == "retry")
+    results = tmp_path / "results"
+    results.mkdir()
+    shas = module_shas(target, REPO)
+    argv = ["--render", "--strict", "--report", str(tmp_path / "report.md"), "--results", str(results), "retry"]
+
+    def judged(module_sha256: dict[str, str]) -> tuple[int, str, str]:
+        score = TargetScore(target, Baseline(True, 10.0), [Mutant(target.modules[0], 1, "f", "op", "x", "",
+                                                                  Outcome.KILLED)],
+                            module_sha256=module_sha256, measured_on="2026-12-01")
+        (results / "retry.json").write_text(json.dumps(score_to_json(score)))
+        rc = mutation.main(argv)
+        return rc, capsys.readouterr().err, (tmp_path / "report.md").read_text()
+
+    rc, err, report = judged(shas)
+    assert rc == 0 and "| retry | 10 s of 120 | 1 | 1 |" in report and "Settled: retry." in report
+    [module] = shas
+    by_hand = {module: ("0" if shas[module][0] != "0" else "1") + shas[module][1:]}
+    rc, err, report = judged(by_hand)
+    why = f"retry: stale: code changed since this run (2026-12-01): {module} changed"
+    assert rc == 1 and why in err
+    [row] = [line for line in report.splitlines() if line.startswith("| retry |")]
+    assert "stale: code changed since this run (2026-12-01)" in row and "%" not in row and "| 1 |" not in row
+    assert "Settled: none." in report
+    assert f"- retry: code changed since this run (2026-12-01): {module} changed" in report
+    assert mutation.main(["--recheck", "--results", str(results), "retry"]) == 2  # its mutants are not today's
+    assert f"retry: no --recheck: {module} changed: its mutants are not today's" in capsys.readouterr().err
+    rc, err, _ = judged({**shas, "executor/engine/store/gone.py": "0" * 64})
+    assert rc == 1 and "executor/engine/store/gone.py gone" in err
+    rc, err, _ = judged({})
+    assert rc == 1 and "the run recorded no sha256 of its modules" in err

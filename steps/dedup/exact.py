@@ -326,7 +326,7 @@ def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: li
                 digests: dict[str, str] | None = None) -> _Reuse:
     files = sorted({s.path for s in shards})
     if digests is None:
-        digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="exact-dedup: input digests")))
+        digests = dict(zip(files, shard_reuse.input_digests(config.output_path, files, "exact-dedup: input digests")))
     code = shard_reuse.code_digest([sys.modules[__name__], output, shuffle, documents, attributes_module],
                                    ["xxhash", "pyarrow", "numpy", "zstandard"])
     described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
@@ -341,7 +341,7 @@ def forecast_shards(config: ExactDedupConfig, checksums: dict[str, dict[str, str
     if not config.documents:
         return None
     files = list_document_files(config.input_path)
-    digests = shard_reuse.sha256_of(checksums, files)
+    digests = shard_reuse.sha256_of(checksums, files, config.output_path)
     if isinstance(digests, str):
         return f"not forecast: {digests}"
     shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)

@@ -172,14 +172,10 @@ class _Plan:
 
 def _minhash(job: tuple[_Plan, int]) -> dict:
     plan, k = job
-    found = fuzzy_reuse.reused_keys(plan.reuse, plan.config, k) if plan.reuse else None
-    if found is not None:
-        result, key, index = found
-        result = {**result, "reused": True}
-    else:
+    if plan.reuse is None:
         result, key, index = _band_keys_of_shard(plan, k)
-        if plan.reuse:
-            fuzzy_reuse.store_keys(plan.reuse, plan.config, k, key, index, result)
+    else:  # reused, or computed under the shard's claim (fuzzy_reuse.band_keys)
+        result, key, index = fuzzy_reuse.band_keys(plan.reuse, plan.config, k, lambda: _band_keys_of_shard(plan, k))
     shuffled = write_partitioned(f"{plan.work}/keys", {"key": key, "shard": np.full(len(key), k, np.int32),
                                                        "index": index},
                                  plan.partition(key), plan.num_partitions, f"{k:06d}")
@@ -409,16 +405,24 @@ def _write_shard(job: tuple[_Plan, int]) -> dict:
         plan.config.output_format, plan.text_bytes[k]))
 
 
+def _modules() -> list:
+    """The code that computes a shard's band keys and written outputs (part of their addresses)."""
+    return [sys.modules[__name__], minhash, output, shuffle, documents, attributes_module, fuzzy_reuse]
+
+
+def forecast_shards(config: FuzzyDedupConfig, checksums: dict[str, dict[str, str]]) -> tuple[int, int] | str:
+    """The dry run's forecast of the shards whose band keys this step expects to reuse (fuzzy_reuse.forecast)."""
+    return fuzzy_reuse.forecast(config, checksums, _modules())
+
+
 def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
     files = list_document_files(config.input_path)
     remove_stale_temporaries(config.output_path)
     shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
     names = shard_names(shards)
     work = f"{config.output_path.rstrip('/')}/.work/fuzzy"
-    modules = [sys.modules[__name__], minhash, output, shuffle, documents, attributes_module,
-               fuzzy_reuse]
     plan = _Plan(work, shards, choose_partitions(work, shards, config.partition_bytes), config,
-                 reuse=fuzzy_reuse.plan_reuse(config, shards, names, modules))
+                 reuse=fuzzy_reuse.plan_reuse(config, shards, names, _modules()))
     shard_keys = [f"{k:06d}" for k in range(len(shards))]
     part_keys = [f"{p:05d}" for p in range(plan.num_partitions)]
     cpus = config.num_cpus_per_shard
@@ -472,3 +476,6 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> dict[str, Any]:
         **fuzzy_reuse.reuse_counts(hashed, written),
         "nodes_per_stage": nodes_per_stage(ran),
     }
+
+
+fuzzy_dedup.shard_forecast = forecast_shards  # type: ignore[attr-defined]  # read by the dry run (executor.tools.shard_forecast)

@@ -4,11 +4,13 @@ A grown corpus computes signatures for its new or changed shards only. Each shar
 (`minhash/<shard>.arrow`: one (key, index) row per band of each document with words) are addressed
 by the step's settings that shape them (bands, rows, n-gram, seed, how documents are read), the
 code that computes them and the shard's bytes (steps/shard_reuse.py). A run under a new id copies
-them from an earlier output of the step when their bytes match the recorded sha256 (else computes
-them) and sends them into the LSH shuffle beside the new shards' keys, so every stage after the
-minhash one sees the whole corpus and the kept set and the canonical copies are a full run's. A
-shard's written outputs are reused the same way when its attributes (what it loses, to what) are
-unchanged. Full and incremental runs write the same files, so their outputs are byte-identical.
+them from an earlier output of the step (under its prefix or a --cache-from prefix) when their bytes
+match the recorded sha256, else computes them under the shard's claim (two runners growing the same
+corpus compute a new shard once), and sends them into the LSH shuffle beside the new shards' keys,
+so every stage after the minhash one sees the whole corpus and the kept set and the canonical
+copies are a full run's. A shard's written outputs are reused the same way when its attributes
+(what it loses, to what) are unchanged. Full and incremental runs write the same files, so their
+outputs are byte-identical.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from executor import map_shards
 from steps import shard_reuse
 from steps.dedup.output import ShardWrite, write_dedup_shard
 from steps.dedup.shuffle import arrow_column, numpy_column, read_table, write_table
-from steps.documents import DocumentShard, read_json
+from steps.documents import DocumentShard, list_document_files, plan_document_shards, read_json, shard_names
 
 LIBRARIES = ["xxhash", "pyarrow", "numpy", "zstandard"]
 
@@ -45,15 +46,32 @@ class FuzzyReuse:
         return shard_reuse.shard_address(f"fuzzy-dedup/{stage}", self.code, settings, {**self.shards[k], **extra})
 
 
-def plan_reuse(config: Any, shards: list[DocumentShard], names: list[str], modules: list[ModuleType]) -> FuzzyReuse:
-    """Addresses' ingredients: the input files' sha256 (one task per file), the code of `modules`,
-    and the earlier outputs of the step under the prefix."""
+def plan_reuse(config: Any, shards: list[DocumentShard], names: list[str], modules: list[ModuleType],
+               digests: dict[str, str | None] | None = None) -> FuzzyReuse:
+    """Addresses' ingredients: the input files' sha256 (one task per file, unless given), the code
+    of `modules`, and the outputs of the step to reuse from (steps/shard_reuse.py's sources)."""
     files = sorted({s.path for s in shards})
-    digests = dict(zip(files, map_shards(shard_reuse.file_sha256, files, desc="fuzzy-dedup: input digests")))
+    if digests is None:
+        digests = dict(zip(files, shard_reuse.input_digests(config.output_path, files, "fuzzy-dedup: input digests")))
     described = [{"name": n, "sha256": digests[s.path], "start": s.start, "end": s.end,
                   **({"path": s.path} if config.on_bad_line == "skip" else {})} for s, n in zip(shards, names)]
     return FuzzyReuse(shard_reuse.code_digest(modules, LIBRARIES), described,
-                      tuple(shard_reuse.earlier_outputs(config.output_path)), config.output_path.rstrip("/"))
+                      tuple(shard_reuse.sources(config.output_path)), config.output_path.rstrip("/"))
+
+
+def forecast(config: Any, checksums: dict[str, dict[str, str]], modules: list[ModuleType]) -> tuple[int, int] | str:
+    """A dry run's forecast (docs/steps.md): (shards whose stored band keys it expects to reuse,
+    shards), from the upstream manifest's checksums and listings of the stored shard indexes
+    (no shard is read); or why it cannot say."""
+    files = list_document_files(config.input_path)
+    digests = shard_reuse.sha256_of(checksums, files, config.output_path)
+    if isinstance(digests, str):
+        return f"not forecast: {digests}"
+    shards = plan_document_shards(files, config.shard_bytes, config.text_column, config.id_column)
+    reuse = plan_reuse(config, shards, shard_names(shards), modules, dict(zip(files, digests)))
+    stored = shard_reuse.stored_addresses(config.output_path)
+    settings = minhash_settings(config)
+    return sum(reuse.address("minhash", settings, k) in stored for k in range(len(shards))), len(shards)
 
 
 def minhash_settings(config: Any) -> dict[str, Any]:
@@ -62,23 +80,31 @@ def minhash_settings(config: Any) -> dict[str, Any]:
                                                      "text_column", "id_column")}
 
 
-def reused_keys(reuse: FuzzyReuse, config: Any, k: int) -> tuple[dict, np.ndarray, np.ndarray] | None:
-    """(recorded result, keys, indexes) of shard k from an earlier output, copied into this one;
-    None when no earlier output holds them with matching bytes."""
+def band_keys(reuse: FuzzyReuse, config: Any, k: int,
+              compute: Callable[[], tuple[dict, np.ndarray, np.ndarray]]) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(result, keys, indexes) of shard k: copied from an earlier output when one holds them with
+    matching bytes (the result then says `reused`), else `compute()`d and stored here under the
+    shard's claim, so two runners that need the same new shard at once compute it once (the other
+    copies it from the output the claim names: steps/shard_reuse.py)."""
     address = reuse.address("minhash", minhash_settings(config), k)
-    result = shard_reuse.reuse(reuse.output_path, address, list(reuse.sources))
-    if result is None:
-        return None
-    table = read_table(f"{reuse.output_path}/{_keys_file(reuse, k)}")
-    return result, numpy_column(table, "key"), numpy_column(table, "index")
-
-
-def store_keys(reuse: FuzzyReuse, config: Any, k: int, keys: np.ndarray, indexes: np.ndarray,
-               result: dict[str, Any]) -> None:
-    """Keep shard k's band keys in the output and record them under their address."""
     rel = _keys_file(reuse, k)
-    write_table(f"{reuse.output_path}/{rel}", pa.table({"key": arrow_column(keys), "index": arrow_column(indexes)}))
-    shard_reuse.record(reuse.output_path, reuse.address("minhash", minhash_settings(config), k), [rel], result)
+    made: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def make() -> dict[str, Any]:
+        result, keys, indexes = compute()
+        write_table(f"{reuse.output_path}/{rel}", pa.table({"key": arrow_column(keys),
+                                                            "index": arrow_column(indexes)}))
+        shard_reuse.record(reuse.output_path, address, [rel], result)
+        made.append((keys, indexes))
+        return result
+
+    found = shard_reuse.reuse(reuse.output_path, address, list(reuse.sources))  # no claim for a stored result
+    result, made_here = (found, False) if found is not None else shard_reuse.reuse_or_make(
+        reuse.output_path, address, list(reuse.sources), make)
+    if made_here:
+        return result, *made[0]
+    table = read_table(f"{reuse.output_path}/{rel}")
+    return {**result, "reused": True}, numpy_column(table, "key"), numpy_column(table, "index")
 
 
 def _keys_file(reuse: FuzzyReuse, k: int) -> str:

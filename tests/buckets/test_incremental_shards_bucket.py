@@ -34,12 +34,15 @@ def run_on(bucket, step) -> tuple[str, dict]:
                                                          environ=clean_environment())
 
 
-@pytest.mark.parametrize("kind", ["tokenize", "exact_dedup"])
+@pytest.mark.parametrize("kind", ["tokenize", "tokenize_5_shards", "exact_dedup"])
 def test_a_grown_corpus_on_a_bucket_reuses_unchanged_shards(kind, corpora, s3_emulator):  # noqa: F811
+    """tokenize_5_shards: num_output_shards=5, input files' results under by-file/ cut into 5 shards
+    (token streams read by byte range)."""
     here, fresh = make_bucket(s3_emulator, "incr"), make_bucket(s3_emulator, "full")
     inputs = {b.prefix: {n: upload(b, corpora[n], n) for n in ("first", "grown")} for b in (here, fresh)}
     tokenizer = corpora["tokenizer"]
-    make = (lambda c: tokenize_step(c, tokenizer)) if kind == "tokenize" else dedup_step
+    make = {"tokenize": lambda c: tokenize_step(c, tokenizer),
+            "tokenize_5_shards": lambda c: tokenize_step(c, tokenizer, num_output_shards=5)}.get(kind, dedup_step)
     run_on(here, make(inputs[here.prefix]["first"]))
     incremental, grown = run_on(here, make(inputs[here.prefix]["grown"]))
     full, _ = run_on(fresh, make(inputs[fresh.prefix]["grown"]))

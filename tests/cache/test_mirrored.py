@@ -551,3 +551,29 @@ def test_gc_and_verify_take_no_mirror_for_a_step_output(regions, tmp_path):
         "mirrored/count", "mirrored/other", "mirrored/total"]
     checked = verify_path(open_prefix(str(prefix)))
     assert len(checked) == 3 and all(v.ok and v.verified for v in checked), [v.render() for v in checked]
+
+
+def test_with_max_concurrent_1_a_mirror_copy_and_a_step_never_run_at_the_same_time(regions, tmp_path):
+    """A mirror copy takes a --max-concurrent slot like a step: with one slot, the copy (from its
+    "copying" line to its MirrorCopied) and each step (StepStarted to StepFinished) never overlap."""
+    from executor.engine.events import StepFinished
+
+    events: list = []
+    result = run(tmp_path / "p", [regions[0]], subscribers=[events.append], max_concurrent=1)
+    assert result.ok, result.steps
+    running, overlaps = set(), []
+    for e in events:
+        if isinstance(e, LogLine) and e.text.startswith(f"mirror {CORPUS}: copying"):
+            what = "mirror"
+        elif isinstance(e, (StepStarted, StepFinished)):
+            what = e.name
+        elif isinstance(e, MirrorCopied) and e.how == "copied":
+            what = "mirror"
+        else:
+            continue
+        starts = isinstance(e, (LogLine, StepStarted))
+        if starts and running:
+            overlaps.append((what, sorted(running)))
+        (running.add if starts else running.discard)(what)
+    assert [e.how for e in events if isinstance(e, MirrorCopied)] == ["copied"]
+    assert not overlaps, overlaps

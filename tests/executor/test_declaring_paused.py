@@ -74,6 +74,20 @@ def test_python_file_declares_its_steps_as_the_user_left_the_collector(experimen
     assert plain["declared with the collector"] == "True", plain  # (the plan is made with it paused)
 
 
+def test_python_file_whose_executor_main_declares_the_steps_declares_them_paused(experiment, tmp_path):
+    """executor_main given a function declares the steps itself, inside its own pause (docs/cli.md)."""
+    declare = ('def declare():\n'
+               '    print("declared in executor_main with the collector:", gc.isenabled())\n'
+               '    return steps\n\n\n')
+    source = experiment.read_text().replace("executor_main(steps)", "executor_main(lambda _: declare())")
+    experiment.write_text(source.replace('if __name__ == "__main__":', declare + 'if __name__ == "__main__":'))
+    done = subprocess.run([sys.executable, str(experiment), "--dry-run", "--prefix", str(tmp_path / "prefix")],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "declared in executor_main with the collector: False" in done.stdout, done.stdout
+
+
 def test_the_tools_load_an_experiment_with_the_collector_paused_and_give_it_back(experiment, capsys):
     from executor.tools.loading import load_experiment
 

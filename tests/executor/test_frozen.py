@@ -15,6 +15,7 @@ import pytest
 from executor import ExecutorStep, api, output_path_of, this_output_path
 from executor.core.frozen import new_frozen
 from executor.core.graph import build_graph
+from executor.core.outcome import outcome_of_action
 from executor.core.plan import Action, Observed, PlanOptions, plan_steps
 from executor.core.record import Owner, State, Status, parse_status
 from executor.core.step import OutputPathOf, ThisOutputPath
@@ -134,3 +135,27 @@ def test_new_frozen_is_the_constructor_without_init():
     owner = new_frozen(Owner, {"run_id": "r", "host": "h", "pid": 1, "user": "u"})
     assert owner == Owner("r", "h", 1, "u") and hash(owner) == hash(Owner("r", "h", 1, "u"))
     assert parse_status(Status(State.SUCCESS, "d", "s-d", 1, 1, owner, 1.0).to_bytes(), "x").owner == owner
+
+
+@pytest.mark.parametrize("prefix", ["/p/q", "gs://bucket/p/"])
+def test_a_no_op_runs_reports_are_the_reports_every_run_makes(prefix):
+    """A run with nothing to run writes its reports in one loop (api._ended_as_planned): each is
+    the report `_report` makes for that decision, an adopted output's path and a stopped or blocked
+    step's error included."""
+    graph, snapshot, (a, *_) = graph_and_statuses()
+    adopted = graph.nodes[graph.digest_of(a)]
+    data = Status(State.SUCCESS, adopted.digest, adopted.step_id, 1, 1, None, 1.0,
+                  alias_of={"output_rel": "old/a-123", "step_id": "a-123", "digest": "d0"}).to_bytes()
+    snapshot[adopted.digest] = observe(Versioned(data, "gen-2"), "x")
+    decisions = [d for options in (PlanOptions(now=130.0), PlanOptions(force_failed=False))
+                 for d in plan_steps(graph, snapshot, options).decisions.values()]
+    assert {d.action for d in decisions} >= {S, R, W, B, X}
+    reports = api._ended_as_planned(prefix, decisions)
+    expected = []
+    for d in decisions:
+        status = outcome_of_action(d.action)
+        expected.append(api._report(prefix, d, status=status, error=d.reason if status.unsuccessful else None))
+    assert reports == tuple(expected)
+    assert reports[0].output_path == prefix.rstrip("/") + "/old/a-123"
+    for report in reports:
+        assert_whole(report)

@@ -21,6 +21,7 @@ PUBLIC = {
     "Progress", "current_node", "hashed_unless_default",
     "claim_once", "ClaimSettings",  # shard work done once across runners, under a lease (issue 48)
     "cache_from_outputs",  # shard results under --cache-from prefixes (issue 48)
+    "stored_checksum",  # a file's checksum as a bucket manifest records it: the shard forecast on buckets (issue 48)
 }
 
 

@@ -163,3 +163,48 @@ def test_a_failed_update_keeps_the_picture_and_pages_show_only_the_errors_kind(t
     assert "secret-endpoint" in messages[-1]
     assert 'id="refresh-error"' in page and "StoreError" in page and "secret-endpoint" not in page
     assert all(f'data-id="{step_id}"' in page for step_id in ids)
+
+
+FIRST_PICTURE = """
+import asyncio, gc, sys
+from executor.engine.prefix.prefixes import open_prefix
+from executor.tools.serve.command import _first_picture
+from executor.tools.serve.source import PrefixSource
+from executor.tools.serve.watch import Watcher
+
+watcher = Watcher(PrefixSource(open_prefix(sys.argv[1])))
+collecting, refresh = [], watcher._refresh_blocking
+
+def counted():
+    collecting.append(gc.isenabled())
+    if sys.argv[2] == "fails":
+        raise OSError("the bucket is gone")
+    return refresh()
+
+watcher._refresh_blocking = counted
+try:
+    asyncio.run(_first_picture(watcher))
+except OSError:
+    pass
+young = {id(o) for o in gc.get_objects()}  # what full collections walk (frozen objects are not listed)
+print(collecting, gc.isenabled(), len(watcher.steps), sum(id(row) in young for row in watcher.steps.values()),
+      gc.get_freeze_count() > 0)
+"""
+
+
+@pytest.mark.parametrize("refresh, expected", [
+    ("reads", "[False] True 30 0 True"),  # read with the collector paused, then frozen, collector back on
+    ("fails", "[False] True 0 0 False"),  # a storage error: the collector back on, nothing frozen
+])
+def test_serve_makes_its_first_picture_without_the_collector_then_freezes_it(tmp_path, refresh, expected):
+    """`stepgraph serve` owns its process: its first picture (a row per step) is read with the collector
+    paused and then frozen, so that no full collection while it serves walks 100,000 rows (they cost
+    1 to 3 s of the first page's first byte). In a child process: freezing is process-wide."""
+    import subprocess
+    import sys
+
+    write_steps(tmp_path, 30)
+    done = subprocess.run([sys.executable, "-c", FIRST_PICTURE, str(tmp_path), refresh], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected

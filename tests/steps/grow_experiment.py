@@ -7,7 +7,8 @@ GROW_CORPUS: the input folder; GROW_TOKENIZER: a tokenizer.json. Each shard this
 an evidence file `made-<shard>-<uuid>` in GROW_SIDEFX (a local folder), so a test counts real work;
 GROW_SLEEP_S: seconds each encode sleeps after it. GROW_BARRIER (a local folder) and GROW_PEERS (a
 count): before tokenizing, the step writes `ready-<pid>` there and waits until GROW_PEERS runners
-have, so two runners reach their shards together.
+have, so two runners reach their shards together. GROW_CLAIM_TTL_S: the shard claims' TTL (default
+ClaimSettings'), heartbeat a tenth of it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import os
 import time
 import uuid
 
-from executor import ExecutorStep, executor_main, this_output_path
+from executor import ClaimSettings, ExecutorStep, executor_main, this_output_path
+from steps import shard_reuse
 from steps import tokenize as tokenize_module
 from steps.tokenize import TokenizeConfig, tokenize
 
@@ -51,6 +53,14 @@ def counted_tokenize(config: TokenizeConfig) -> dict:
         counted = _counted(tokenize_module._encode_shard)
         counted.__wrapped_count__ = True
         tokenize_module._encode_shard = counted
+    ttl = os.environ.get("GROW_CLAIM_TTL_S")
+    if ttl and not hasattr(shard_reuse.reuse_or_make, "__claim_ttl__"):
+        plain = shard_reuse.reuse_or_make
+
+        def with_ttl(*args, **kwargs):
+            return plain(*args, **kwargs, settings=ClaimSettings(ttl_s=float(ttl), heartbeat_s=float(ttl) / 10))
+        with_ttl.__claim_ttl__ = True
+        shard_reuse.reuse_or_make = with_ttl
     _meet_peers()
     return tokenize(config)
 

@@ -56,9 +56,10 @@ def corpora(tmp_path_factory) -> dict[str, str]:
             "tokenizer": str(root / "tokenizer.json")}
 
 
-def tokenize_step(corpus: str, tokenizer: str) -> ExecutorStep:
+def tokenize_step(corpus: str, tokenizer: str, num_output_shards: int = 0, **extra) -> ExecutorStep:
     return ExecutorStep("tokenized", tokenize, TokenizeConfig(corpus, this_output_path(), tokenizer_path=tokenizer,
-                                                              num_output_shards=0, validation_fraction=0.2))
+                                                              num_output_shards=num_output_shards,
+                                                              validation_fraction=0.2, **extra))
 
 
 def dedup_step(corpus: str) -> ExecutorStep:
@@ -105,6 +106,27 @@ def test_a_grown_corpus_processes_only_its_new_and_changed_shards(kind, corpora,
         assert grown["nodes_per_stage"]["reused-records"] == 1 and "reused-records" not in fresh["nodes_per_stage"]
 
 
+def test_a_fixed_number_of_output_shards_encodes_only_the_new_and_changed_files(corpora, tmp_path):
+    """num_output_shards=5: the grown corpus moves every later shard boundary, yet only the added and
+    changed input files are encoded (the rest reused from by-file/); the output is byte-identical to a
+    fresh full run, and its shards hold the same bytes as encoding each record range directly."""
+    make = lambda corpus, **extra: tokenize_step(corpus, corpora["tokenizer"], num_output_shards=5, **extra)  # noqa: E731
+    first_out, first = run_step(make(corpora["first"]), tmp_path / "p")
+    assert (first["shards_processed"], first["shards_reused"], first["shards"]) == (SHARDS, 0, 5)
+    incremental, grown = run_step(make(corpora["grown"]), tmp_path / "p")
+    full, fresh = run_step(make(corpora["grown"]), tmp_path / "q")
+    assert (grown["shards_processed"], grown["shards_reused"], grown["shards"]) == (2, SHARDS - 2, 5)
+    assert (fresh["shards_processed"], fresh["shards_reused"]) == (SHARDS, 0)
+    assert_same_bytes(incremental, full)
+    moved = [n for n in files_of(full) if n.startswith("train/") and files_of(first_out).get(n) != files_of(full)[n]]
+    assert len(moved) >= 3  # the boundaries did move: most output shards differ from the first run's
+    # the path that encodes each output shard's record range directly (no by-file results) writes the same shards
+    direct, _ = run_step(make(corpora["grown"], on_bad_line="skip"), tmp_path / "r")
+    shards = {n: b for n, b in files_of(direct).items() if n.split("/")[0] in ("train", "validation", "shards")}
+    assert len(shards) == 5 * 7 and {n: files_of(full)[n] for n in shards} == shards
+    assert files_of(full)["ledger.json"] == files_of(direct)["ledger.json"]
+
+
 def test_reused_shards_records_are_grouped_by_partition_bytes():
     """Reused shards share a task, in order, while their records fit about `partition_bytes` (64
     bytes a record); a shard processed in this run is in no group."""
@@ -147,9 +169,12 @@ def test_shard_tasks_on_ray_reuse_the_same_way(ray_local, corpora, tmp_path):
     assert_same_bytes(str(tmp_path / "p" / "deduped-000000000002"), str(tmp_path / "q" / "deduped-000000000002"))
 
 
-def test_a_grown_corpus_on_the_ray_runner_processes_only_its_new_and_changed_shards(ray_local, corpora, tmp_path):
+@pytest.mark.parametrize("num_output_shards", [0, 5])
+def test_a_grown_corpus_on_the_ray_runner_processes_only_its_new_and_changed_shards(num_output_shards, ray_local,
+                                                                                     corpora, tmp_path):
     """The executor's Ray runner (the module's cluster, joined): each shard task claims, reuses or
-    makes its own result in a Ray worker; the output is byte-identical to a fresh full run."""
+    makes its own result in a Ray worker; the output is byte-identical to a fresh full run. With
+    num_output_shards=5 the shards are the input files' by-file results, then 5 assembled shards."""
 
     def on_ray(step: ExecutorStep, prefix: Path) -> tuple[str, dict]:
         result = run([step], prefix=str(prefix), runner="ray")
@@ -157,9 +182,9 @@ def test_a_grown_corpus_on_the_ray_runner_processes_only_its_new_and_changed_sha
         out = result.step(step).output_path
         return out, json.loads((Path(out) / ".executor" / "record.json").read_text())["result"]
 
-    on_ray(tokenize_step(corpora["first"], corpora["tokenizer"]), tmp_path / "p")
-    incremental, grown = on_ray(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "p")
-    full, _ = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"]), tmp_path / "q")
+    on_ray(tokenize_step(corpora["first"], corpora["tokenizer"], num_output_shards), tmp_path / "p")
+    incremental, grown = on_ray(tokenize_step(corpora["grown"], corpora["tokenizer"], num_output_shards), tmp_path / "p")
+    full, _ = run_step(tokenize_step(corpora["grown"], corpora["tokenizer"], num_output_shards), tmp_path / "q")
     assert (grown["shards_processed"], grown["shards_reused"]) == (2, SHARDS - 2)
     assert_same_bytes(incremental, full)
     assert len(list((tmp_path / "p" / ".shard-claims" / "tokenized").glob("*.json"))) == SHARDS + 2

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -24,11 +26,12 @@ REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = Path(__file__).with_name("grow_experiment.py")
 
 
-def runner(prefix: Path, corpus: str, tokenizer: str, sidefx: Path, **extra: str) -> subprocess.Popen:
+def runner(prefix: Path, corpus: str, tokenizer: str, sidefx: Path, *flags: str, **extra: str) -> subprocess.Popen:
     environ = {**os.environ, "GROW_CORPUS": corpus, "GROW_TOKENIZER": tokenizer, "GROW_SIDEFX": str(sidefx),
                "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **extra}
-    return subprocess.Popen([sys.executable, str(EXPERIMENT), "--prefix", str(prefix), "--runner", "inline"],
-                            cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, str(EXPERIMENT), "--prefix", str(prefix), "--runner", "inline", *flags],
+                            cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 def made(sidefx: Path) -> Counter:
@@ -82,6 +85,74 @@ def test_two_runners_growing_the_same_corpus_make_each_new_shard_once(growing, t
                  if json.loads((p / ".executor/record.json").read_text())["config"]["input_path"] == growing["a"])
     full, _ = run_step(tokenize_step(growing["a"], growing["tokenizer"]), tmp_path / "full")
     assert_same_bytes(str(a_out), full)
+
+
+CLAIM_TTL_S = 120  # far above what the restart needs, so finishing before it shows no claim was waited out
+
+
+@pytest.mark.timeout(400)
+def test_a_restart_takes_a_killed_runners_shard_claims_over_without_waiting_their_ttl(growing, tmp_path):
+    """A runner SIGKILLed (with its step's child) while shards are in flight leaves their claims
+    RUNNING. The restart takes the step's lease over (its TTL is short here), and then each such claim
+    at once, since the step lease the claim names has moved on, not after the claims' TTL."""
+    prefix, sidefx = tmp_path / "prefix", tmp_path / "sidefx"
+    sidefx.mkdir()
+    short_lease = ("--lease-ttl", "6", "--heartbeat-interval", "1")
+    killed = runner(prefix, growing["a"], growing["tokenizer"], sidefx, *short_lease,
+                    GROW_CLAIM_TTL_S=str(CLAIM_TTL_S), GROW_SLEEP_S="600")
+    deadline = time.monotonic() + 180
+    while not list(sidefx.glob("made-*")):  # a shard encoded; its maker sleeps, its claim held
+        assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read() if killed.poll() else "slow"
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    in_flight = [json.loads(p.read_text()) for p in (prefix / CLAIMS_DIR / "tokenized").glob("*.json")]
+    assert in_flight and {c["state"] for c in in_flight} == {"RUNNING"}
+    assert {c["alias_of"]["attempt"] for c in in_flight} == {"1"}  # each names the step lease it was taken under
+    made(sidefx)
+    started = time.monotonic()
+    restart = runner(prefix, growing["a"], growing["tokenizer"], sidefx, *short_lease,
+                     GROW_CLAIM_TTL_S=str(CLAIM_TTL_S))
+    out = restart.communicate(timeout=CLAIM_TTL_S * 2)[0]
+    elapsed = time.monotonic() - started
+    assert restart.returncode == 0, out
+    assert elapsed < CLAIM_TTL_S * 0.75, f"the restart took {elapsed:.0f}s: it waited the claims' TTL\n{out}"
+    assert made(sidefx) == Counter({f"part-{i:05d}": 1 for i in range(SHARDS + 4)})  # none was done before
+    claims = {p.name: json.loads(p.read_text()) for p in (prefix / CLAIMS_DIR / "tokenized").glob("*.json")}
+    assert {c["state"] for c in claims.values()} == {"SUCCESS"} and {c["attempt"] for c in claims.values()} == {1, 2}
+    taken = [c for c in claims.values() if c["attempt"] == 2]
+    assert len(taken) == len(in_flight)
+    done = next(prefix.glob("tokenized-*"))
+    full, _ = run_step(tokenize_step(growing["a"], growing["tokenizer"]), tmp_path / "full")
+    assert_same_bytes(str(done), full)
+
+
+def test_a_claim_whose_step_lease_moved_on_is_taken_at_once_and_a_live_ones_is_waited_for(tmp_path):
+    """The claim's step lease (injected clock): while that step status shows the claim's attempt and
+    owner the claim is waited for; once another attempt holds it, the claim is taken over at once."""
+    from executor.core.record import Owner, State, Status
+
+    (tmp_path / "step" / ".executor").mkdir(parents=True)
+    lease = tmp_path / "step" / ".executor" / "status.json"
+    lease.write_bytes(Status(State.RUNNING, "d", "step", 0, 1, Owner("run-1", "h", 1, ""), 0.0).to_bytes())
+    url = str(tmp_path / "abc.json")
+    Path(url).write_bytes(Status(State.RUNNING, "abc", "x", 0, 1, Owner("claim", "h", 1, ""), 0.0,
+                                 alias_of={"lease": str(lease), "run_id": "run-1", "attempt": "1"}).to_bytes())
+    clock, sleep = _fake_clock()
+    slept: list[float] = []
+
+    def sleep_then_restart(s: float) -> None:  # after 5 s of waiting, the step is taken over by a restart
+        slept.append(s)
+        sleep(s)
+        if sum(slept) >= 5 and b'"attempt": 1' in lease.read_bytes():
+            lease.write_bytes(Status(State.RUNNING, "d", "step", 1, 2, Owner("run-2", "h", 2, ""), 0.0).to_bytes())
+
+    settings = ClaimSettings(ttl_s=100, heartbeat_s=1, poll_s=0.5)
+    result = claim_once(url, lambda where: None, lambda: ("made", "here"), clock=clock, sleep=sleep_then_restart,
+                        settings=settings, holder=str(lease))
+    assert result == ("made", True)
+    assert 5 <= sum(slept) < 10  # waited while the lease was live, then no TTL (100 s)
+    assert json.loads(Path(url).read_text())["attempt"] == 2
 
 
 def _fake_clock():

@@ -40,10 +40,12 @@ def copy_corpus(config: CorpusConfig) -> dict:
     return {"files": len(names)}
 
 
-def pipeline(source: str, tokenizer: str | None) -> tuple[ExecutorStep, ExecutorStep, ExecutorStep]:
+def pipeline(source: str, tokenizer: str | None,
+             num_output_shards: int = 0) -> tuple[ExecutorStep, ExecutorStep, ExecutorStep]:
     corpus = ExecutorStep("corpus", copy_corpus, CorpusConfig(source, this_output_path()))
     tok = ExecutorStep("tokenized", tokenize, TokenizeConfig(output_path_of(corpus, "docs"), this_output_path(),
-                                                             tokenizer_path=tokenizer, num_output_shards=0,
+                                                             tokenizer_path=tokenizer,
+                                                             num_output_shards=num_output_shards,
                                                              validation_fraction=0.2))
     dedup = ExecutorStep("deduped", exact_dedup, ExactDedupConfig(output_path_of(corpus, "docs"), this_output_path()))
     return corpus, tok, dedup
@@ -61,11 +63,13 @@ def result_of(prefix: Path, output_path: str) -> dict:
     return json.loads((Path(output_path) / ".executor" / "record.json").read_text())["result"]
 
 
-def test_the_dry_run_forecasts_the_shards_a_grown_corpus_reuses_and_the_run_reuses_them(corpora, tmp_path, capsys):
+@pytest.mark.parametrize("num_output_shards", [0, 5])  # 5: input files' results under by-file/, counted per file
+def test_the_dry_run_forecasts_the_shards_a_grown_corpus_reuses_and_the_run_reuses_them(num_output_shards, corpora,
+                                                                                         tmp_path, capsys):
     prefix = tmp_path / "prefix"
-    first = pipeline(corpora["first"], corpora["tokenizer"])
+    first = pipeline(corpora["first"], corpora["tokenizer"], num_output_shards)
     assert run(list(first[1:]), prefix=str(prefix), runner="inline").ok
-    grown = pipeline(corpora["grown"], corpora["tokenizer"])
+    grown = pipeline(corpora["grown"], corpora["tokenizer"], num_output_shards)
     assert run([grown[0]], prefix=str(prefix), runner="inline").ok  # the upstream has written the grown corpus
     said = dry_run(list(grown[1:]), prefix, capsys)
     assert f"tokenized: expects to reuse {SHARDS - 2} of {SHARDS} shards (2 to process)" in said, said

@@ -83,12 +83,12 @@ def test_existing_tokenizer_is_reused(corpus_dir, one_shard, tmp_path):
 KILLABLE_RUN = textwrap.dedent("""
     import sys, time
     import steps.tokenize as t
-    original = t._tokenize_shard
+    original = t._assemble_shard  # num_output_shards > 0: output shards are cut from by-file/ results
     def slow(job):  # commit a shard, then pause so the test can kill us between shards
         result = original(job)
         time.sleep(0.4)
         return result
-    t._tokenize_shard = slow
+    t._assemble_shard = slow
     t.tokenize(t.TokenizeConfig(sys.argv[1], sys.argv[2], tokenizer_path=sys.argv[3],
                                 num_output_shards=8, validation_fraction=0.1))
 """)
@@ -116,6 +116,7 @@ def test_killed_run_resumes_without_redoing_committed_shards(corpus_dir, one_sha
     result = tokenize(TokenizeConfig(corpus_dir, str(out), tokenizer_path=f"{out1}/tokenizer.json",
                                      num_output_shards=8, validation_fraction=0.1))
     assert result["shards_resumed"] == len(committed)
+    assert (result["shards_processed"], result["shards_reused"]) == (0, 0)  # every input file's result resumed
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]  # the dead attempt's temporaries are gone
     for path, stamp in stamps.items():
         if any(path.name.startswith(c.removesuffix(".json")) for c in committed):

@@ -36,6 +36,18 @@ class Opens:
         monkeypatch.setattr(location, "_probe", counting_probe)
 
 
+def location_opens(monkeypatch) -> list[str]:
+    """Each open of a location in this test, by its URL: its store (open_location, open_store) or filesystem."""
+    opened: list[str] = []
+    for name in ("open_store", "open_filesystem"):
+        def counting(prefix, *args, _real=getattr(location, name), **kwargs):
+            opened.append(prefix)
+            return _real(prefix, *args, **kwargs)
+
+        monkeypatch.setattr(location, name, counting)
+    return opened
+
+
 def test_gc_delete_opens_and_probes_an_s3_prefix_once(toy, s3_emulator, monkeypatch):
     """`gc --delete` on a bucket: its reachability (tags for loading), listing, statuses, run files and
     deletions all go through one open; it opened and probed the bucket about seven times before."""
@@ -109,3 +121,63 @@ def test_each_tool_given_an_opened_prefix_opens_nothing_again(opened_toy):
 def test_an_opened_prefix_hides_its_options():
     opened = open_prefix("memory://opened-repr", {"token": "secret-value"})
     assert "secret-value" not in repr(opened) and repr(opened) == "OpenedPrefix('memory://opened-repr')"
+
+
+def test_explain_given_an_opened_prefix_opens_nothing_again(opened_toy):
+    """Earlier versions are listed through the prefix the caller opened (the one its plan read)."""
+    from executor.engine.events import Events, StepExplained
+    from executor.tools.explain import run_explain
+    from executor.tools.loading import load_experiment
+
+    opened, toy = opened_toy
+    toy.write(VOCAB="8192")
+    said: list = []
+    assert run_explain(load_experiment(toy.path).graph, "toy/tokenize", opened, None,
+                       events=Events([said.append])) == 0
+    [explained] = [e for e in said if isinstance(e, StepExplained)]
+    text = "\n".join(explained.lines)
+    assert "(storage) ->" in text and "4096" in text and "8192" in text, text
+
+
+@pytest.mark.parametrize("how", ["command", "flag"])
+def test_explain_with_cache_from_opens_its_prefix_once(ran_toy, tmp_path, monkeypatch, how):
+    """`stepgraph explain` and `--explain` with --cache-from: the plan (through the API) and the listing of
+    earlier versions read one opened prefix: it is opened once (it was opened twice)."""
+    opens = Opens(monkeypatch)
+    opened = location_opens(monkeypatch)
+    ran_toy.write(VOCAB="8192")
+    elsewhere = str(tmp_path / "elsewhere")
+    if how == "command":
+        code, out = run_main("explain", "--prefix", ran_toy.prefix, "--cache-from", elsewhere, str(ran_toy.path),
+                             "toy/tokenize")
+    else:
+        code, out = ran_toy.run("--explain", "toy/tokenize", "--cache-from", elsewhere)
+    assert code == 0, out
+    assert "8192" in out, out
+    assert opens.connects.count(ran_toy.prefix) == 1, opens.connects
+    assert opened.count(ran_toy.prefix) == 1, opened
+
+
+@pytest.mark.parametrize("how", ["dry-run", "run", "explain", "--explain"])
+def test_a_cache_from_prefix_is_opened_once(ran_toy, tmp_path, monkeypatch, how):
+    """A --cache-from prefix is opened once by a command that plans with it: the plan's taint check and its
+    copy sources, a run, and explain's plan, per-step lines and earlier versions all read that one open
+    (before: twice for a dry run or a run, four times for explain and --explain)."""
+    source, here = ran_toy.prefix, str(tmp_path / "here")
+    ran_toy.write(VOCAB="8192")  # raw is copied from the source; tokenize (new) and what reads it run
+    opens = Opens(monkeypatch)
+    opened = location_opens(monkeypatch)
+    flags = ("--prefix", here, "--cache-from", source)
+    if how == "explain":
+        code, out = run_main("explain", *flags, str(ran_toy.path), "toy/tokenize")
+    else:
+        extra = {"dry-run": ("--dry-run",), "run": ("--runner", "inline"), "--explain": ("--explain", "toy/tokenize")}
+        code, out = ran_toy.run(*extra[how], *flags, prefix=False)
+    assert code == 0, out
+    expected = {"dry-run": "copy from " + source, "run": "toy/raw      │ copied", "explain": "no SUCCESS of toy/tokenize",
+                "--explain": "no SUCCESS of toy/tokenize"}[how]
+    assert expected in out, out
+    if how.endswith("explain"):  # the source's record of tokenize, as the earlier version
+        assert f"(cache-from {source}) ->" in out and "4096 -> 8192" in out, out
+    assert opened.count(source) == 1, opened
+    assert opens.connects.count(source) == 1, opens.connects

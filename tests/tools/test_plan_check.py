@@ -189,3 +189,28 @@ def test_check_reports_an_intended_change_without_a_false_hash_seed_alarm(toy):
     assert "config.tokenizer.vocab_size: 4096 -> 8192" in out
     assert "ids identical in a second process (PYTHONHASHSEED=4242)" in out
     assert "differ between PYTHONHASHSEED" not in out
+
+
+def test_check_called_from_python_returns_its_results_as_values_and_events_and_prints_nothing(tmp_path, capsys):
+    """The library returns what `check` found and emits it as events; only the command line prints
+    (the same file, through `stepgraph check`, shows the same lines)."""
+    from executor.engine.events import ExperimentChecked, ExperimentsChecked, LogLine
+    from executor.tools.plan_check import check_experiments
+
+    (tmp_path / "unchecked.py").write_text("")  # no ids file: listed, not checked
+    hello, seen = REPO / "experiments" / "hello.py", []
+    result = check_experiments([str(hello), str(tmp_path / "unchecked.py")], subscribers=[seen.append])
+    assert capsys.readouterr() == ("", "")
+    assert result.exit_code == 0 and result.error is None
+    [checked, unchecked] = result.experiments
+    assert (checked.file, checked.exit_code, unchecked.exit_code) == (str(hello), 0, None)
+    assert "ids identical in a second process (PYTHONHASHSEED=4242)" in checked.lines
+    assert seen == [checked, unchecked, ExperimentsChecked(1, ())]
+    missing = check_experiments([str(tmp_path / "nowhere")], subscribers=[seen.append])
+    assert capsys.readouterr() == ("", "")
+    assert missing.exit_code == 2 and seen[-1] == LogLine("error", missing.error) and "no such file" in missing.error
+    code, out = run_main("check", str(hello), str(tmp_path / "unchecked.py"))
+    assert code == 0 and out.splitlines() == [f"{hello}:", *(f"  {line}" for line in checked.lines),
+                                              f"{tmp_path / 'unchecked.py'}: no unchecked.plan.json; not checked",
+                                              "ids check ok for 1 experiment(s)"], out
+    assert isinstance(checked, ExperimentChecked)

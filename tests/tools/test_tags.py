@@ -15,6 +15,7 @@ from executor.core.errors import ConfigEncodingError, ExecutorError
 from executor.core.graph import build_graph
 from executor.engine.store import open_store
 from executor.engine.events import Events, StepExplained
+from executor.engine.prefix.prefixes import open_prefix
 from executor.tools.explain import run_explain
 from executor.tools.tags import TagTaken, list_tags, read_tag, tag, tag_history
 
@@ -102,7 +103,7 @@ def test_a_tagged_dependency_id_moves_only_when_the_tag_moves(two_outputs):
         "tag": "corpus/raw@v1", "digest": read_tag(store, "corpus/raw@v1").digest, "sub": "data.txt"}
     # explain names the move (the earlier version is found on storage)
     said: list = []
-    assert run_explain(graph, "names/reader", prefix, None, events=Events([said.append])) == 0
+    assert run_explain(graph, "names/reader", open_prefix(prefix), None, events=Events([said.append])) == 0
     first_digest, moved_digest = (e.digest[:12] for e in tag_history(store, "corpus/raw@v1"))
     assert [type(e) for e in said] == [StepExplained] and said[0].step == "names/reader"
     text = "\n".join(said[0].lines)

@@ -53,8 +53,17 @@ _step_storage: contextvars.ContextVar[Storage] = contextvars.ContextVar("stepgra
 # -- which options: parsing the flag and the variable ----------------------------------------------
 
 def parse_storage_options(text: str | None, source: str) -> dict[str, Any]:
-    """A JSON object from the flag or the variable (one object of options, or one per location);
-    anything else is a one-line usage error naming the source, the key and how to fix it."""
+    """A JSON object from the flag or the variable (one object of options, or one per location),
+    checked before any prefix is known (the commands); anything else is a one-line usage error naming
+    the source, the key and how to fix it."""
+    value = storage_json(text, source)
+    storage_from(value, None, source=source)  # a malformed map is refused here, before anything opens
+    return value
+
+
+def storage_json(text: str | None, source: str) -> dict[str, Any]:
+    """The JSON object of the flag or the variable, read (not yet checked as options: storage_from
+    does that, once, when it makes the Storage); not an object is a one-line usage error."""
     if text is None or not text.strip():
         return {}
     try:
@@ -65,7 +74,6 @@ def parse_storage_options(text: str | None, source: str) -> dict[str, Any]:
                             f"'{{\"s3://corpus\": {{...}}, \"gs://\": {{...}}}}': {e}") from None
     if not isinstance(value, dict):
         raise ExecutorError(f"{source} must be a JSON object, not {type(value).__name__}")
-    storage_from(value, None, source=source)  # a malformed map is refused here, before anything opens
     return value
 
 

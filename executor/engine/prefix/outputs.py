@@ -118,6 +118,16 @@ def store_checksum(info: dict[str, Any]) -> dict[str, str] | None:
     return None
 
 
+def stored_checksum(url: str) -> dict[str, str] | None:
+    """The checksum the store keeps for the file at `url`, as a manifest of an output holding it
+    records it (`{"algorithm", "value"}`: crc32c, MD5, a single-part ETag), from the file's metadata
+    with the step's storage options; None where the store keeps none (local disk: a manifest
+    records the file's sha256 there). An incremental step that reads a file's bytes anyway can
+    note both, so a dry run can translate a bucket manifest's checksum (steps/shard_reuse.py)."""
+    fs, target = location.url_to_fs(url)
+    return store_checksum(fs.info(target))
+
+
 def file_checksum(fs: "fsspec.AbstractFileSystem", path: str, info: dict[str, Any]) -> dict[str, str]:
     """One file's checksum as a manifest entry holds it: the store's own (crc32c, MD5, ETag), else
     sha256 of its bytes."""

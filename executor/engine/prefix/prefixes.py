@@ -1,7 +1,8 @@
 """Where a run's outputs go: the prefix (given, env EXECUTOR_PREFIX, or the project's cache/), checked
 for a mis-spelled scheme; the one check the read-only commands make that a prefix holds outputs; the
 run's storage options (given, or env EXECUTOR_STORAGE_OPTIONS) as a Storage value, and the
-coordination store and fsspec filesystem they open. Read once per invocation and handed inward.
+coordination store and fsspec filesystem they open (`open_given`: the one place a run's prefix and storage
+options are resolved). Read once per invocation and handed inward.
 
 An opened prefix is a value, `OpenedPrefix`: its URL, its storage options, its coordination store
 (probed once, when opened), its filesystem (opened on first use) and its read model (`view`). The
@@ -17,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping
 
 from executor.core.errors import ExecutorError
-from executor.core.locations import Storage, storage_from
+from executor.core.locations import SOURCE, Storage, storage_from
 from executor.core.urls import check_prefix_spelling
 from executor.engine.prefix import location, outputs
 
@@ -88,13 +89,33 @@ class OpenedPrefix:
         return f"OpenedPrefix({self.url!r})"
 
 
-def open_prefix(prefix: str, storage: Storage | Mapping[str, Any] | None = None) -> OpenedPrefix:
+def open_prefix(prefix: str, storage: Storage | Mapping[str, Any] | None = None, *,
+                source: str = SOURCE) -> OpenedPrefix:
     """The prefix opened once: its coordination store (retrying, probed) and fsspec filesystem with
-    the options `storage` has for it (a Storage, or options as `storage_from` takes them)."""
+    the options `storage` has for it (a Storage, or options as `storage_from` takes them; `source`
+    names them in its errors)."""
     given = None if isinstance(storage, Storage) else storage
-    storage = storage_from(storage, prefix)
+    storage = storage_from(storage, prefix, source=source)
     store, fs = location.open_location(prefix, storage)
     return OpenedPrefix(prefix, storage, store, fs, given)
+
+
+def open_given(prefix: str | None, environ: Mapping[str, str], main_file: str | None = None, *,
+               flag: str | None = None, storage: Any = None) -> OpenedPrefix:
+    """A run's prefix and its storage options, resolved and opened in one place, once per call: the
+    prefix as `resolve_prefix` chooses it; the options from `--storage-options` JSON (`flag`), else the
+    object a library caller gave (`storage`: Options(storage_options=...)), else env
+    EXECUTOR_STORAGE_OPTIONS; read once, made a Storage once. The command line calls it once per
+    invocation (executor.cli), the API once per call not given an OpenedPrefix (executor.api); what it
+    returns goes down as it is, to the run loop and each step's call."""
+    url = resolve_prefix(prefix, environ, main_file)
+    if flag is not None:
+        given, source = location.storage_json(flag, location.FLAG), location.FLAG
+    elif storage is not None:
+        given, source = storage, "Options(storage_options=...)"
+    else:
+        given, source = location.storage_json(environ.get(location.ENV_VAR), location.ENV_VAR), location.ENV_VAR
+    return open_prefix(url, given, source=source)
 
 
 def open_outputs(prefix: str | None, storage: Any, environ: Mapping[str, str]) -> OpenedPrefix:
@@ -128,11 +149,3 @@ def _holds_a_status_file(directory: str) -> bool:
             return True
         subdirectories[:] = [d for d in subdirectories if d != "runs" or where != directory]  # run files: has_runs
     return False
-
-
-def storage_options_from_env(prefix: str, environ: Mapping[str, str], flag_value: str | None = None) -> Storage:
-    """The run's storage options: `--storage-options JSON` when given, else EXECUTOR_STORAGE_OPTIONS
-    (both read by executor.engine.prefix.location), as a Storage keyed by location. Malformed is an error
-    whatever the prefix; one object of options applies to the prefix's protocol (to nothing for a
-    local or memory:// prefix), an object keyed by location to every URL it covers."""
-    return storage_from(location.storage_options_from(flag_value, environ), prefix)

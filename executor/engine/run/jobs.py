@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from executor.core.errors import ExecutorError
 from executor.core.graph import Graph, StepNode
@@ -32,15 +32,15 @@ from executor.engine.run.snapshot import observe
 from executor.engine.store.base import CoordinationStore
 from executor.engine.transfers.budget import TransferLedger
 
+if TYPE_CHECKING:
+    from executor.engine.prefix.prefixes import OpenedPrefix
+
 
 @dataclass(frozen=True)
 class RunContext:
     """Everything the loop needs from outside, passed in (no environment reads here)."""
 
-    prefix: str
-    store: CoordinationStore
-    fs: Any
-    storage: Storage  # the run's storage options keyed by location: each step's call carries them
+    opened: OpenedPrefix  # the run's prefix, opened once: URL, storage options, store, filesystem
     owner: Owner
     keeper: LeaseKeeper
     watch: StalenessWatch
@@ -56,6 +56,23 @@ class RunContext:
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
 
+    @property
+    def prefix(self) -> str:
+        return self.opened.url
+
+    @property
+    def store(self) -> CoordinationStore:
+        return self.opened.store
+
+    @property
+    def fs(self) -> Any:
+        return self.opened.fs
+
+    @property
+    def storage(self) -> Storage:
+        """The run's storage options keyed by location: each step's call carries them."""
+        return self.opened.storage
+
 
 class Job:
     """One leased piece of work the loop schedules; subclasses say what it needs, does and commits."""
@@ -64,7 +81,7 @@ class Job:
     key: str  # its status in the coordination store: the lease
     digest: str  # what that status must carry
     step_id: str  # the status's step_id when this runner takes the lease
-    slot: bool = True  # counts against --max-concurrent while it runs
+    slot: bool = True  # counts against --max-concurrent while it runs (steps, cache and mirror copies alike)
     failure_blocks: bool = True  # a failure blocks the jobs needing it (a mirror's readers fail themselves)
 
     def __init__(self) -> None:

@@ -17,12 +17,11 @@ its reason says so with the sizes).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from executor.core.errors import ExecutorError, StatusError
 from executor.core.graph import Graph, StepNode
 from executor.core.legacy_ids import LegacyDigests
-from executor.core.locations import Storage
 from executor.core.plan import Action, Decision, Plan, match_steps
 from executor.core.record import State, Status, record_key, status_key
 from executor.core.urls import check_prefix_spelling
@@ -31,6 +30,20 @@ from executor.engine.run.snapshot import observe
 
 ENV_VAR = "EXECUTOR_CACHE_FROM"
 GB = 10**9
+
+
+class OpenedSource(Protocol):
+    """A cache-from prefix as the plan opened it, once (an executor.engine.prefix.prefixes.OpenedPrefix,
+    named here by what is read of it: that module imports this package's neighbours)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def store(self) -> Any: ...
+
+    @property
+    def fs(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -88,20 +101,17 @@ def _copyable(decision: Decision, forced: set[str]) -> bool:
             and (status is None or status.state == State.FAILED))
 
 
-def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[str], storage: Storage,
+def find_sources(nodes: Sequence[StepNode], cache_from: Sequence[OpenedSource],
                  legacy: LegacyDigests | None = None) -> dict[str, list[CopySource]]:
-    """Per digest, the prefixes (in the given order) holding a SUCCESS status of that digest and a readable
-    record. With `legacy` (the graph's LegacyDigests), a prefix holding none under the step's id is asked
+    """Per digest, the prefixes (in the given order, each opened once by the caller: executor.api.decide)
+    holding a SUCCESS status of that digest and a readable record. With `legacy` (the graph's LegacyDigests), a prefix holding none under the step's id is asked
     for its id of before issue 44 too (a prefix written before ids stopped naming config classes' modules):
     such a source is presented under the new id (executor/engine/run/legacy_carry.py carries a prefix's own)."""
-    from executor.engine.prefix.location import open_location
-
     found: dict[str, list[CopySource]] = {}
     for source in cache_from:
-        store, fs = open_location(source, storage)
-        missing = _sources_in(store, fs, source, nodes, found)
+        missing = _sources_in(source.store, source.fs, source.url, nodes, found)
         if legacy is not None and missing:
-            _legacy_sources_in(store, fs, source, missing, legacy, found)
+            _legacy_sources_in(source.store, source.fs, source.url, missing, legacy, found)
     return found
 
 
@@ -158,10 +168,10 @@ def _legacy_sources_in(store: Any, fs: Any, source: str, nodes: Sequence[StepNod
             CopySource(source, output_path, record.get("run_id"), status, record, legacy_id=old_id))
 
 
-def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: Storage, *,
+def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[OpenedSource], *,
                 only: str | None = None, force_run: str | None = None, budget_gb: float = 10.0,
                 reserved_bytes: int = 0, refused: Mapping[str, str] | None = None) -> Plan:
-    """`plan` with `copy` for the steps a cache-from prefix holds and the targets need, within the budget
+    """`plan` with `copy` for the steps a cache-from prefix (`cache_from`: opened, in order) holds and the targets need, within the budget
     (of which `reserved_bytes` are already taken: the mirrored inputs and cross-region reads the steps
     that run need). `refused`: digest -> why no prefix's copy of it may be used (executor.tools.taint)."""
     if not cache_from:
@@ -170,7 +180,7 @@ def plan_copies(graph: Graph, plan: Plan, cache_from: Sequence[str], storage: St
     refused = refused or {}
     forced |= set(refused)  # not copied, as a --force-run step is not
     candidates = [d.node for d in plan.decisions.values() if _copyable(d, forced)]
-    sources = find_sources(candidates, cache_from, storage, LegacyDigests(graph)) if candidates else {}
+    sources = find_sources(candidates, cache_from, LegacyDigests(graph)) if candidates else {}
     targets = set(graph.targets if only is None else match_steps(graph, only, "--only"))
     users: dict[str, list[str]] = {}  # digest -> the planned steps that read its output
     for digest, d in plan.decisions.items():

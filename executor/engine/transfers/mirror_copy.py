@@ -10,7 +10,9 @@ with none left the lease ends FAILED and the steps reading the input fail, sayin
 returns are its record (source and manifest) and the fenced SUCCESS written. A step that runs unplanned
 (a cache copy that fell back to running, a step taken over) makes jobs of its mirrored inputs just
 before it starts, and holds its lease until they end. A copy the plan did not count (unplanned, or taken over from a silent runner) is
-counted on the run's transfer budget when this runner takes it, and not made past it.
+counted on the run's transfer budget when this runner takes it, and not made past it. While it copies, a
+mirror job takes one of `--max-concurrent`'s slots, as a step and a cache copy do: the limit bounds the
+work this runner has running at once (processes, Ray tasks, bytes moving), whatever kind it is.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from executor.engine.run.snapshot import observe
 class MirrorJob(Job):
     """One mirrored input this run needs, obtained (or found complete) under its own lease."""
 
-    slot = False  # a copy the steps reading it wait for: not one of --max-concurrent's steps
     failure_blocks = False  # its readers fail themselves, saying why the input could not be had
 
     def __init__(self, board: Board, mirror: MirrorInput):

@@ -32,6 +32,24 @@ def url_of(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/?token={token}"
 
 
+async def _first_picture(watcher: Any) -> None:
+    """The watcher's first refresh, the collector paused, then what it read frozen out of the
+    collector's sight (engine/run/collector.py): the command owns its process, and otherwise every
+    full collection while it serves walks a row per step (100,000 steps: 8 collections while the
+    picture is made and 1 to 3 s of the first page's first byte). Rows replaced later are freed as
+    always (they hold no cycles). A storage error here is the command's error, the collector back."""
+    from executor.engine.run.collector import PlanningPause
+
+    pause = PlanningPause()
+    pause.pause()
+    try:
+        await watcher.refresh()
+    except BaseException:
+        pause.release()
+        raise
+    pause.resume()
+
+
 def serve(args: Any, say: Callable[[str], None] = print) -> int:
     from executor.core.exit_codes import ExitCode
     from executor.core.extras import require_extra
@@ -66,7 +84,7 @@ async def _serve(watcher: Any, token: str, host: str, port: int, say: Callable[[
     from executor.tools.serve.app import make_app
 
     say(f"reading {watcher.source.prefix} ...")
-    await watcher.refresh()  # a storage error here is the command's error
+    await _first_picture(watcher)
     if not watcher.steps and not watcher.runs:
         say(f"no step outputs or run files under {watcher.source.prefix} yet: the pages fill in as runs write")
     bound: dict[str, int] = {}

@@ -42,7 +42,7 @@ from steps import documents, shard_reuse
 from steps.dedup import attributes as attributes_module
 from steps.dedup import output, shuffle
 from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
-                               written_counts)
+                               write_dedup_shard_hashed, written_counts)
 from steps.dedup.shuffle import (arrow_column, choose_partitions, nodes_per_stage, numpy_column, read_partition,
                                  read_table, remove_tree, run_stage, string_column, write_partitioned, write_table)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
@@ -136,10 +136,12 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
     def make() -> dict:
         made = _hash_shard(plan, k)
         h1, h2 = _digests_to_columns(made.pop("digests"))
+        written = hashlib.sha256()
         write_table(f"{out}/{rel}", pa.table({"h1": arrow_column(h1), "h2": arrow_column(h2),
                                               "index": arrow_column(np.asarray(made.pop("indexes"), np.int64)),
-                                              "id": _strings(made.pop("ids"))}))
-        shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"})
+                                              "id": _strings(made.pop("ids"))}), written)
+        shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"},
+                           {rel: written.hexdigest()})
         return made
 
     result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
@@ -304,7 +306,8 @@ def _write_shard(job: tuple[_Plan, int, str, int | None]) -> dict:
 
 def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
     """write_dedup_shard, or its outputs copied from an earlier run that wrote this shard with the
-    same attributes (the same bytes)."""
+    same attributes (the same bytes); a shard two runners both need is written once, under a claim
+    on its address (steps/shard_reuse.py), and copied by the other."""
     if plan.reuse is None:
         return write_dedup_shard(write)
     config, out = plan.config, plan.config.output_path.rstrip("/")
@@ -313,13 +316,17 @@ def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
                                  attributes_sha256=attributes, text_bytes_in=write.text_bytes_in)
     files = [f"attributes/{write.name}.jsonl.zst", f"docs/{write.name}.{config.output_format}",
              f"shards/{write.name}.json"]  # the commit marker last
-    if read_json(write.marker) is None:
-        reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
-        if reused is not None:
-            return {**reused, "resumed": False, "reused": True}
-    result = write_dedup_shard(write)
-    shard_reuse.record_if_missing(out, address, files, {key: v for key, v in result.items() if key != "resumed"})
-    return result
+
+    def make() -> dict:
+        result, digests = write_dedup_shard_hashed(write)
+        shard_reuse.record_if_missing(out, address, files, {key: v for key, v in result.items() if key != "resumed"},
+                                      digests)
+        return result
+
+    if read_json(write.marker) is not None:  # resumed: committed by this output's killed run
+        return make()
+    result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
+    return result if made_here else {**result, "resumed": False, "reused": True}
 
 
 def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str],

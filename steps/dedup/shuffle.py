@@ -91,12 +91,15 @@ def list_column(table: pa.Table, name: str) -> list[np.ndarray]:
     return arrays
 
 
-def write_table(path: str, table: pa.Table) -> int:
-    """Write one Arrow IPC file (zstd-compressed buffers) atomically; returns its size in bytes."""
+def write_table(path: str, table: pa.Table, sha256: Any = None) -> int:
+    """Write one Arrow IPC file (zstd-compressed buffers) atomically; returns its size in bytes.
+    `sha256` (a `hashlib.sha256()`), when given, is updated with the file's bytes."""
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
     data = sink.getvalue()
+    if sha256 is not None:
+        sha256.update(data)
     write_file_atomically(path, lambda f: f.write(data))
     return data.size
 

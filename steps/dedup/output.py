@@ -159,31 +159,32 @@ def _copy_kept_blocks(job: ShardWrite, docs_path: str, sha256: Any) -> tuple[int
     by_index = {a["index"]: a for a in job.attributes}
     touched = np.array(sorted(by_index), dtype=np.int64)
     counts = {"lines": 0, "removed_docs": 0, "removed_bytes": 0}
-
-    def kept_blocks() -> Iterator[bytes]:
-        for block in _line_blocks(job.shard.path):
-            data = np.frombuffer(block, np.uint8)
-            ends = np.flatnonzero(data == 10)
-            if b"\r" in block or np.isin(data[np.r_[0, ends[:-1] + 1]], _SPACE).any():  # a blank line maybe
-                lines = [line.rstrip(b"\r") for line in block.split(b"\n")[:-1] if line.strip()]
-                kept_lines = (_kept_line(job, by_index, counts, line, counts["lines"] + i) for i, line in enumerate(lines))
-                yield b"".join(kept + b"\n" for kept in kept_lines if kept is not None)
-                counts["lines"] += len(lines)
-                continue
-            first = counts["lines"]
-            lo, hi = np.searchsorted(touched, [first, first + len(ends)])
-            pieces, position = [], 0
-            for index in touched[lo:hi].tolist():
-                start, end = (int(ends[index - first - 1]) + 1 if index > first else 0), int(ends[index - first]) + 1
-                kept = _kept_line(job, by_index, counts, block[start:end - 1], index)
-                pieces += [block[position:start], b"" if kept is None else kept + b"\n"]
-                position = end
-            pieces.append(block[position:])
-            counts["lines"] += len(ends)
-            yield b"".join(pieces)
-
-    write_line_blocks(docs_path, kept_blocks(), sha256=sha256)
+    blocks = (_kept_block(job, by_index, touched, counts, block) for block in _line_blocks(job.shard.path))
+    write_line_blocks(docs_path, blocks, sha256=sha256)
     return counts["lines"] - counts["removed_docs"], job.text_bytes_in - counts["removed_bytes"]
+
+
+def _kept_block(job: ShardWrite, by_index: dict[int, dict[str, Any]], touched: np.ndarray, counts: dict[str, int],
+                block: bytes) -> bytes:
+    """What is kept of a block of lines (`_line_blocks`) whose first line is line `counts["lines"]`."""
+    data = np.frombuffer(block, np.uint8)
+    ends = np.flatnonzero(data == 10)
+    first = counts["lines"]
+    if b"\r" in block or np.isin(data[np.r_[0, ends[:-1] + 1]], _SPACE).any():  # a blank line maybe
+        lines = [line.rstrip(b"\r") for line in block.split(b"\n")[:-1] if line.strip()]
+        counts["lines"] += len(lines)
+        kept = (_kept_line(job, by_index, counts, line, first + i) for i, line in enumerate(lines))
+        return b"".join(line + b"\n" for line in kept if line is not None)
+    lo, hi = np.searchsorted(touched, [first, first + len(ends)])
+    pieces, position = [], 0
+    for index in touched[lo:hi].tolist():
+        start, end = (int(ends[index - first - 1]) + 1 if index > first else 0), int(ends[index - first]) + 1
+        kept = _kept_line(job, by_index, counts, block[start:end - 1], index)
+        pieces += [block[position:start], b"" if kept is None else kept + b"\n"]
+        position = end
+    pieces.append(block[position:])
+    counts["lines"] += len(ends)
+    return b"".join(pieces)
 
 
 def _kept_line(job: ShardWrite, by_index: dict[int, dict[str, Any]], counts: dict[str, int], line: bytes,

@@ -48,6 +48,8 @@ class ShardWrite:
     """The UTF-8 bytes of the shard's texts, from an earlier pass that found every line a valid
     document with a string id; with it, a JSONL shard's untouched documents are copied byte for
     byte instead of parsed and written again."""
+    zstd_level: int = 3
+    """The zstd level of the kept documents (`.jsonl.zst`); the attributes are written at 3."""
 
     @property
     def marker(self) -> str:
@@ -105,7 +107,7 @@ def _rewrite_kept_documents(job: ShardWrite, docs_path: str) -> tuple[int, int]:
             out_bytes += len(doc["text"].encode("utf-8"))
             yield doc
 
-    return write_documents(docs_path, kept_docs()), out_bytes
+    return write_documents(docs_path, kept_docs(), job.zstd_level), out_bytes
 
 
 def _copy_kept_lines(job: ShardWrite, docs_path: str) -> tuple[int, int]:
@@ -127,7 +129,7 @@ def _copy_kept_lines(job: ShardWrite, docs_path: str) -> tuple[int, int]:
             if kept is not None:
                 yield dumps_document(kept)
 
-    docs_out = write_json_lines(docs_path, kept_lines())
+    docs_out = write_json_lines(docs_path, kept_lines(), job.zstd_level)
     return docs_out, job.text_bytes_in - removed_bytes
 
 
@@ -160,7 +162,7 @@ def _copy_kept_blocks(job: ShardWrite, docs_path: str, sha256: Any) -> tuple[int
     touched = np.array(sorted(by_index), dtype=np.int64)
     counts = {"lines": 0, "removed_docs": 0, "removed_bytes": 0}
     blocks = (_kept_block(job, by_index, touched, counts, block) for block in _line_blocks(job.shard.path))
-    write_line_blocks(docs_path, blocks, sha256=sha256)
+    write_line_blocks(docs_path, blocks, job.zstd_level, sha256)
     return counts["lines"] - counts["removed_docs"], job.text_bytes_in - counts["removed_bytes"]
 
 

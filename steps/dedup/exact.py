@@ -44,7 +44,8 @@ from steps.dedup import output, shuffle
 from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
                                write_dedup_shard_hashed, written_counts)
 from steps.dedup.shuffle import (arrow_column, choose_partitions, nodes_per_stage, numpy_column, read_partition,
-                                 read_table, remove_tree, run_stage, string_column, write_partitioned, write_table)
+                                 read_table, remove_tree, run_stage, string_column, take_strings, write_partitioned,
+                                 write_table)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
                              plan_document_shards, read_json, read_shard, read_shard_blocks,
                              remove_stale_temporaries, shard_names)
@@ -183,14 +184,15 @@ def _reused_records(job: tuple[_Plan, list[int]]) -> dict:
     plan, group = job
     out = plan.config.output_path.rstrip("/")
     tables = [read_table(f"{out}/hashes/{plan.names[k]}.arrow") for k in group]
-    ids = [i for table in tables for i in string_column(table, "id")]
+    rows = sum(t.num_rows for t in tables)
+    if not rows:
+        return {"bytes_shuffled": 0}
     columns = {"h1": np.concatenate([numpy_column(t, "h1") for t in tables]),
                "h2": np.concatenate([numpy_column(t, "h2") for t in tables]),
                "shard": np.concatenate([np.full(t.num_rows, k, np.int32) for t, k in zip(tables, group)]),
                "index": np.concatenate([numpy_column(t, "index") for t in tables]),
-               "line": np.zeros(len(ids), np.int32), "id": ids}
-    if not ids:
-        return {"bytes_shuffled": 0}
+               "line": np.zeros(rows, np.int32),
+               "id": pa.chunked_array([c for t in tables for c in t.column("id").chunks], pa.string())}
     partition = (columns["h1"] % np.uint64(plan.num_partitions)).astype(np.int64)
     return {"bytes_shuffled": write_partitioned(f"{plan.work}/hash", columns, partition, plan.num_partitions,
                                                 f"reused-{group[0]:06d}")}
@@ -230,9 +232,9 @@ def _reduce(job: tuple[_Plan, str, int]) -> dict:
     first = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
     canonical_row = order[np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))]
     removed_rows, canonical_rows = order[~first], canonical_row[~first]
-    ids = string_column(table, "id")
-    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": [ids[i] for i in removed_rows.tolist()],
-               "duplicate_of": [ids[i] for i in canonical_rows.tolist()]}
+    ids = table.column("id")  # Arrow strings: only the removed rows' ids and canonicals are taken
+    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": take_strings(ids, removed_rows),
+               "duplicate_of": take_strings(ids, canonical_rows)}
     shuffled = write_partitioned(f"{plan.work}/{stage}-removals", columns, shard[removed_rows].astype(np.int64),
                                  len(plan.shards), f"{p:05d}")
     return {"removed": int(len(removed_rows)), "bytes_shuffled": shuffled}

@@ -116,7 +116,7 @@ def _digests_to_columns(digests: bytearray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray | tuple[np.ndarray, np.ndarray],
-                   indexes: list[int] | np.ndarray, lines: list[int], ids: list[str]) -> int:
+                   indexes: list[int] | np.ndarray, lines: list[int] | np.ndarray, ids: list[str] | pa.Array) -> int:
     h1, h2 = _digests_to_columns(digests) if isinstance(digests, bytearray) else digests
     columns = {"h1": h1, "h2": h2, "shard": np.full(len(h1), k, np.int32), "index": np.asarray(indexes, np.int64),
                "line": np.asarray(lines, np.int32), "id": ids}
@@ -139,11 +139,11 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
 
     def make() -> dict:
         made = _hash_shard(plan, k)
-        h1, h2 = _digests_to_columns(made.pop("digests"))
+        h1, h2 = made.pop("digests")
         written = hashlib.sha256()
         write_table(f"{out}/{rel}", pa.table({"h1": arrow_column(h1), "h2": arrow_column(h2),
-                                              "index": arrow_column(np.asarray(made.pop("indexes"), np.int64)),
-                                              "id": _strings(made.pop("ids"))}), written)
+                                              "index": arrow_column(made.pop("indexes")), "id": made.pop("ids")}),
+                    written)
         shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"},
                            {rel: written.hexdigest()})
         return made
@@ -213,11 +213,11 @@ def _hash_shard(plan: _Plan, k: int) -> dict:
         digests += b"".join(map(digest, texts))
         text_bytes += sum(map(len, texts))
         ids.extend([doc["id"] for doc in block])
-    indexes = np.arange(len(ids), dtype=np.int64)
-    shuffled = (_write_records(plan, "hash", k, digests, indexes, np.zeros(len(ids), np.int32), ids)
+    indexes, columns, id_array = np.arange(len(ids), dtype=np.int64), _digests_to_columns(digests), _strings(ids)
+    shuffled = (_write_records(plan, "hash", k, columns, indexes, np.zeros(len(ids), np.int32), id_array)
                 if plan.config.documents else 0)
     return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes,
-            "digests": digests, "indexes": indexes, "ids": ids}
+            "digests": columns, "indexes": indexes, "ids": id_array}
 
 
 def _reduce(job: tuple[_Plan, str, int]) -> dict:

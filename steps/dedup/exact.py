@@ -82,7 +82,7 @@ HASH_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("shard", pa.
                          ("line", pa.int32()), ("id", pa.string())])
 DOCS_ZSTD_LEVEL = 2
 """The zstd level of the kept documents: compression is the largest part of the step's CPU, and level
-2 takes about a third less of it than level 3 for files about 5 % larger (docs/steps.md)."""
+2 takes about a third less of it than level 3 for files about 4 % larger (docs/steps.md)."""
 REMOVAL_SCHEMA = pa.schema([("index", pa.int64()), ("line", pa.int32()), ("id", pa.string()),
                             ("duplicate_of", pa.string())])
 

@@ -84,9 +84,9 @@ def string_column(table: pa.Table, name: str) -> list[str]:
 def take_strings(values: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
     """`values[rows]` of a string array without nulls, gathered with numpy: no str per row, and no
     `take`, which imports pyarrow.compute (0.1 s a worker process)."""
-    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    chunks = [c for c in (values.chunks if isinstance(values, pa.ChunkedArray) else [values]) if len(c)]
     starts, ends, data, base = [], [], [], 0
-    for chunk in chunks:
+    for chunk in chunks:  # an empty chunk may have no buffers
         _, offsets_buffer, data_buffer = chunk.buffers()
         offsets = np.frombuffer(offsets_buffer, np.int32, count=len(chunk) + 1, offset=chunk.offset * 4)
         starts.append(offsets[:-1].astype(np.int64) + base)

@@ -121,3 +121,4 @@ def test_strings_taken_with_numpy_are_the_rows_asked_for(chunks, seed):
     taken = take_strings(pa.chunked_array(arrays, pa.string()), rows)
     assert taken.to_pylist() == [values[i] for i in rows.tolist()]
     assert take_strings(arrays[0], np.arange(len(arrays[0]))).to_pylist() == arrays[0].to_pylist()
+    assert take_strings(pa.array([], pa.string()), np.zeros(0, np.int64)).to_pylist() == []

@@ -409,13 +409,16 @@ def dumps_document(doc: dict[str, Any]) -> bytes:
     return _dumps(doc)
 
 
-def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3) -> int:
+def write_documents(path: str, docs: Iterable[dict[str, Any]], level: int = 3, sha256: Any = None) -> int:
     """Write documents as JSONL (.zst/.gz by suffix) or Parquet (.parquet: `id`, `text` columns)
     atomically: a temporary name, then rename.
 
-    Returns the number of documents written. A reader never sees a partly written file.
+    Returns the number of documents written. A reader never sees a partly written file. `sha256`
+    (a `hashlib.sha256()`), when given, is updated with the file's bytes as they are written.
     """
-    with _atomic_file(path) as (raw, target):
+    if sha256 is not None and path.endswith(".parquet"):
+        raise ValueError(f"{path}: sha256 while writing is for JSONL files; hash a Parquet file once written")
+    with _atomic_file(path, sha256) as (raw, target):
         if target.endswith(".parquet"):
             return _write_parquet(raw, docs)
         return _write_lines(raw, target, (_dumps(doc) for doc in docs), level)
@@ -427,16 +430,42 @@ def write_json_lines(path: str, lines: Iterable[bytes], level: int = 3) -> int:
         return _write_lines(raw, target, lines, level)
 
 
+def write_line_blocks(path: str, blocks: Iterable[bytes], level: int = 3, sha256: Any = None) -> None:
+    """Like `write_json_lines` for lines already joined: each block is whole lines, each ending in a
+    newline (the same file as `write_json_lines` of those lines). `sha256` as in `write_documents`."""
+    with _atomic_file(path, sha256) as (raw, target):
+        out = _compressing(raw, target, level)
+        for block in blocks:
+            out.write(block)
+        if out is not raw:
+            out.close()
+
+
+class _HashingWriter:
+    """A binary file that hashes what goes through it."""
+
+    def __init__(self, raw: BinaryIO, sha256: Any) -> None:
+        self.raw, self.sha256 = raw, sha256
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
 @contextlib.contextmanager
-def _atomic_file(path: str) -> Iterator[tuple[BinaryIO, str]]:
-    """(a new temporary file, the final path): renamed to the final path when the block succeeds."""
+def _atomic_file(path: str, sha256: Any = None) -> Iterator[tuple[BinaryIO, str]]:
+    """(a new temporary file, the final path): renamed to the final path when the block succeeds;
+    what is written to it goes through `sha256` too, when given."""
     fs, target = url_to_fs(path)
     parent = target.rsplit("/", 1)[0] if "/" in target else "."
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         with fs.open(tmp, "wb") as raw:
-            yield raw, target
+            yield (raw if sha256 is None else _HashingWriter(raw, sha256)), target  # type: ignore[misc]
         fs.mv(tmp, target)
     except BaseException:
         try:
@@ -446,14 +475,18 @@ def _atomic_file(path: str) -> Iterator[tuple[BinaryIO, str]]:
         raise
 
 
+def _compressing(raw: BinaryIO, target: str, level: int) -> Any:
+    """A writer compressing into `raw` by `target`'s suffix (`raw` itself when uncompressed)."""
+    if target.endswith(".zst"):
+        return zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False)
+    if target.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level)
+    return raw
+
+
 def _write_lines(raw: BinaryIO, target: str, lines: Iterable[bytes], level: int) -> int:
     """Write lines (compressed by `target`'s suffix), 1024 at a time; returns how many."""
-    if target.endswith(".zst"):
-        out: Any = zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False)
-    elif target.endswith(".gz"):
-        out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level)
-    else:
-        out = raw
+    out = _compressing(raw, target, level)
     count = 0
     for batch in _batched(lines, 1024):
         out.write(b"\n".join(batch) + b"\n")

@@ -202,19 +202,22 @@ def reuse_or_make(output_path: str, address: str, sources: list[str], make: Call
                       holder=f"{out}/.executor/status.json")  # the step's lease: a restart takes its claims at once
 
 
-def record(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:
+def record(output_path: str, address: str, files: list[str], result: dict[str, Any],
+           digests: dict[str, str] | None = None) -> None:
     """Write the index entry of a shard whose `files` (relative to the output) are written; they
-    are copied in this order on reuse, so a commit marker among them goes last."""
-    out = output_path.rstrip("/")
+    are copied in this order on reuse, so a commit marker among them goes last. `digests`: the
+    sha256 of some of them, hashed as they were written (the others are read back and hashed)."""
+    out, known = output_path.rstrip("/"), digests or {}
     entry = {"schema": 1, "address": address, "result": result,
-             "files": [[rel, file_sha256(f"{out}/{rel}")] for rel in files]}
+             "files": [[rel, known.get(rel) or file_sha256(f"{out}/{rel}")] for rel in files]}
     write_json_atomically(f"{out}/{INDEX_DIR}/{address}.json", entry)
 
 
-def record_if_missing(output_path: str, address: str, files: list[str], result: dict[str, Any]) -> None:
+def record_if_missing(output_path: str, address: str, files: list[str], result: dict[str, Any],
+                      digests: dict[str, str] | None = None) -> None:
     """`record`, unless the entry exists (a resumed shard whose run was killed before its entry)."""
     if read_json(f"{output_path.rstrip('/')}/{INDEX_DIR}/{address}.json") is None:
-        record(output_path, address, files, result)
+        record(output_path, address, files, result, digests)
 
 
 def reuse(output_path: str, address: str, sources: list[str]) -> dict[str, Any] | None:

@@ -42,9 +42,10 @@ from steps import documents, shard_reuse
 from steps.dedup import attributes as attributes_module
 from steps.dedup import output, shuffle
 from steps.dedup.output import (ShardWrite, check_output_format, text_bytes_if_clean, write_dedup_shard,
-                               written_counts)
+                               write_dedup_shard_hashed, written_counts)
 from steps.dedup.shuffle import (arrow_column, choose_partitions, nodes_per_stage, numpy_column, read_partition,
-                                 read_table, remove_tree, run_stage, string_column, write_partitioned, write_table)
+                                 read_table, remove_tree, run_stage, string_column, take_strings, write_partitioned,
+                                 write_table)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
                              plan_document_shards, read_json, read_shard, read_shard_blocks,
                              remove_stale_temporaries, shard_names)
@@ -79,6 +80,9 @@ class ExactDedupConfig:
 
 HASH_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("shard", pa.int32()), ("index", pa.int64()),
                          ("line", pa.int32()), ("id", pa.string())])
+DOCS_ZSTD_LEVEL = 2
+"""The zstd level of the kept documents: compression is the largest part of the step's CPU, and level
+2 takes about a third less of it than level 3 for files about 4 % larger (docs/steps.md)."""
 REMOVAL_SCHEMA = pa.schema([("index", pa.int64()), ("line", pa.int32()), ("id", pa.string()),
                             ("duplicate_of", pa.string())])
 
@@ -112,7 +116,7 @@ def _digests_to_columns(digests: bytearray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write_records(plan: _Plan, stage: str, k: int, digests: bytearray | tuple[np.ndarray, np.ndarray],
-                   indexes: list[int] | np.ndarray, lines: list[int], ids: list[str]) -> int:
+                   indexes: list[int] | np.ndarray, lines: list[int] | np.ndarray, ids: list[str] | pa.Array) -> int:
     h1, h2 = _digests_to_columns(digests) if isinstance(digests, bytearray) else digests
     columns = {"h1": h1, "h2": h2, "shard": np.full(len(h1), k, np.int32), "index": np.asarray(indexes, np.int64),
                "line": np.asarray(lines, np.int32), "id": ids}
@@ -135,11 +139,13 @@ def _hash_documents(job: tuple[_Plan, int]) -> dict:
 
     def make() -> dict:
         made = _hash_shard(plan, k)
-        h1, h2 = _digests_to_columns(made.pop("digests"))
+        h1, h2 = made.pop("digests")
+        written = hashlib.sha256()
         write_table(f"{out}/{rel}", pa.table({"h1": arrow_column(h1), "h2": arrow_column(h2),
-                                              "index": arrow_column(np.asarray(made.pop("indexes"), np.int64)),
-                                              "id": _strings(made.pop("ids"))}))
-        shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"})
+                                              "index": arrow_column(made.pop("indexes")), "id": made.pop("ids")}),
+                    written)
+        shard_reuse.record(out, address, [rel], {key: v for key, v in made.items() if key != "bytes_shuffled"},
+                           {rel: written.hexdigest()})
         return made
 
     result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
@@ -178,14 +184,15 @@ def _reused_records(job: tuple[_Plan, list[int]]) -> dict:
     plan, group = job
     out = plan.config.output_path.rstrip("/")
     tables = [read_table(f"{out}/hashes/{plan.names[k]}.arrow") for k in group]
-    ids = [i for table in tables for i in string_column(table, "id")]
+    rows = sum(t.num_rows for t in tables)
+    if not rows:
+        return {"bytes_shuffled": 0}
     columns = {"h1": np.concatenate([numpy_column(t, "h1") for t in tables]),
                "h2": np.concatenate([numpy_column(t, "h2") for t in tables]),
                "shard": np.concatenate([np.full(t.num_rows, k, np.int32) for t, k in zip(tables, group)]),
                "index": np.concatenate([numpy_column(t, "index") for t in tables]),
-               "line": np.zeros(len(ids), np.int32), "id": ids}
-    if not ids:
-        return {"bytes_shuffled": 0}
+               "line": np.zeros(rows, np.int32),
+               "id": pa.chunked_array([c for t in tables for c in t.column("id").chunks], pa.string())}
     partition = (columns["h1"] % np.uint64(plan.num_partitions)).astype(np.int64)
     return {"bytes_shuffled": write_partitioned(f"{plan.work}/hash", columns, partition, plan.num_partitions,
                                                 f"reused-{group[0]:06d}")}
@@ -206,11 +213,11 @@ def _hash_shard(plan: _Plan, k: int) -> dict:
         digests += b"".join(map(digest, texts))
         text_bytes += sum(map(len, texts))
         ids.extend([doc["id"] for doc in block])
-    indexes = np.arange(len(ids), dtype=np.int64)
-    shuffled = (_write_records(plan, "hash", k, digests, indexes, np.zeros(len(ids), np.int32), ids)
+    indexes, columns, id_array = np.arange(len(ids), dtype=np.int64), _digests_to_columns(digests), _strings(ids)
+    shuffled = (_write_records(plan, "hash", k, columns, indexes, np.zeros(len(ids), np.int32), id_array)
                 if plan.config.documents else 0)
     return {"stats": dataclasses.asdict(stats), "bytes_shuffled": shuffled, "text_bytes": text_bytes,
-            "digests": digests, "indexes": indexes, "ids": ids}
+            "digests": columns, "indexes": indexes, "ids": id_array}
 
 
 def _reduce(job: tuple[_Plan, str, int]) -> dict:
@@ -225,9 +232,9 @@ def _reduce(job: tuple[_Plan, str, int]) -> dict:
     first = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
     canonical_row = order[np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))]
     removed_rows, canonical_rows = order[~first], canonical_row[~first]
-    ids = string_column(table, "id")
-    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": [ids[i] for i in removed_rows.tolist()],
-               "duplicate_of": [ids[i] for i in canonical_rows.tolist()]}
+    ids = table.column("id")  # Arrow strings: only the removed rows' ids and canonicals are taken
+    columns = {"index": index[removed_rows], "line": line[removed_rows], "id": take_strings(ids, removed_rows),
+               "duplicate_of": take_strings(ids, canonical_rows)}
     shuffled = write_partitioned(f"{plan.work}/{stage}-removals", columns, shard[removed_rows].astype(np.int64),
                                  len(plan.shards), f"{p:05d}")
     return {"removed": int(len(removed_rows)), "bytes_shuffled": shuffled}
@@ -297,14 +304,16 @@ def _write_shard(job: tuple[_Plan, int, str, int | None]) -> dict:
                                          "reason": "exact_paragraph"}
     ordered = [attributes[i] for i in sorted(attributes)]
     result = _write_or_reuse(plan, k, ShardWrite(plan.shards[k], config.output_path, name, ordered,
-                                                 config.on_bad_line, config.output_format, text_bytes_in))
+                                                 config.on_bad_line, config.output_format, text_bytes_in,
+                                                 DOCS_ZSTD_LEVEL))
     return {**result, "duplicate_documents": sum("duplicate_of" in a for a in ordered),
             "duplicate_paragraphs": removed_paragraphs}
 
 
 def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
     """write_dedup_shard, or its outputs copied from an earlier run that wrote this shard with the
-    same attributes (the same bytes)."""
+    same attributes (the same bytes); a shard two runners both need is written once, under a claim
+    on its address (steps/shard_reuse.py), and copied by the other."""
     if plan.reuse is None:
         return write_dedup_shard(write)
     config, out = plan.config, plan.config.output_path.rstrip("/")
@@ -313,13 +322,17 @@ def _write_or_reuse(plan: _Plan, k: int, write: ShardWrite) -> dict:
                                  attributes_sha256=attributes, text_bytes_in=write.text_bytes_in)
     files = [f"attributes/{write.name}.jsonl.zst", f"docs/{write.name}.{config.output_format}",
              f"shards/{write.name}.json"]  # the commit marker last
-    if read_json(write.marker) is None:
-        reused = shard_reuse.reuse(out, address, list(plan.reuse.sources))
-        if reused is not None:
-            return {**reused, "resumed": False, "reused": True}
-    result = write_dedup_shard(write)
-    shard_reuse.record_if_missing(out, address, files, {key: v for key, v in result.items() if key != "resumed"})
-    return result
+
+    def make() -> dict:
+        result, digests = write_dedup_shard_hashed(write)
+        shard_reuse.record_if_missing(out, address, files, {key: v for key, v in result.items() if key != "resumed"},
+                                      digests)
+        return result
+
+    if read_json(write.marker) is not None:  # resumed: committed by this output's killed run
+        return make()
+    result, made_here = shard_reuse.reuse_or_make(out, address, list(plan.reuse.sources), make)
+    return result if made_here else {**result, "resumed": False, "reused": True}
 
 
 def _plan_reuse(config: ExactDedupConfig, shards: list[DocumentShard], names: list[str],

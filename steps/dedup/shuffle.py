@@ -49,7 +49,7 @@ def arrow_column(values: np.ndarray | list) -> pa.Array:
                                        pa.py_buffer(b"".join(encoded)))
 
 
-def _offsets(lengths: list[int]) -> np.ndarray:
+def _offsets(lengths: list[int] | np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] >= 2**31:
@@ -81,6 +81,27 @@ def string_column(table: pa.Table, name: str) -> list[str]:
     return strings
 
 
+def take_strings(values: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """`values[rows]` of a string array without nulls, gathered with numpy: no str per row, and no
+    `take`, which imports pyarrow.compute (0.1 s a worker process)."""
+    chunks = [c for c in (values.chunks if isinstance(values, pa.ChunkedArray) else [values]) if len(c)]
+    starts, ends, data, base = [], [], [], 0
+    for chunk in chunks:  # an empty chunk may have no buffers
+        _, offsets_buffer, data_buffer = chunk.buffers()
+        offsets = np.frombuffer(offsets_buffer, np.int32, count=len(chunk) + 1, offset=chunk.offset * 4)
+        starts.append(offsets[:-1].astype(np.int64) + base)
+        ends.append(offsets[1:].astype(np.int64) + base)
+        data.append(np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8))
+        base += len(data[-1])
+    rows = np.asarray(rows, np.int64)
+    first = np.concatenate(starts)[rows] if starts else np.zeros(0, np.int64)
+    lengths = (np.concatenate(ends)[rows] if ends else np.zeros(0, np.int64)) - first
+    offsets = _offsets(lengths)
+    gathered = np.concatenate(data)[np.repeat(first - offsets[:-1], lengths) + np.arange(int(offsets[-1]))] \
+        if len(rows) else np.zeros(0, np.uint8)
+    return pa.StringArray.from_buffers(len(rows), pa.py_buffer(offsets), pa.py_buffer(gathered))
+
+
 def list_column(table: pa.Table, name: str) -> list[np.ndarray]:
     """A list column of fixed-width values (no nulls) as a list of numpy arrays."""
     arrays: list[np.ndarray] = []
@@ -91,12 +112,15 @@ def list_column(table: pa.Table, name: str) -> list[np.ndarray]:
     return arrays
 
 
-def write_table(path: str, table: pa.Table) -> int:
-    """Write one Arrow IPC file (zstd-compressed buffers) atomically; returns its size in bytes."""
+def write_table(path: str, table: pa.Table, sha256: Any = None) -> int:
+    """Write one Arrow IPC file (zstd-compressed buffers) atomically; returns its size in bytes.
+    `sha256` (a `hashlib.sha256()`), when given, is updated with the file's bytes."""
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
     data = sink.getvalue()
+    if sha256 is not None:
+        sha256.update(data)
     write_file_atomically(path, lambda f: f.write(data))
     return data.size
 
@@ -104,7 +128,7 @@ def write_table(path: str, table: pa.Table) -> int:
 def write_partitioned(directory: str, columns: dict[str, Any], partition: np.ndarray, num_partitions: int,
                       name: str) -> int:
     """Write rows to `<directory>/<p>/<name>.parquet` by their partition; returns bytes written.
-    A column is anything `arrow_column` takes."""
+    A column is anything `arrow_column` takes, or an Arrow array."""
     if len(partition) == 0:
         return 0
     order = np.argsort(partition, kind="stable")
@@ -144,9 +168,11 @@ def read_partition(directory: str, p: int, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _permuted(values: np.ndarray | list, order: np.ndarray) -> pa.Array:
+def _permuted(values: np.ndarray | list | pa.Array | pa.ChunkedArray, order: np.ndarray) -> pa.Array:
     if isinstance(values, np.ndarray):
         return arrow_column(values[order])
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):  # Arrow strings stay Arrow: no str per row
+        return take_strings(values, order)
     return arrow_column([values[i] for i in order.tolist()])
 
 

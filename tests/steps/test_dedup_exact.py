@@ -134,6 +134,28 @@ def test_untouched_documents_are_copied_byte_for_byte(tmp_path):
     assert result["documents_out"] == len(kept_texts) == 39
 
 
+@pytest.mark.parametrize("copied", [True, False], ids=["lines copied", "documents written again"])
+def test_kept_documents_are_compressed_at_zstd_level_2(tmp_path, copied):
+    """docs/steps.md: exact dedup writes kept documents at zstd level 2 (the file is the one a level-2
+    stream writer makes of its lines), whether untouched lines are copied or documents written again."""
+    import io
+
+    import zstandard
+
+    docs = [{"id": f"d{i}" if copied else i, "text": f"Caf\u00e9 \u6771\u4eac page {i % 30}, \u00a9 2024"}
+            for i in range(400)]
+    write_documents(str(tmp_path / "in" / "p.jsonl.zst"), docs)
+    exact_dedup(ExactDedupConfig(str(tmp_path / "in"), str(tmp_path / "out")))
+    written = (tmp_path / "out" / "docs" / "p.jsonl.zst").read_bytes()
+    lines = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(written)).read()
+    assert len(lines.splitlines()) == 30
+    for level, same in ((2, True), (3, False)):
+        expected = io.BytesIO()
+        with zstandard.ZstdCompressor(level=level).stream_writer(expected, closefd=False) as writer:
+            writer.write(lines)
+        assert (expected.getvalue() == written) is same
+
+
 @pytest.mark.parametrize("odd_line", ["integer id", "bad line"])
 def test_a_shard_with_an_integer_id_or_a_skipped_line_is_parsed_and_written_again(tmp_path, odd_line):
     docs = [{"id": "a", "text": "first"}, {"id": "b", "text": "first"}, {"id": "c", "text": "third"}]

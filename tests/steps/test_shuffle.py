@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from steps.dedup.shuffle import (arrow_column, list_column, numpy_column, read_partition, remove_tree,
+from steps.dedup.shuffle import (arrow_column, list_column, numpy_column, read_partition, remove_tree, take_strings,
                                  string_column, write_partitioned)
 
 SCHEMA = pa.schema([("n", pa.int64()), ("u", pa.uint64()), ("x", pa.float64()), ("s", pa.string()),
@@ -108,3 +108,17 @@ def test_a_column_too_large_for_arrow_names_the_settings_to_lower():
     assert _offsets([2**31 - 2, 1]).tolist() == [0, 2**31 - 2, 2**31 - 1]
     with pytest.raises(ValueError, match=r"2147483648 items or bytes in one column.*lower the step's shard_bytes"):
         _offsets([2**31 - 1, 1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(text, max_size=5), min_size=1, max_size=4), st.integers(0, 2**32 - 1))
+def test_strings_taken_with_numpy_are_the_rows_asked_for(chunks, seed):
+    """take_strings over a chunked column of sliced chunks, in any order and with repeats; no
+    pyarrow.compute (test_dedup_never_imports_pandas checks the import)."""
+    arrays = [pa.array(["pad"] + chunk + ["pad"], pa.string()).slice(1, len(chunk)) for chunk in chunks]
+    values = [v for chunk in chunks for v in chunk]
+    rows = np.random.default_rng(seed).integers(0, max(1, len(values)), size=len(values) * 2 if values else 0)
+    taken = take_strings(pa.chunked_array(arrays, pa.string()), rows)
+    assert taken.to_pylist() == [values[i] for i in rows.tolist()]
+    assert take_strings(arrays[0], np.arange(len(arrays[0]))).to_pylist() == arrays[0].to_pylist()
+    assert take_strings(pa.array([], pa.string()), np.zeros(0, np.int64)).to_pylist() == []

@@ -74,8 +74,10 @@ SELECT_DIR = ".mutation"  # in the working copy: pristine modules, coverage, eac
 
 def pytest_command(target: Target, python: str) -> list[str]:
     """pytest as every run of a target's tests calls it (baseline, coverage, each mutant's covering
-    tests and all its tests, a recheck): first failure ends it, no cache, no random order, the hang limit."""
-    return [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *target.pytest_args()]
+    tests and all its tests, a recheck): first failure ends it, no cache, no random order, in one
+    process (`-n 0`: no xdist workers to start per mutant, coverage contexts as before), the hang limit."""
+    return [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
+            *target.pytest_args()]
 
 
 def test_command(target: Target, python: str) -> list[str]:

@@ -31,7 +31,10 @@ def secrets_of(*emulators: Emulator) -> list[str]:
     return [e.storage_options[k] for e in emulators for k in ("key", "secret")]
 
 
-def test_input_on_one_endpoint_and_prefix_on_another_on_the_ray_runner(endpoints):
+def test_input_on_one_endpoint_and_prefix_on_another_on_the_ray_runner(endpoints, ray_head):
+    """The driver joins the session's Ray head (tests/conftest.py `ray_head`, started with no
+    credentials or endpoints in its environment: a cluster start saved), so the shard tasks'
+    workers can reach either endpoint only through the options the step carries."""
     first, second = endpoints
     source = f"s3://corpus/in-{uuid.uuid4().hex[:8]}"
     texts = ["one two three", "four five", "six"]
@@ -43,8 +46,10 @@ def test_input_on_one_endpoint_and_prefix_on_another_on_the_ray_runner(endpoints
     keyed = json.dumps({"s3://corpus": first.storage_options, "s3://runs": second.storage_options})
     done = subprocess.run([sys.executable, "tests/buckets/two_endpoints.py", "--source", source, "--shards", "3",
                            "--prefix", prefix, "--storage-options", keyed],
-                          cwd=REPO, env=clean_environment(), capture_output=True, text=True, timeout=600)
+                          cwd=REPO, env=clean_environment(RAY_ADDRESS=ray_head.address), capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"joining Ray cluster at {ray_head.address}" in done.stdout + done.stderr, done.stdout[-3000:]
 
     fs, root = location.url_to_fs(prefix, storage)
     objects = {path[len(root) + 1:]: fs.cat_file(path) for path in fs.find(root)}

@@ -1,7 +1,8 @@
 """The quickstart on buckets: experiments/tiny_moe.py end to end (download, dedup, tokenize, train
 with a checkpoint, eval, summary) on fake-gcs-server and on moto at once, on a joined Ray cluster
-whose head was started with no credentials or endpoints in its environment, so the storage
-options reach the workers only inside each step's call; then a no-op re-run of each.
+whose head was started with no credentials or endpoints in its environment (the session's head,
+tests/conftest.py `ray_head`: a cluster start saved), so the storage options reach the workers
+only inside each step's call; then a no-op re-run of each.
 
 Each attempt's log must be uploaded to `<step>/.executor/logs/attempt-1.log` on both emulators
 (issue 12, item 7), and the S3 secret must appear nowhere: not in an object, the console, or any
@@ -16,34 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.buckets.conftest import REPO, assert_no_secret, clean_environment, make_bucket
-from tests.runner.raycluster import RayHead
 
 TRAIN_STEPS = "2"
 STEPS = ("raw/shakespeare", "dedup/shakespeare", "tokenized/shakespeare", "train/tiny_moe", "eval/tiny_moe",
          "summary/tiny_moe")
-
-
-class BareHead(RayHead):
-    """A head whose environment has no storage options, credentials or endpoints; only gcsfs's
-    emulator switch (not a credential: without it gcsfs probes a gRPC API the emulator lacks)."""
-
-    def environment(self) -> dict[str, str]:
-        # XLA's expensive CPU passes cost the tiny model far more compile time than they save
-        # (as in tests/steps/test_train.py); not what this test is about.
-        return {**super().environment(), "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-                "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"}
-
-
-@pytest.fixture(scope="module")
-def bare_head():
-    head = BareHead(num_cpus=4)
-    try:
-        head.start()
-    except RuntimeError as e:
-        head.stop()
-        pytest.fail(f"could not start a Ray head for the test: {e}")
-    yield head
-    head.stop()
 
 
 def start(bucket, head, *args: str) -> subprocess.Popen:
@@ -59,9 +36,9 @@ def finish(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str, s
 
 
 @pytest.mark.timeout(1200)  # two quickstarts with training; minutes on a loaded 2-core machine
-def test_tiny_moe_end_to_end_on_gcs_and_s3_then_a_noop_rerun(gcs_emulator, s3_emulator, bare_head):
+def test_tiny_moe_end_to_end_on_gcs_and_s3_then_a_noop_rerun(gcs_emulator, s3_emulator, ray_head):
     buckets = [make_bucket(gcs_emulator, "moe"), make_bucket(s3_emulator, "moe")]
-    runs = [start(b, bare_head) for b in buckets]  # both at once: the cluster has room, the suite saves minutes
+    runs = [start(b, ray_head) for b in buckets]  # both at once: the cluster has room, the suite saves minutes
     results = [finish(r) for r in runs]
     for bucket, (code, out, err) in zip(buckets, results):
         assert code == 0, f"{bucket.prefix}:\n{out[-4000:]}\n{err[-4000:]}"
@@ -78,13 +55,13 @@ def test_tiny_moe_end_to_end_on_gcs_and_s3_then_a_noop_rerun(gcs_emulator, s3_em
                            if path.startswith("summary/") and path.endswith("attempt-1.log"))
         assert b"bits/byte" in summary_log  # the step's own printed output, not only the header
 
-    reruns = [finish(start(b, bare_head)) for b in buckets]
+    reruns = [finish(start(b, ray_head)) for b in buckets]
     for bucket, (code, out, err) in zip(buckets, reruns):
         assert code == 0 and "all 6 step(s) already succeeded; nothing to do" in out, out + err
         assert "joining Ray" not in out + err
 
     s3 = buckets[1]
     assert_no_secret(s3, *(text for result in results + reruns for text in result[1:]))
-    for file in Path(bare_head.root).rglob("*"):
+    for file in Path(ray_head.root).rglob("*"):
         if file.is_file() and not file.is_symlink():
             assert s3.secret.encode() not in file.read_bytes(), f"the secret leaked into {file}"

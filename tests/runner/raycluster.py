@@ -49,7 +49,12 @@ class RayHead:
         env = {k: os.environ[k] for k in keep if k in os.environ}
         env.update(HOME=self.home, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
                    RAY_AUTH_MODE="disabled", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",
-                   STEPGRAPH_TEST_HEAD="1")
+                   STEPGRAPH_TEST_HEAD="1",
+                   # gcsfs's emulator switch (not a credential: without it gcsfs probes a gRPC API
+                   # fake-gcs-server lacks), and XLA's expensive CPU passes off: they cost the tiny
+                   # test models far more compile time than they save (as in tests/steps/test_train.py).
+                   GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+                   XLA_FLAGS="--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
         return env
 
     def start(self, timeout: float = 300, tries: int = 3) -> str:

@@ -1,4 +1,4 @@
-"""Once JAX is imported the inline runner spawns each step's process (never forks it): safe after
+"""Once JAX is imported (or while connected to Ray) the inline runner spawns each step's process (never forks it): safe after
 JAX started its threads (without JAX it forks, which is cheaper; tests/executor/test_run_inline.py).
 
 A forked child copies the parent's threads' locks in whatever state they were in, and Python
@@ -114,3 +114,45 @@ def test_a_script_calling_run_at_top_level_runs_once_and_its_own_function_in_the
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["True", "HI", "spawned=True"], done.stdout
     assert (tmp_path / "top-level-runs").read_text() == "ran\n"  # the child did not run the script again
+
+
+CONNECTED = textwrap.dedent('''
+    import json, sys
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    import ray
+
+    import executor
+    from executor import ExecutorStep, this_output_path
+
+    @dataclass(frozen=True)
+    class Seen:
+        output_path: str
+
+    def seen(config: Seen) -> None:
+        import ray  # a forked child has the parent's module, connection state and all
+        Path(config.output_path, "seen.json").write_text(json.dumps({"ray_connected": ray.is_initialized()}))
+
+    if __name__ == "__main__":
+        ray.init(address=sys.argv[2], log_to_driver=False)
+        try:
+            assert "jax" not in sys.modules  # JAX's own rule is not what decides here
+            step = ExecutorStep("connected/seen", seen, Seen(this_output_path()))
+            executor.run([step], prefix=sys.argv[1], runner="inline").raise_on_failure()
+        finally:
+            ray.shutdown()
+''')
+
+
+def test_a_process_connected_to_ray_spawns_its_inline_steps(tmp_path, ray_head):
+    """A forked child of a Ray driver would believe itself connected (`ray.is_initialized()`) and
+    hang on the first task it sent down the parent's connection, as a step mapping its shards on
+    Ray did after a Ray run in the same process; the child is spawned instead."""
+    experiment = tmp_path / "connected.py"
+    experiment.write_text(CONNECTED)
+    proc = subprocess.run([sys.executable, str(experiment), str(tmp_path / "out"), ray_head.address], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [seen] = list((tmp_path / "out").glob("connected/seen-*/seen.json"))
+    assert json.loads(seen.read_text()) == {"ray_connected": False}

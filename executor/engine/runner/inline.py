@@ -2,9 +2,11 @@
 step runs in a child process of the runner, its output teed into its attempt log
 (`<output>/.executor/logs/attempt-<n>.log`, as on Ray).
 
-Once JAX is imported the child is spawned (a fresh interpreter started with this one's sys.path,
-environment and working directory), never forked: JAX's thread pools make a fork unsafe (Python
-warns "JAX is multithreaded, so this will likely lead to a deadlock"). The step then travels to
+Once JAX is imported, or while this process is connected to Ray, the child is spawned (a fresh
+interpreter started with this one's sys.path, environment and working directory), never forked:
+JAX's thread pools make a fork unsafe (Python warns "JAX is multithreaded, so this will likely lead
+to a deadlock"), and a forked child of a Ray driver inherits its connection (`ray.is_initialized()`
+is true there) and hangs on the first task it sends down it. The step then travels to
 the child pickled by cloudpickle: functions and classes of importable modules by reference, those
 of the script run as __main__ (an experiment file, a notebook) by value, so the child never runs
 the script again (multiprocessing's spawn would, and a script calling executor.run() at top level
@@ -356,6 +358,15 @@ class FailedHandle:
         pass
 
 
+def fork_is_unsafe() -> bool:
+    """A fork would copy threads or connections the child cannot use: JAX's thread pools, or a Ray
+    driver's connection (its worker threads and sockets; the child would believe itself connected)."""
+    if "jax" in sys.modules:
+        return True
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
 class InlineRunner:
     def __init__(self, max_workers: int = 4, *, isolate: bool = True, silence_limit_s: float | None = None,
                  ping_s: float = 0.25, start_method: Literal["fork", "spawn"] | None = None, escalate: bool = False):
@@ -387,7 +398,7 @@ class InlineRunner:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        if (self.start_method or ("spawn" if "jax" in sys.modules else "fork")) == "fork":
+        if (self.start_method or ("spawn" if fork_is_unsafe() else "fork")) == "fork":
             return self._fork(call)
         return self._spawn(call)
 

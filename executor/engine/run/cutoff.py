@@ -25,7 +25,6 @@ from executor.core.record import State, Status, StepRecord, parse_status, record
 from executor.engine.prefix import outputs
 from executor.engine.run.jobs import Board
 from executor.engine.run.lease import Lease
-from executor.engine.run.mark_writer import MarkWriter
 
 STATUS_SUFFIX = "/.executor/status.json"
 
@@ -152,8 +151,6 @@ class Cutoffs:
         # Each folder's listing, made once, when a step in it first could be cut off. Outputs committed
         # later in the run are not in it: missing a candidate only means the step runs.
         self.listed: dict[str, list[str]] = {}
-        # the run's lineage marker writes (every commit's: a run, a cutoff, a cache copy), drained by the run's end
-        self.marks = MarkWriter(board.ctx.store, board.ctx.events)
 
     def consumed_now(self, node: StepNode) -> dict[str, str] | None:
         """Dependency digest -> manifest digest of each blocking dependency's committed output; None when
@@ -192,7 +189,7 @@ class Cutoffs:
                                   content_sha256=found.content_sha256, inputs=dict(consumed) or None)
         if not keeper.finish(lease, final):
             return False
-        self.marks.submit(node.output_rel, final, lease.generation,
+        self.board.marks.submit(node.output_rel, final, lease.generation,
                           {"dependencies": [{"digest": d} for d in (*node.deps, *node.weak_deps)],
                            "identity": node.identity})
         return True

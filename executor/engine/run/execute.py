@@ -77,7 +77,7 @@ class Execution:
             self.ctx.keeper.stop()
             if self.board.runner is not None:
                 self.board.runner.shutdown()
-            self.cutoffs.marks.drain()  # no lineage marker write outlives the run (a failed one: a warning)
+            self.board.marks.drain()  # no lineage marker write outlives the run (a failed one: a warning)
         return self._summarize(summary)
 
     def _summarize(self, summary: RunSummary) -> RunSummary:

@@ -27,6 +27,7 @@ from executor.core.tree import resolve
 from executor.engine.prefix import outputs
 from executor.engine.events import Events
 from executor.engine.run.lease import Lease, LeaseKeeper, StalenessWatch
+from executor.engine.run.mark_writer import MarkWriter
 from executor.engine.runner.base import Runner, StepHandle, StepOutcome
 from executor.engine.run.snapshot import observe
 from executor.engine.store.base import CoordinationStore
@@ -146,6 +147,8 @@ class Board:
         self.steps: dict[str, Job] = {}  # by digest
         self.mirrors: dict[str, Job] = {}  # by logical URL
         self.runner: Runner | None = None
+        # the lineage marker writes of every commit (a run, a cutoff, a cache copy), drained by the run's end
+        self.marks = MarkWriter(ctx.store, ctx.events)
 
     def job(self, job_id: str) -> Job | None:
         return self.steps.get(job_id) or self.mirrors.get(job_id)

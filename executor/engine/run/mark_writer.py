@@ -13,7 +13,7 @@ when the run has ended.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from executor.engine.prefix.lineage_marks import marker_keys
@@ -27,8 +27,7 @@ class MarkWriter:
     def __init__(self, store: Any, events: Any, threads: int = THREADS):
         self.store, self.events, self.threads = store, events, threads
         self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-        self._pending: set[Future] = set()
+        self._lock = threading.Lock()  # the failures list, appended to from the pool's threads
         self._failed: list[tuple[str, str]] = []  # (rel, error) of marker writes that failed
 
     def submit(self, rel: str, status: Any, generation: str, record: dict[str, Any]) -> None:
@@ -37,27 +36,16 @@ class MarkWriter:
         keys = marker_keys(rel, status, generation, record)
         if keys is None:
             return
+        if self._pool is None:  # submit and drain are called from the run loop's thread only
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stepgraph-lineage-marks")
         for key in keys:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stepgraph-lineage-marks")
-                future = self._pool.submit(self._write, rel, key)
-                self._pending.add(future)
-            future.add_done_callback(self._done)
+            self._pool.submit(self._write, rel, key)
 
     def drain(self) -> None:
         """Wait for every marker write in flight, stop the threads, and warn of the writes that failed."""
-        while True:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                break
-            for future in pending:
-                future.exception()  # waits; _write never raises
-        with self._lock:
-            pool, self._pool = self._pool, None
+        pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True)  # waits for every submitted write
         self._warn()
 
     def _write(self, rel: str, key: str) -> None:
@@ -66,10 +54,6 @@ class MarkWriter:
         except Exception as e:  # noqa: BLE001 - the step is committed; lineage reads its record instead
             with self._lock:
                 self._failed.append((rel, f"{type(e).__name__}: {e}"))
-
-    def _done(self, future: Future) -> None:
-        with self._lock:
-            self._pending.discard(future)
 
     def _warn(self) -> None:
         with self._lock:

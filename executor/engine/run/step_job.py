@@ -263,7 +263,7 @@ class StepJob(Job):
             board.lose(self, "lost before commit")
             return
         node = self.node
-        self.cutoffs.marks.submit(node.output_rel, final, self.lease.generation,
+        self.board.marks.submit(node.output_rel, final, self.lease.generation,
                                   {"dependencies": [{"digest": d} for d in (*node.deps, *node.weak_deps)],
                                    "identity": node.identity})
         self.state, self.content = Outcome.SUCCEEDED, content

@@ -104,7 +104,7 @@ class CacheCopyJob(StepJob):
         if not ctx.keeper.finish(self.lease, final):
             self.board.lose(self, "lost before commit")
             return
-        self.cutoffs.marks.submit(self.node.output_rel, final, self.lease.generation, record)
+        self.board.marks.submit(self.node.output_rel, final, self.lease.generation, record)
         self.state, self.content, self.sources = Outcome.SUCCEEDED, content, ()
         ctx.events.emit(StepFinished(self.node, Outcome.SUCCEEDED, seconds=ctx.clock() - self.started,
                                      result=record.get("result")))

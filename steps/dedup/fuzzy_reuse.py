@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from steps import shard_reuse
-from steps.dedup.output import ShardWrite, write_dedup_shard
+from steps.dedup.output import ShardWrite, write_dedup_shard, write_dedup_shard_hashed
 from steps.dedup.shuffle import arrow_column, numpy_column, read_table, write_table
 from steps.documents import DocumentShard, list_document_files, plan_document_shards, read_json, shard_names
 
@@ -113,7 +113,8 @@ def _keys_file(reuse: FuzzyReuse, k: int) -> str:
 
 def write_or_reuse(reuse: FuzzyReuse | None, config: Any, k: int, write: ShardWrite) -> dict[str, Any]:
     """`write_dedup_shard`, or its outputs copied from an earlier run that wrote this shard with the
-    same attributes and settings (the same bytes)."""
+    same attributes and settings (the same bytes); a shard two runners both need is written once,
+    under the shard's claim on its address (steps/shard_reuse.py), and copied by the other."""
     if reuse is None:
         return write_dedup_shard(write)
     attributes = hashlib.sha256(json.dumps(write.attributes, sort_keys=True).encode("utf-8")).hexdigest()
@@ -121,14 +122,17 @@ def write_or_reuse(reuse: FuzzyReuse | None, config: Any, k: int, write: ShardWr
     address = reuse.address("write", settings, k, attributes_sha256=attributes, text_bytes_in=write.text_bytes_in)
     files = [f"attributes/{write.name}.jsonl.zst", f"docs/{write.name}.{config.output_format}",
              f"shards/{write.name}.json"]  # the commit marker last
-    if read_json(write.marker) is None:
-        reused = shard_reuse.reuse(reuse.output_path, address, list(reuse.sources))
-        if reused is not None:
-            return {**reused, "resumed": False, "reused": True}
-    result = write_dedup_shard(write)
-    shard_reuse.record_if_missing(reuse.output_path, address, files,
-                                  {key: v for key, v in result.items() if key != "resumed"})
-    return result
+
+    def make() -> dict[str, Any]:
+        result, digests = write_dedup_shard_hashed(write)
+        shard_reuse.record_if_missing(reuse.output_path, address, files,
+                                      {key: v for key, v in result.items() if key != "resumed"}, digests)
+        return result
+
+    if read_json(write.marker) is not None:  # resumed: committed by this output's killed run
+        return make()
+    result, made_here = shard_reuse.reuse_or_make(reuse.output_path, address, list(reuse.sources), make)
+    return result if made_here else {**result, "resumed": False, "reused": True}
 
 
 def reuse_counts(hashed: list[dict], written: list[dict]) -> dict[str, int]:

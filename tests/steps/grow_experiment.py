@@ -53,6 +53,13 @@ def counted_tokenize(config: TokenizeConfig) -> dict:
         counted = _counted(tokenize_module._encode_shard)
         counted.__wrapped_count__ = True
         tokenize_module._encode_shard = counted
+    use_claim_ttl()
+    _meet_peers()
+    return tokenize(config)
+
+
+def use_claim_ttl() -> None:
+    """Shard claims with GROW_CLAIM_TTL_S's TTL (when set), heartbeat a tenth of it."""
     ttl = os.environ.get("GROW_CLAIM_TTL_S")
     if ttl and not hasattr(shard_reuse.reuse_or_make, "__claim_ttl__"):
         plain = shard_reuse.reuse_or_make
@@ -61,8 +68,6 @@ def counted_tokenize(config: TokenizeConfig) -> dict:
             return plain(*args, **kwargs, settings=ClaimSettings(ttl_s=float(ttl), heartbeat_s=float(ttl) / 10))
         with_ttl.__claim_ttl__ = True
         shard_reuse.reuse_or_make = with_ttl
-    _meet_peers()
-    return tokenize(config)
 
 
 tokenized = ExecutorStep("tokenized", counted_tokenize,

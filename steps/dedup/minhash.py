@@ -4,8 +4,8 @@
   hashed once with xxh3-64 and the hashes of n consecutive words are combined (a polynomial over
   uint64 followed by a 64-bit finaliser), giving one 64-bit hash per word n-gram shingle. ASCII text
   (most of the web) is split by `str.translate` (the same words as the regex: for ASCII, `\\w` is
-  [A-Za-z0-9_]) and its words hashed in numpy for a whole batch at once (word_hash.py: the same
-  values as xxhash's, without a Python call or a str per word).
+  [A-Za-z0-9_]); the words of a whole batch are hashed at once, each distinct word once (word_hash.py:
+  the same values as xxhash's, without a Python call or a str per word).
 - Each of the K MinHash "permutations" is a multiply-add-shift map of the shingle's high 32 bits:
   h_k(x) = ((a_k * x + b_k) mod 2^64) >> 32 with random odd a_k (a 2-universal family), evaluated
   for the shingles of a block of documents at once (~32k shingles, so the block stays in cache
@@ -16,12 +16,10 @@
 from __future__ import annotations
 
 import re
-from itertools import chain
 
 import numpy as np
-import xxhash
 
-from steps.dedup.word_hash import ascii_word_hashes
+from steps.dedup.word_hash import spaced_word_hashes
 
 WORD = re.compile(r"\w+")
 _MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -57,21 +55,10 @@ def shingle_batch(texts: list[str], ngram: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def _word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(hashes, counts): the xxh3-64 of every word of every text, in order, and how many each has.
-    ASCII texts are hashed in numpy (word_hash.py), the others word by word; same values."""
-    ascii = np.fromiter(map(str.isascii, texts), bool, len(texts))
-    if ascii.all():
-        return ascii_word_hashes(texts, _ASCII_WORDS)
-    fast_hashes, fast_counts = ascii_word_hashes([t for t, a in zip(texts, ascii.tolist()) if a], _ASCII_WORDS)
-    tokens = [WORD.findall(text.lower()) for text, a in zip(texts, ascii.tolist()) if not a]
-    counts = np.empty(len(texts), np.int64)
-    counts[ascii], counts[~ascii] = fast_counts, np.fromiter(map(len, tokens), np.int64, len(tokens))
-    hashes = np.empty(int(counts.sum()), np.uint64)
-    in_fast = np.repeat(ascii, counts)
-    hashes[in_fast] = fast_hashes
-    hashes[~in_fast] = np.fromiter(map(xxhash.xxh3_64_intdigest, chain.from_iterable(tokens)), np.uint64,
-                                   int(counts[~ascii].sum()))
-    return hashes, counts
+    """(hashes, counts): the xxh3-64 of every word of every text, in order, and how many each has
+    (`words`' words; word_hash.py hashes them, each distinct word of the batch once)."""
+    return spaced_word_hashes([text.translate(_ASCII_WORDS) if text.isascii()
+                               else " ".join(WORD.findall(text.lower())) for text in texts])
 
 
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from steps.dedup.minhash import _ASCII_WORDS, shingle_batch, words
+from steps.dedup.minhash import _ASCII_WORDS, _word_hashes, shingle_batch, words
 from steps.dedup.word_hash import ascii_word_hashes, short_hashes
 
 
@@ -55,3 +55,20 @@ def test_a_batch_mixing_ascii_and_other_texts_gives_each_text_its_own_shingles()
     hashes, counts = shingle_batch(texts, 3)
     got = np.split(hashes, np.cumsum(counts)[:-1])
     assert [g.tolist() for g in got] == _reference_shingles(texts, 3)
+
+
+def test_repeated_and_non_ascii_words_of_every_byte_length_hash_as_word_by_word():
+    """Each distinct word of a batch is hashed once (word_hash.spaced_word_hashes) and every occurrence
+    gets its hash: words repeated across texts, non-ASCII words of 1 to 48 UTF-8 bytes, texts of
+    separators only, and batches with no words at all."""
+    rng = np.random.default_rng(1)
+    alphabet = ["a", "z", "9", "_", "é", "ß", "日", "本", "€", "ж", "𝔘"]  # 1 to 4 UTF-8 bytes each
+    vocabulary = ["".join(rng.choice(alphabet, n)) for n in range(1, 17)] + ["word", "Word", "WORD", "x"]
+    texts = [" ".join(rng.choice(vocabulary, 30)) + " , . " + " ".join(rng.choice(vocabulary, 7)) for _ in range(40)]
+    texts += ["", " ... ", "word Word", "日本語のテキスト 日本語のテキスト", "naïve naïve ascii ascii"]
+    for batch in (texts, texts[::-1], ["", "  "], []):
+        hashes, counts = _word_hashes(batch)
+        tokens = [words(t) for t in batch]
+        assert counts.tolist() == [len(t) for t in tokens]
+        assert hashes.tolist() == [xxhash.xxh3_64_intdigest(w) for t in tokens for w in t]
+    assert max(len(w.encode("utf-8")) for t in texts for w in words(t)) > 16

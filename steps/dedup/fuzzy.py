@@ -44,7 +44,7 @@ from steps import documents
 from steps.dedup import attributes as attributes_module
 from steps.dedup import fuzzy_reuse, minhash, output, shuffle
 from steps.dedup.minhash import batch_signatures, jaccard, make_permutations, shingle_batch, unique_per_text
-from steps.dedup.output import ShardWrite, check_output_format, text_bytes_if_clean, written_counts
+from steps.dedup.output import ShardWrite, _line_blocks, check_output_format, text_bytes_if_clean, written_counts
 from steps.dedup.shuffle import (choose_partitions, list_column, nodes_per_stage, numpy_column, read_partition,
                                  remove_tree, run_stage, string_column, write_partitioned)
 from steps.documents import (DocumentShard, OnBadLine, ReadStats, combined_stats, list_document_files,
@@ -56,6 +56,7 @@ MAX_ROUNDS = 10_000
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
+_BLANKS = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)  # what bytes.strip() strips
 
 
 @dataclass(frozen=True)
@@ -201,8 +202,9 @@ def _band_keys_of_shard(plan: _Plan, k: int) -> tuple[dict, np.ndarray, np.ndarr
         indexes.append(np.repeat(eligible + (count - len(batch)), config.num_bands))
 
     for doc in read_shard(plan.shards[k], config.on_bad_line, stats):
-        text_bytes += len(doc["text"].encode("utf-8"))
-        batch.append(doc["text"])
+        text = doc["text"]
+        text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))  # isascii: O(1)
+        batch.append(text)
         count += 1
         if len(batch) >= config.signature_batch_docs:
             flush()
@@ -273,10 +275,14 @@ def _shingles(job: tuple[_Plan, str, int]) -> dict:
 
 def _wanted_documents(plan: _Plan, k: int, wanted: dict[int, Any]) -> Iterator[tuple[int, dict]]:
     """(index, document) of the wanted documents of shard k, in order, reading no further than the
-    last one. When the minhash pass found every line a document, only the wanted lines are parsed."""
+    last one. When the minhash pass found every line a document, only the wanted lines are parsed
+    (of a whole file, found a block of lines at a time: `_wanted_lines`)."""
     shard, last = plan.shards[k], max(wanted)
+    where = f"{shard.path} document"
+    if plan.text_bytes[k] is not None and shard.whole_file and not shard.path.endswith(".parquet"):
+        yield from ((i, parse_document(line, f"{where} {i}")) for i, line in _wanted_lines(shard.path, wanted))
+        return
     if plan.text_bytes[k] is not None and not shard.path.endswith(".parquet"):
-        where = f"{shard.path} document"
         documents = (parse_document(line, f"{where} {i}") if i in wanted else None
                      for i, line in enumerate(read_shard_lines(shard)))
     else:
@@ -287,6 +293,26 @@ def _wanted_documents(plan: _Plan, k: int, wanted: dict[int, Any]) -> Iterator[t
                 yield index, doc
             if index >= last:
                 return
+
+
+def _wanted_lines(path: str, wanted: dict[int, Any]) -> Iterator[tuple[int, bytes]]:
+    """(index, line) of the wanted non-blank lines of a whole JSONL file, in order, up to the last one:
+    each block of lines (output._line_blocks) is split at its newlines by numpy, so the lines in
+    between cost no Python (only a block with a line that starts with a blank looks at each line)."""
+    want, first = np.array(sorted(wanted), np.int64), 0
+    for block in _line_blocks(path):
+        data = np.frombuffer(block, np.uint8)
+        ends = np.flatnonzero(data == 10)
+        starts = np.r_[0, ends[:-1] + 1]
+        if np.isin(data[starts], _BLANKS).any():  # maybe blank lines, which are not documents
+            nonblank = [i for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())) if block[s:e].strip()]
+            starts, ends = starts[nonblank], ends[nonblank]
+        lo, hi = np.searchsorted(want, [first, first + len(ends)])
+        for index in want[lo:hi].tolist():
+            yield index, block[int(starts[index - first]):int(ends[index - first])]
+        if hi == len(want):
+            return
+        first += len(ends)
 
 
 def _pairs_with_similarity(plan: _Plan, stage: str, q: int) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
+from pyarrow._compute import call_function  # pyarrow.compute's own; importing that module costs ~0.05-0.1 s
 
 _U = np.uint64
 _SECRET = bytes.fromhex("b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
@@ -45,26 +45,29 @@ def ascii_word_hashes(texts: list[str], table: dict[int, str]) -> tuple[np.ndarr
 def spaced_word_hashes(spaced: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, counts): xxh3-64 of the words of each string (`string.split(" ")` without the empty
     ones: words hold no ASCII whitespace), in order, and how many words each string has."""
-    sizes = np.fromiter((len(s) if s.isascii() else len(s.encode("utf-8")) for s in spaced), np.int64, len(spaced))
+    blob = "".join(spaced).encode("utf-8")
+    sizes = np.fromiter(map(len, spaced), np.int64, len(spaced))  # characters: bytes, unless some are not ASCII
+    if sizes.sum() != len(blob):
+        sizes = np.fromiter((len(s) if s.isascii() else len(s.encode("utf-8")) for s in spaced), np.int64, len(spaced))
     offsets = np.zeros(len(spaced) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    strings = pa.LargeStringArray.from_buffers(len(spaced), pa.py_buffer(offsets),
-                                               pa.py_buffer("".join(spaced).encode("utf-8")))
-    lists = pc.ascii_split_whitespace(strings)  # runs of spaces give empty words, dropped below
-    words = lists.flatten()
-    word_ends = _values(words, np.int64, 1)
+    strings = pa.LargeStringArray.from_buffers(len(spaced), pa.py_buffer(offsets), pa.py_buffer(blob))
+    lists = call_function("ascii_split_whitespace", [strings])  # runs of spaces give empty words, dropped below
+    list_ends = _values(lists, np.int32, 1)  # positions in lists.values (`flatten` would import pyarrow.compute)
+    lo, hi = int(list_ends[0]), int(list_ends[-1])
+    word_ends = _values(lists.values, np.int64, 1)[lo:hi + 1]
     nonempty = word_ends[1:] != word_ends[:-1]
-    before = np.zeros(len(words) + 1, np.int64)
+    before = np.zeros(hi - lo + 1, np.int64)
     np.cumsum(nonempty, out=before[1:])
-    list_ends = _values(lists, np.int32, 1)
-    encoded = pc.dictionary_encode(words)
+    encoded = call_function("dictionary_encode", [lists.values])
     vocabulary = _distinct_word_hashes(encoded.dictionary)
-    return vocabulary[_values(encoded.indices, np.int32)[nonempty]], before[list_ends[1:]] - before[list_ends[:-1]]
+    return (vocabulary[_values(encoded.indices, np.int32)[lo:hi][nonempty]],
+            before[list_ends[1:] - lo] - before[list_ends[:-1] - lo])
 
 
 def _values(array: pa.Array, dtype: type, extra: int = 0) -> np.ndarray:
     """The array's slice of its buffer 1 (values, or offsets with `extra` 1), without a copy
-    (`Array.to_numpy` would import pandas, ~1 s the first time)."""
+    (`Array.to_numpy` would import pandas: 0.2-1 s a process)."""
     buffer = array.buffers()[1]
     values = np.frombuffer(buffer, dtype) if buffer is not None and buffer.size else np.zeros(1, dtype)
     return values[array.offset:array.offset + len(array) + extra]

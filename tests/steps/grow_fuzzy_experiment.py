@@ -8,7 +8,8 @@ evidence file `made-<shard>-<uuid>` in GROW_SIDEFX (a local folder), and each sh
 documents and attributes, not resumed) `write-<shard>-<uuid>`, so a test counts real work;
 GROW_SLEEP_S: seconds each computation and each write sleeps after it (before its result is recorded);
 GROW_WRITE_SLEEP_S: seconds each write after the first GROW_WRITES_FIRST (default 0) sleeps before it
-starts (`started-<shard>-<uuid>` then marks it in flight). GROW_CLAIM_TTL_S: the shard claims' TTL. GROW_BARRIER and GROW_PEERS: the runners meet before deduplicating
+starts (`started-<shard>-<uuid>` then marks it in flight). GROW_CLAIM_TTL_S: the shard claims' TTL.
+GROW_BARRIER and GROW_PEERS: the runners meet before deduplicating
 (tests/steps/grow_experiment.py's barrier).
 """
 

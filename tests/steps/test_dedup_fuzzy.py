@@ -229,3 +229,16 @@ def test_untouched_documents_are_copied_byte_for_byte(tmp_path):
     kept_texts = [d["text"] for d in read_documents(f"{out}/docs/p.jsonl.zst")]
     assert result["text_bytes_out"] == sum(len(t.encode()) for t in kept_texts)
     assert result["documents_out"] == 19
+
+
+def test_unique_pairs_are_numpys_unique_rows():
+    """fuzzy.unique_pairs (a 1-d sort of one key per row) gives `np.unique(pairs, axis=0)`: the same
+    sorted rows, with 32-bit-wide columns, wider ones, and none."""
+    from steps.dedup.fuzzy import unique_pairs
+
+    rng = np.random.default_rng(5)
+    for high in (50, 1 << 31, (1 << 32) - 1, 1 << 40):
+        pairs = rng.integers(0, high, (5000, 2), dtype=np.int64)
+        pairs = np.concatenate([pairs, pairs[::3], [[high - 1, 0], [0, high - 1]]])
+        assert np.array_equal(unique_pairs(pairs), np.unique(pairs, axis=0))
+    assert unique_pairs(np.zeros((0, 2), np.int64)).shape == (0, 2)

@@ -114,7 +114,7 @@ def test_a_restart_after_a_kill_mid_write_writes_each_shard_once_without_waiting
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
     claims_dir = prefix / CLAIMS_DIR / "fuzzy-deduped"
-    in_flight = [c for c in map(lambda p: json.loads(p.read_text()), claims_dir.glob("*.json")) if c["state"] == "RUNNING"]
+    in_flight = [c for c in (json.loads(p.read_text()) for p in claims_dir.glob("*.json")) if c["state"] == "RUNNING"]
     assert in_flight, "no write claim was held when the runner was killed"
     before = written(sidefx)  # shards whose write the killed run finished
     assert len(before) >= 3, before

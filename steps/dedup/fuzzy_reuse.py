@@ -92,9 +92,10 @@ def band_keys(reuse: FuzzyReuse, config: Any, k: int,
 
     def make() -> dict[str, Any]:
         result, keys, indexes = compute()
+        written = hashlib.sha256()
         write_table(f"{reuse.output_path}/{rel}", pa.table({"key": arrow_column(keys),
-                                                            "index": arrow_column(indexes)}))
-        shard_reuse.record(reuse.output_path, address, [rel], result)
+                                                            "index": arrow_column(indexes)}), written)
+        shard_reuse.record(reuse.output_path, address, [rel], result, {rel: written.hexdigest()})
         made.append((keys, indexes))
         return result
 

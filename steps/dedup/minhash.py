@@ -153,8 +153,15 @@ def _block_minima(x: np.ndarray, starts: np.ndarray, a: np.ndarray, b: np.ndarra
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    """Exact Jaccard similarity of two sorted, unique shingle-hash arrays."""
+    """Exact Jaccard similarity of two sorted, unique shingle-hash arrays (the intersection found by
+    looking each value of the smaller up in the larger: no concatenation and sort)."""
     if len(a) == 0 and len(b) == 0:
         return 1.0
-    inter = len(np.intersect1d(a, b, assume_unique=True))
+    if len(a) > len(b):
+        a, b = b, a
+    if len(a) == 0:
+        return 0.0
+    at = np.searchsorted(b, a)
+    at[at == len(b)] = 0
+    inter = int(np.count_nonzero(b[at] == a))
     return inter / (len(a) + len(b) - inter)

@@ -242,3 +242,20 @@ def test_unique_pairs_are_numpys_unique_rows():
         pairs = np.concatenate([pairs, pairs[::3], [[high - 1, 0], [0, high - 1]]])
         assert np.array_equal(unique_pairs(pairs), np.unique(pairs, axis=0))
     assert unique_pairs(np.zeros((0, 2), np.int64)).shape == (0, 2)
+
+
+def test_jaccard_is_the_exact_jaccard_of_the_two_sets():
+    """minhash.jaccard (each value of the smaller set looked up in the larger) equals |A & B| / |A | B|
+    of Python sets: empty sets, disjoint ones, one inside the other, values past the other's ends."""
+    rng = np.random.default_rng(9)
+    cases = [([], []), ([], [5]), ([1, 2, 3], [4, 5]), ([1, 2, 3], [0, 2, 9]), ([7], [1, 2, 3, 7]),
+             ([2 ** 64 - 1], [0, 2 ** 64 - 1]), ([0, 1], [2 ** 63, 2 ** 64 - 1])]
+    for _ in range(200):
+        base = rng.integers(0, 2 ** 64 - 1, int(rng.integers(0, 60)), dtype=np.uint64, endpoint=True)
+        cases.append((base[:int(rng.integers(0, len(base) + 1))].tolist(),
+                      np.concatenate([base[len(base) // 3:], rng.integers(0, 2 ** 40, 5, dtype=np.uint64)]).tolist()))
+    for a, b in cases:
+        sa, sb = set(a), set(b)
+        want = 1.0 if not sa | sb else len(sa & sb) / len(sa | sb)
+        arrays = [np.array(sorted(s), np.uint64) for s in (sa, sb)]
+        assert jaccard(*arrays) == want and jaccard(*arrays[::-1]) == want, (a, b)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import xxhash
-from pyarrow._compute import call_function  # pyarrow.compute's own; importing that module costs ~0.05-0.1 s
 
 _U = np.uint64
 _SECRET = bytes.fromhex("b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
@@ -52,14 +51,16 @@ def spaced_word_hashes(spaced: list[str]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(spaced) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     strings = pa.LargeStringArray.from_buffers(len(spaced), pa.py_buffer(offsets), pa.py_buffer(blob))
-    lists = call_function("ascii_split_whitespace", [strings])  # runs of spaces give empty words, dropped below
-    list_ends = _values(lists, np.int32, 1)  # positions in lists.values (`flatten` would import pyarrow.compute)
+    import pyarrow.compute as pc  # here, not at the top: exact dedup and tokenize never pay its import (~0.05-0.1 s)
+
+    lists = pc.ascii_split_whitespace(strings)  # runs of spaces give empty words, dropped below
+    list_ends = _values(lists, np.int32, 1)  # positions in lists.values, read in place
     lo, hi = int(list_ends[0]), int(list_ends[-1])
     word_ends = _values(lists.values, np.int64, 1)[lo:hi + 1]
     nonempty = word_ends[1:] != word_ends[:-1]
     before = np.zeros(hi - lo + 1, np.int64)
     np.cumsum(nonempty, out=before[1:])
-    encoded = call_function("dictionary_encode", [lists.values])
+    encoded = pc.dictionary_encode(lists.values)
     vocabulary = _distinct_word_hashes(encoded.dictionary)
     return (vocabulary[_values(encoded.indices, np.int32)[lo:hi][nonempty]],
             before[list_ends[1:] - lo] - before[list_ends[:-1] - lo])

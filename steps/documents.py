@@ -155,8 +155,12 @@ def decompressed_blocks(path: str, block_bytes: int | None = None) -> Iterator[b
     """The decompressed bytes of a whole (possibly compressed) file in blocks of about `block_bytes`
     of whole lines: every block ends in a newline but the file's last one, which ends where the file
     does (`block_bytes` None: `BLOCK_BYTES`). Read straight from the decompressor in large pieces (no
-    line buffer, no Python per line)."""
-    block_bytes = block_bytes or BLOCK_BYTES
+    line buffer, no Python per line), one block ahead in one other thread (decompression releases the
+    GIL, so it runs beside the caller's work on the block before)."""
+    return _read_ahead(_line_blocks_of(path, block_bytes or BLOCK_BYTES))
+
+
+def _line_blocks_of(path: str, block_bytes: int) -> Iterator[bytes]:
     with contextlib.ExitStack() as stack:
         raw = stack.enter_context(open_file(path, "rb").open())
         if path.endswith(".gz"):
@@ -175,6 +179,19 @@ def decompressed_blocks(path: str, block_bytes: int | None = None) -> Iterator[b
             carry = data[cut:]
         if carry:
             yield carry
+
+
+def _read_ahead(items: Iterator[bytes]) -> Iterator[bytes]:
+    """`items`, each made in one other thread while the caller works on the one before; closing this
+    closes `items` (in this thread, once the other has stopped)."""
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
+            coming = pool.submit(next, items, None)
+            while (item := coming.result()) is not None:
+                coming = pool.submit(next, items, None)
+                yield item
+    finally:
+        items.close()  # type: ignore[attr-defined]
 
 
 _FIRST_BYTE = operator.itemgetter(0)
@@ -278,8 +295,7 @@ def _parse_block(numbers: Sequence[Any], lines: list[bytes], path: str, on_bad_l
         docs = list(map(_loads, lines))
     except _JSONError:
         docs = None
-    if docs is not None and all(type(d) is dict and type(d.get("text")) is str and type(d.get("id")) is str
-                                for d in docs):
+    if docs is not None and _all_documents(docs):
         stats.documents += len(docs)
         stats.bytes += sum(map(len, lines)) + (len(lines) - (not ended) if newline and lines else 0)
         yield docs
@@ -291,6 +307,19 @@ def _parse_block(numbers: Sequence[Any], lines: list[bytes], path: str, on_bad_l
         doc = _parse_line(line, f"{path}{sep}{where}", on_bad_line, stats)
         if doc is not None:
             yield [doc]
+
+
+_GET_TEXT, _GET_ID = operator.methodcaller("get", "text"), operator.methodcaller("get", "id")
+
+
+def _all_documents(values: list[Any]) -> bool:
+    """Every value is a JSON object with a str "text" and a str "id": C-level maps, no Python per value
+    (of JSON's values only an object has `.get`)."""
+    try:
+        types = set(map(type, map(_GET_TEXT, values))) | set(map(type, map(_GET_ID, values)))
+    except AttributeError:
+        return False
+    return types <= {str} and set(map(type, values)) <= {dict}
 
 
 def _parse_line(line: bytes, where: str, on_bad_line: OnBadLine, stats: ReadStats) -> dict[str, Any] | None:

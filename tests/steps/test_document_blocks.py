@@ -174,3 +174,41 @@ def test_an_error_on_either_side_of_the_writer_thread_is_raised_and_leaves_no_fi
     with pytest.raises(ValueError if failing == "blocks" else OSError, match="on purpose"):
         documents.write_line_blocks(str(tmp_path / "out.jsonl.zst"), made())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_blocks_are_decompressed_one_ahead_in_another_thread_and_closing_early_closes_the_file(tmp_path,
+                                                                                              monkeypatch):
+    raw = _raw("plain", 400)
+    path = _write(tmp_path, raw, ".jsonl.zst")
+    made_in, closed, second_made = [], [], threading.Event()
+    real = documents._line_blocks_of
+
+    def recorded(path: str, block_bytes: int):
+        try:
+            for block in real(path, block_bytes):
+                made_in.append(threading.get_ident())
+                if len(made_in) == 2:
+                    second_made.set()
+                yield block
+        finally:
+            closed.append(threading.get_ident())
+
+    monkeypatch.setattr(documents, "_line_blocks_of", recorded)
+    blocks = documents.decompressed_blocks(path, 4096)
+    assert b"".join(blocks) == raw
+    assert len(made_in) > 5 and threading.get_ident() not in made_in and closed
+    made_in.clear()
+    second_made.clear()
+    blocks = documents.decompressed_blocks(path, 4096)
+    first = next(blocks)
+    assert second_made.wait(30), "the block after the one handed out is not being made"
+    assert raw.startswith(first) and len(made_in) == 2  # that one only: one block ahead
+    blocks.close()
+    assert closed[-1] == threading.get_ident() and len(closed) == 2  # closed once the other thread stopped
+
+
+def test_an_error_decompressing_ahead_is_raised_to_the_reader(tmp_path):
+    path = tmp_path / "part.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(_raw("plain", 400))[:-40] + b"\0" * 40)
+    with pytest.raises(zstandard.ZstdError):
+        list(documents.decompressed_blocks(str(path), 4096))

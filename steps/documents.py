@@ -19,6 +19,7 @@ require_extra("data", "steps.documents", DATA)
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import gzip
 import io
 import itertools
@@ -182,13 +183,15 @@ def _line_blocks_of(path: str, block_bytes: int) -> Iterator[bytes]:
 
 
 def _read_ahead(items: Iterator[bytes]) -> Iterator[bytes]:
-    """`items`, each made in one other thread while the caller works on the one before; closing this
-    closes `items` (in this thread, once the other has stopped)."""
+    """`items`, each made in one other thread, in the caller's context (so the file is opened with the
+    step's storage options), while the caller works on the one before; closing this closes `items`
+    (in this thread, once the other has stopped)."""
+    context = contextvars.copy_context()  # the step's storage options (executor's location helpers)
     try:
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
-            coming = pool.submit(next, items, None)
+            coming = pool.submit(context.run, next, items, None)
             while (item := coming.result()) is not None:
-                coming = pool.submit(next, items, None)
+                coming = pool.submit(context.run, next, items, None)
                 yield item
     finally:
         items.close()  # type: ignore[attr-defined]
@@ -569,10 +572,11 @@ def _written_behind(write: Callable[[bytes], Any], depth: int) -> Iterator[Calla
     `depth` calls are queued; every call has ended when the block ends, and the first error of
     `write` is raised (in a later call or at the end)."""
     pending: collections.deque = collections.deque()
+    context = contextvars.copy_context()  # the step's storage options, as in `_read_ahead`
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="write-behind") as pool:
 
         def submit(data: bytes) -> None:
-            pending.append(pool.submit(write, data))
+            pending.append(pool.submit(context.run, write, data))
             while len(pending) > depth:
                 pending.popleft().result()
 

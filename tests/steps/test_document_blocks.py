@@ -6,6 +6,7 @@ The reference below is that line-by-line reading, with the per-line parser the r
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import gzip
 import hashlib
@@ -212,3 +213,29 @@ def test_an_error_decompressing_ahead_is_raised_to_the_reader(tmp_path):
     path.write_bytes(zstandard.ZstdCompressor().compress(_raw("plain", 400))[:-40] + b"\0" * 40)
     with pytest.raises(zstandard.ZstdError):
         list(documents.decompressed_blocks(str(path), 4096))
+
+
+def test_the_reader_and_writer_threads_run_in_the_callers_context(tmp_path, monkeypatch):
+    """The step's storage options reach `open_file` through a context variable (executor's location
+    helpers): the threads must see the caller's, or a bucket's file opens without its options."""
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="none")
+    seen: list[str] = []
+    real_open = documents.open_file
+    monkeypatch.setattr(documents, "open_file", lambda *a, **k: seen.append(marker.get()) or real_open(*a, **k))
+    path = _write(tmp_path, _raw("plain"), ".jsonl.zst")
+    recorders: list[_Recorder] = []
+
+    class _Seeing(_Recorder):
+        def write(self, data: bytes) -> int:
+            seen.append(marker.get())
+            return super().write(data)
+
+    monkeypatch.setattr(documents, "_compressing", lambda raw, target, level: recorders.append(_Seeing(raw))
+                        or recorders[-1])
+    token = marker.set("the step's")
+    try:
+        assert list(documents.read_documents(path))
+        documents.write_line_blocks(str(tmp_path / "out.jsonl.zst"), [b"a\n", b"b\n"])
+    finally:
+        marker.reset(token)
+    assert seen and set(seen) == {"the step's"}

@@ -16,17 +16,21 @@ from steps.extras import DATA, require_extra
 
 require_extra("data", "steps.documents", DATA)
 
+import collections
+import concurrent.futures
 import contextlib
+import contextvars
 import gzip
 import io
 import itertools
 import json
+import operator
 import os
 import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal, Sequence
 
 import fsspec
 
@@ -145,6 +149,96 @@ def open_binary_lines(path: str) -> io.BufferedIOBase:
     return raw
 
 
+BLOCK_BYTES = 1 << 20
+
+
+def decompressed_blocks(path: str, block_bytes: int | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of a whole (possibly compressed) file in blocks of about `block_bytes`
+    of whole lines: every block ends in a newline but the file's last one, which ends where the file
+    does (`block_bytes` None: `BLOCK_BYTES`). Read straight from the decompressor in large pieces (no
+    line buffer, no Python per line), one block ahead in one other thread (decompression releases the
+    GIL, so it runs beside the caller's work on the block before)."""
+    return _read_ahead(_line_blocks_of(path, block_bytes or BLOCK_BYTES))
+
+
+def _line_blocks_of(path: str, block_bytes: int) -> Iterator[bytes]:
+    with contextlib.ExitStack() as stack:
+        raw = stack.enter_context(open_file(path, "rb").open())
+        if path.endswith(".gz"):
+            f = stack.enter_context(gzip.GzipFile(fileobj=raw))
+        elif path.endswith(".zst"):
+            f = stack.enter_context(zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 17))
+        else:
+            f = raw
+        carry = b""
+        while data := f.read(block_bytes):
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                carry += data
+                continue
+            yield b"".join((carry, memoryview(data)[:cut])) if carry or cut < len(data) else data
+            carry = data[cut:]
+        if carry:
+            yield carry
+
+
+def _read_ahead(items: Iterator[bytes]) -> Iterator[bytes]:
+    """`items`, each made in one other thread, in the caller's context (so the file is opened with the
+    step's storage options), while the caller works on the one before; closing this closes `items`
+    (in this thread, once the other has stopped)."""
+    context = contextvars.copy_context()  # the step's storage options (executor's location helpers)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
+            coming = pool.submit(context.run, next, items, None)
+            while (item := coming.result()) is not None:
+                coming = pool.submit(context.run, next, items, None)
+                yield item
+    finally:
+        items.close()  # type: ignore[attr-defined]
+
+
+_FIRST_BYTE = operator.itemgetter(0)
+_SPACE = b" \t\r\x0b\x0c"
+"""The bytes besides a newline that `bytes.strip` removes: a line starting with one may be blank."""
+
+
+def _numbered_blocks(path: str, records: tuple[int, int | None] = (0, None)
+                     ) -> Iterator[tuple[Sequence[int], list[bytes], bool]]:
+    """(line numbers from 1, lines without their newline, whether the last of them had one) of the
+    non-blank lines of a whole file, a block (`decompressed_blocks`) at a time; `records` as in
+    `read_documents`. One split per block: a line is looked at alone only in a block where some
+    line may be blank (empty, or starting with white space)."""
+    first, last = records
+    number, seen = 1, 0
+    for block in decompressed_blocks(path):
+        lines = block.split(b"\n")
+        ended = not lines[-1]
+        if ended:
+            lines.pop()
+        count = len(lines)
+        numbers: Sequence[int] = range(number, number + count)
+        if not _none_blank(lines):
+            kept = [i for i, line in enumerate(lines) if line.strip()]
+            ended = ended or not lines[-1].strip()
+            numbers, lines = [number + i for i in kept], [lines[i] for i in kept]
+        number += count
+        lo, hi = max(0, first - seen), len(lines) if last is None else max(0, min(len(lines), last - seen))
+        seen += len(lines)
+        if lo < hi:
+            yield numbers[lo:hi], lines[lo:hi], ended or hi < len(lines)
+        if last is not None and seen >= last:
+            return
+
+
+def _none_blank(lines: list[bytes]) -> bool:
+    """No line is empty or starts with white space (so none is blank): one C-level pass."""
+    try:
+        firsts = bytes(map(_FIRST_BYTE, lines))
+    except IndexError:  # an empty line
+        return False
+    return not any(c in firsts for c in _SPACE)
+
+
 def count_records(path: str) -> int:
     """The number of non-blank lines of a file (documents, before any are found malformed)."""
     if path.endswith(".parquet"):
@@ -152,8 +246,8 @@ def count_records(path: str) -> int:
 
         with open_file(path, "rb") as f:
             return pq.ParquetFile(f).metadata.num_rows
-    with contextlib.closing(_file_lines(path)) as lines:
-        return sum(1 for _ in lines)
+    with contextlib.closing(_numbered_blocks(path)) as blocks:
+        return sum(len(lines) for _, lines, _ in blocks)
 
 
 def read_documents(path: str, on_bad_line: OnBadLine = "error", stats: ReadStats | None = None,
@@ -181,35 +275,54 @@ def read_document_blocks(path: str, on_bad_line: OnBadLine = "error", stats: Rea
         docs = itertools.islice(_read_parquet(DocumentShard(path), stats), first, last)
         yield from _batched(docs, BLOCK_LINES)
         return
-    with contextlib.closing(_file_lines(path)) as lines:
-        for block in _batched(itertools.islice(lines, first, last), BLOCK_LINES):
-            yield from _parse_block(block, path, on_bad_line, stats)
+    with contextlib.closing(_numbered_blocks(path, (first, last))) as blocks:
+        for numbers, lines, ended in blocks:
+            for lo in range(0, len(lines), BLOCK_LINES):
+                hi = lo + BLOCK_LINES
+                yield from _parse_block(numbers[lo:hi], lines[lo:hi], path, on_bad_line, stats,
+                                        newline=True, ended=ended or hi < len(lines))
 
 
 BLOCK_LINES = 1024
 
 
-def _parse_block(numbered: list[tuple[Any, bytes]], path: str, on_bad_line: OnBadLine,
-                 stats: ReadStats, sep: str = ":") -> Iterator[list[dict[str, Any]]]:
-    """The documents on (line number or position, line) pairs: one list, parsed at once, when every
-    line is a document with a str id and a str text; else a list per document, each line parsed
-    (`_parse_line`) only when the one before it has been taken, so a reader that stops early never
-    meets a bad line after its last document."""
-    lines = [line for _, line in numbered]
+def _parse_block(numbers: Sequence[Any], lines: list[bytes], path: str, on_bad_line: OnBadLine,
+                 stats: ReadStats, sep: str = ":", newline: bool = False,
+                 ended: bool = True) -> Iterator[list[dict[str, Any]]]:
+    """The documents on lines (numbered by line number or position): one list, parsed at once, when
+    every line is a document with a str id and a str text; else a list per document, each line
+    parsed (`_parse_line`) only when the one before it has been taken, so a reader that stops early
+    never meets a bad line after its last document. `newline`: the lines come without the newline
+    they had (all of them, or all but the last when not `ended`), which still counts in `stats.bytes`."""
     try:
         docs = list(map(_loads, lines))
     except _JSONError:
         docs = None
-    if docs is not None and all(type(d) is dict and type(d.get("text")) is str and type(d.get("id")) is str
-                                for d in docs):
+    if docs is not None and _all_documents(docs):
         stats.documents += len(docs)
-        stats.bytes += sum(map(len, lines))
+        stats.bytes += sum(map(len, lines)) + (len(lines) - (not ended) if newline and lines else 0)
         yield docs
         return
-    for where, line in numbered:
+    last = len(lines) - 1
+    for i, (where, line) in enumerate(zip(numbers, lines)):
+        if newline and (ended or i < last):
+            line += b"\n"
         doc = _parse_line(line, f"{path}{sep}{where}", on_bad_line, stats)
         if doc is not None:
             yield [doc]
+
+
+_GET_TEXT, _GET_ID = operator.methodcaller("get", "text"), operator.methodcaller("get", "id")
+
+
+def _all_documents(values: list[Any]) -> bool:
+    """Every value is a JSON object with a str "text" and a str "id": C-level maps, no Python per value
+    (of JSON's values only an object has `.get`)."""
+    try:
+        types = set(map(type, map(_GET_TEXT, values))) | set(map(type, map(_GET_ID, values)))
+    except AttributeError:
+        return False
+    return types <= {str} and set(map(type, values)) <= {dict}
 
 
 def _parse_line(line: bytes, where: str, on_bad_line: OnBadLine, stats: ReadStats) -> dict[str, Any] | None:
@@ -320,7 +433,8 @@ def read_shard_blocks(shard: DocumentShard, on_bad_line: OnBadLine = "error",
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line={on_bad_line!r}: use 'error' or 'skip'")
     return (docs for block in _batched(_byte_range_lines(shard), BLOCK_LINES)
-            for docs in _parse_block(block, shard.path, on_bad_line, stats, "@byte"))
+            for docs in _parse_block([where for where, _ in block], [line for _, line in block], shard.path,
+                                     on_bad_line, stats, "@byte"))
 
 
 def _byte_range_lines(shard: DocumentShard) -> Iterator[tuple[int, bytes]]:
@@ -352,10 +466,13 @@ def read_shard_lines(shard: DocumentShard) -> Iterator[bytes]:
 
 def _file_lines(path: str) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line) of the non-blank lines of a whole (possibly compressed) file."""
-    with open_binary_lines(path) as f:
-        for line_number, line in enumerate(f, start=1):
-            if line.strip():
-                yield line_number, line
+    with contextlib.closing(_numbered_blocks(path)) as blocks:
+        for numbers, lines, ended in blocks:
+            if not ended:
+                yield from zip(numbers[:-1], [line + b"\n" for line in lines[:-1]])
+                yield numbers[-1], lines[-1]
+            else:
+                yield from zip(numbers, [line + b"\n" for line in lines])
 
 
 def parse_document(line: bytes, where: str) -> dict[str, Any]:
@@ -432,13 +549,40 @@ def write_json_lines(path: str, lines: Iterable[bytes], level: int = 3) -> int:
 
 def write_line_blocks(path: str, blocks: Iterable[bytes], level: int = 3, sha256: Any = None) -> None:
     """Like `write_json_lines` for lines already joined: each block is whole lines, each ending in a
-    newline (the same file as `write_json_lines` of those lines). `sha256` as in `write_documents`."""
+    newline (the same file as `write_json_lines` of those lines). `sha256` as in `write_documents`.
+
+    The blocks are compressed, hashed and written in a second thread, in order, while the caller
+    makes the next ones (zstd, gzip and sha256 release the GIL on large buffers): the same bytes, and
+    the step's two main costs on two cores. At most `WRITE_BEHIND` blocks wait for that thread."""
     with _atomic_file(path, sha256) as (raw, target):
         out = _compressing(raw, target, level)
-        for block in blocks:
-            out.write(block)
+        with _written_behind(out.write, WRITE_BEHIND) as write:
+            for block in blocks:
+                write(block)
         if out is not raw:
             out.close()
+
+
+WRITE_BEHIND = 2
+
+
+@contextlib.contextmanager
+def _written_behind(write: Callable[[bytes], Any], depth: int) -> Iterator[Callable[[bytes], None]]:
+    """A function that hands its argument to `write` in one other thread, in call order, waiting when
+    `depth` calls are queued; every call has ended when the block ends, and the first error of
+    `write` is raised (in a later call or at the end)."""
+    pending: collections.deque = collections.deque()
+    context = contextvars.copy_context()  # the step's storage options, as in `_read_ahead`
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="write-behind") as pool:
+
+        def submit(data: bytes) -> None:
+            pending.append(pool.submit(context.run, write, data))
+            while len(pending) > depth:
+                pending.popleft().result()
+
+        yield submit  # an error here waits for the queued calls (the pool's exit) and is raised
+        while pending:
+            pending.popleft().result()
 
 
 class _HashingWriter:

@@ -2,8 +2,9 @@
 
     uv run --extra bench python scripts/bench/bench_exact_dedup.py [--size-mb 35] [--shards 8] [--workers 1]
 
-Both run single-process (datatrove: LocalPipelineExecutor workers=1; ours: in-process map_shards),
-or with `--workers N` on N cores (datatrove: N workers; ours: an embedded Ray cluster of N CPUs),
+Both run single-process (datatrove: LocalPipelineExecutor workers=1; ours: in-process map_shards, whose
+reader decompresses the next block and whose writer compresses the last one in a second thread, so ours
+may keep two cores busy: compare the CPU seconds printed too), or with `--workers N` on N cores (datatrove: N workers; ours: an embedded Ray cluster of N CPUs),
 read the same .jsonl.zst shards and write kept documents compressed. datatrove runs twice: as
 installed (its writer compresses at zstd level 10, through fsspec) and at our level 3. datatrove
 keeps the duplicate with the highest `document_priority`; it is set to favour the earlier document,

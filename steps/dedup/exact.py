@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -202,6 +203,9 @@ def _strings(values: list[str]) -> pa.Array:
     return arrow_column(values) if values else pa.array([], pa.string())
 
 
+_TEXT, _ID = operator.itemgetter("text"), operator.itemgetter("id")
+
+
 def _hash_shard(plan: _Plan, k: int) -> dict:
     """Hash shard k's documents and write their records to the shuffle; also returns the records.
     A block of documents at a time: the texts' encoding and hashing run as C-level maps."""
@@ -209,10 +213,10 @@ def _hash_shard(plan: _Plan, k: int) -> dict:
     digests, ids, text_bytes = bytearray(), [], 0
     digest = xxhash.xxh3_128_digest
     for block in read_shard_blocks(plan.shards[k], plan.config.on_bad_line, stats):
-        texts = [doc["text"].encode("utf-8") for doc in block]
+        texts = list(map(str.encode, map(_TEXT, block)))  # UTF-8
         digests += b"".join(map(digest, texts))
         text_bytes += sum(map(len, texts))
-        ids.extend([doc["id"] for doc in block])
+        ids.extend(map(_ID, block))
     indexes, columns, id_array = np.arange(len(ids), dtype=np.int64), _digests_to_columns(digests), _strings(ids)
     shuffled = (_write_records(plan, "hash", k, columns, indexes, np.zeros(len(ids), np.int32), id_array)
                 if plan.config.documents else 0)

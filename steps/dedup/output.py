@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from steps.dedup.attributes import apply_attribute, filter_documents
-from steps.documents import (DocumentShard, OnBadLine, ReadStats, dumps_document, open_binary_lines, parse_document,
+from steps.documents import (BLOCK_BYTES, DocumentShard, OnBadLine, ReadStats, decompressed_blocks, dumps_document, parse_document,
                              read_json, read_shard, read_shard_lines, write_documents, write_json_atomically,
                              write_json_lines, write_line_blocks)
 
@@ -133,25 +133,17 @@ def _copy_kept_lines(job: ShardWrite, docs_path: str) -> tuple[int, int]:
     return docs_out, job.text_bytes_in - removed_bytes
 
 
-_BLOCK_BYTES = 1 << 20
+_BLOCK_BYTES = BLOCK_BYTES
 _SPACE = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)
 """The bytes `bytes.strip` removes: a line starting with one may be blank (`read_shard_lines` skips
 it); a block holding one of those or a carriage return (dropped from a line's end) is copied line by line."""
 
 
 def _line_blocks(path: str) -> Iterator[bytes]:
-    """The decompressed bytes of a whole file in blocks of about `_BLOCK_BYTES` of whole lines, each
-    ending in a newline (one is added after a last line without it)."""
-    with open_binary_lines(path) as f:
-        carry = b""
-        while data := f.read(_BLOCK_BYTES):
-            data = carry + data
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                yield data[:cut]
-            carry = data[cut:]
-        if carry:
-            yield carry + b"\n"
+    """The decompressed bytes of a whole file in blocks of about 1 MiB of whole lines, each ending in
+    a newline (one is added after a last line without it)."""
+    for block in decompressed_blocks(path, _BLOCK_BYTES):
+        yield block if block.endswith(b"\n") else block + b"\n"
 
 
 def _copy_kept_blocks(job: ShardWrite, docs_path: str, sha256: Any) -> tuple[int, int]:

@@ -44,8 +44,8 @@ def arrow_column(values: np.ndarray | list) -> pa.Array:
     if isinstance(values[0], np.ndarray):
         return pa.ListArray.from_arrays(arrow_column(_offsets([len(v) for v in values])),
                                         arrow_column(np.concatenate(values)))
-    encoded = [v.encode("utf-8") for v in values]
-    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(_offsets([len(e) for e in encoded])),
+    encoded = list(map(str.encode, values))  # UTF-8
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(_offsets(list(map(len, encoded)))),
                                        pa.py_buffer(b"".join(encoded)))
 
 

@@ -227,8 +227,16 @@ def output_path_of(step: "ExecutorStep", sub: str | None = None) -> OutputPathOf
     if not isinstance(step, ExecutorStep):
         raise TypeError(f"output_path_of() takes an ExecutorStep, got {type(step).__name__}: {step!r}")
     # Experiments make tens of thousands of these while declaring their steps: the placeholders
-    # are slotted (no per-instance dict: less memory, fewer objects for the collector to track)
-    return OutputPathOf(step, None if sub is None else _check_sub(sub))
+    # are slotted (no per-instance dict: less memory, fewer objects for the collector to track),
+    # and the whole output's is made once per step and held by it (frozen: any number of configs
+    # can share it), so a step read by three others is one placeholder, not three
+    if sub is not None:
+        return OutputPathOf(step, _check_sub(sub))
+    shared = step._whole_output
+    if shared is None or shared.step is not step:  # not made yet, or copied along by copy.copy(step)
+        shared = OutputPathOf(step)
+        object.__setattr__(step, "_whole_output", shared)
+    return shared
 
 
 def this_output_path(sub: str | None = None) -> ThisOutputPath:
@@ -320,6 +328,10 @@ class ExecutorStep(Generic[ConfigT]):
         problem = self.resources.problem if self.resources is not None else None
         if problem:
             raise ValueError(f"step {self.name!r}: {problem}")
+
+    # output_path_of(self), made on first use (a class attribute, not a field: not part of the step's
+    # value, its repr or its identity)
+    _whole_output = None
 
     def __repr__(self) -> str:
         return f"ExecutorStep({self.name!r})"

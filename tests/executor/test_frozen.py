@@ -131,6 +131,28 @@ def test_placeholders_are_whole():
     assert output_path_of(step, "s") == OutputPathOf(step, "s", True) and this_output_path() == ThisOutputPath(None)
 
 
+def test_a_steps_whole_output_placeholder_is_made_once_and_belongs_to_that_step_only():
+    """output_path_of(step) is one object per step (a step read by three others makes one
+    placeholder, not three: fewer objects for the collector while experiments declare); a copy of
+    the step, or a step made by replace(), gets its own, pointing at itself; the graph and ids are
+    what separate placeholders give."""
+    import copy
+
+    step = ExecutorStep("a", fn, Cfg(value=1))
+    first = output_path_of(step)
+    assert output_path_of(step) is first and step.cd("x") is not first and first.step is step
+    assert first.nonblocking() is not first and output_path_of(step) is first  # frozen: nothing changes it
+    for other in (copy.copy(step), dataclasses.replace(step), copy.deepcopy(step)):
+        assert output_path_of(other).step is other and output_path_of(other) is output_path_of(other)
+    assert output_path_of(step) is first and "_whole_output" not in {f.name for f in dataclasses.fields(step)}
+    assert repr(step) == "ExecutorStep('a')" and dataclasses.replace(step).config == step.config
+    readers = [ExecutorStep(f"r{i}", fn, Cfg(dep=output_path_of(step))) for i in range(3)]
+    separate = [ExecutorStep(f"r{i}", fn, Cfg(dep=OutputPathOf(step))) for i in range(3)]
+    shared_graph, separate_graph = build_graph(readers), build_graph(separate)
+    assert [n.step_id for n in shared_graph.nodes.values()] == [n.step_id for n in separate_graph.nodes.values()]
+    assert len(shared_graph.nodes) == 4 and len({id(r.config.dep) for r in readers}) == 1
+
+
 def test_new_frozen_is_the_constructor_without_init():
     owner = new_frozen(Owner, {"run_id": "r", "host": "h", "pid": 1, "user": "u"})
     assert owner == Owner("r", "h", 1, "u") and hash(owner) == hash(Owner("r", "h", 1, "u"))

@@ -121,6 +121,7 @@ def test_the_json_plan_is_the_rows_on_any_stream(encoding):
     import io
     import json
 
+    from executor.engine.prefix import outputs
     from executor.tools.plan_json import plan_rows, write_plan_json
 
     graph, a, b, c, side = chain()
@@ -133,6 +134,13 @@ def test_the_json_plan_is_the_rows_on_any_stream(encoding):
     document = json.loads(stream.buffer.getvalue().decode(encoding))
     assert document == {"schema": 1, "prefix": "gs://bucket/prefix/", "steps": plan_rows(plan, "gs://bucket/prefix/")}
     assert "échec: 検証" in document["steps"][0]["reason"] and document["steps"][-1]["lease"]["pid"] == 42
+    # a lease only on a step that waits for its holder (the failed step's status has an owner too); each
+    # output path as outputs.join makes it; every action a plain word
+    failed_row, rows = document["steps"][0], plan_rows(plan, "gs://bucket/prefix/")
+    assert failed_row["lease"] is None and failed_row["action"] != "wait"
+    assert [r["output_path"] for r in rows] == [outputs.join("gs://bucket/prefix/", d.node.output_rel)
+                                                for d in plan.decisions.values()]
+    assert {type(r["action"]) for r in rows} == {str}
 
 
 def test_a_json_plan_of_thousands_of_steps_is_one_document():

@@ -35,6 +35,41 @@ os.environ["COLUMNS"] = "200"
 
 
 
+_JAX_IMPORTED_BY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Notes the first test module whose import (at collection) imported JAX."""
+    import sys
+
+    before = "jax" in sys.modules
+    yield
+    if not before and "jax" in sys.modules and _JAX_IMPORTED_BY not in collector.config.stash:
+        collector.config.stash[_JAX_IMPORTED_BY] = collector.nodeid
+
+
+def pytest_collection_finish(session):
+    """Collecting imports no JAX (see pytest_collection_modifyitems for why); a module that does is named."""
+    culprit = session.config.stash.get(_JAX_IMPORTED_BY, None)
+    if culprit is not None:
+        raise pytest.UsageError(
+            f"collecting {culprit} imported JAX: import JAX (and steps.train, steps.eval, the experiments that "
+            f"import them) inside the tests that use it and mark the file `pytestmark = pytest.mark.jax` "
+            f"(tests/README.md): once JAX is imported, every inline-runner step of every later test spawns")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files marked `jax` run after all the others, in the same order otherwise (a stable sort; every
+    xdist worker computes the same order, and `--dist loadfile` hands out files in it).
+
+    Once JAX is imported into a process, the inline runner spawns each step's child instead of
+    forking it (executor/engine/runner/inline.py `fork_is_unsafe`): a fresh interpreter per step,
+    ~4x the CPU of a fork for the cutoff tests (issue 46). So JAX is imported only inside the tests
+    that use it, never while collecting, and those files come last: a worker forks until then."""
+    items.sort(key=lambda item: item.get_closest_marker("jax") is not None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -1,8 +1,10 @@
-"""Shared test setup: Ray kept on loopback, and skips turned into failures under CI=true."""
+"""Shared test setup: Ray kept on loopback, skips turned into failures under CI=true, and no JAX
+imported while collecting (files marked `jax` run after the others)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,8 +43,6 @@ _JAX_IMPORTED_BY = pytest.StashKey[str]()
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     """Notes the first test module whose import (at collection) imported JAX."""
-    import sys
-
     before = "jax" in sys.modules
     yield
     if not before and "jax" in sys.modules and _JAX_IMPORTED_BY not in collector.config.stash:

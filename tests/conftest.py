@@ -36,7 +36,6 @@ os.environ.update(
 os.environ["COLUMNS"] = "200"
 
 
-
 _JAX_IMPORTED_BY = pytest.StashKey[str]()
 
 

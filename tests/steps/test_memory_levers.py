@@ -24,7 +24,6 @@ RTOL, ATOL = 1e-5, 1e-6
 pytestmark = pytest.mark.jax
 
 
-
 def small_config():
     from steps.train.config import ModelConfig
 

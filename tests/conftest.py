@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,18 @@ def pytest_collection_modifyitems(config, items):
     ~4x the CPU of a fork for the cutoff tests (issue 46). So JAX is imported only inside the tests
     that use it, never while collecting, and those files come last: a worker forks until then."""
     items.sort(key=lambda item: item.get_closest_marker("jax") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _jax_imported_only_by_files_marked_jax(request):
+    """A test that imports JAX into this process in a file not marked `jax` is warned about: it makes
+    every later inline-runner step of this worker spawn (pytest_collection_modifyitems says why)."""
+    before = "jax" in sys.modules
+    yield
+    if not before and "jax" in sys.modules and request.node.get_closest_marker("jax") is None:
+        warnings.warn(f"{request.node.nodeid} imported JAX into the pytest process but its file is not marked "
+                      f"`pytestmark = pytest.mark.jax` (tests/README.md): mark it, so that it runs after the "
+                      f"files that do not import JAX", pytest.PytestWarning, stacklevel=1)
 
 
 @pytest.hookimpl(hookwrapper=True)

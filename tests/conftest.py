@@ -1,8 +1,11 @@
-"""Shared test setup: Ray kept on loopback, and skips turned into failures under CI=true."""
+"""Shared test setup: Ray kept on loopback, skips turned into failures under CI=true, and no JAX
+imported while collecting (files marked `jax` run after the others)."""
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,50 @@ os.environ.update(
 # (issue 35). A test about width sets its own (tools/test_one_command.py, tools/test_overview.py).
 os.environ["COLUMNS"] = "200"
 
+
+_JAX_IMPORTED_BY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Notes the first test module whose import (at collection) imported JAX."""
+    before = "jax" in sys.modules
+    yield
+    if not before and "jax" in sys.modules and _JAX_IMPORTED_BY not in collector.config.stash:
+        collector.config.stash[_JAX_IMPORTED_BY] = collector.nodeid
+
+
+def pytest_collection_finish(session):
+    """Collecting imports no JAX (see pytest_collection_modifyitems for why); a module that does is named."""
+    culprit = session.config.stash.get(_JAX_IMPORTED_BY, None)
+    if culprit is not None:
+        raise pytest.UsageError(
+            f"collecting {culprit} imported JAX: import JAX (and steps.train, steps.eval, the experiments that "
+            f"import them) inside the tests that use it and mark the file `pytestmark = pytest.mark.jax` "
+            f"(tests/README.md): once JAX is imported, every inline-runner step of every later test spawns")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files marked `jax` run after all the others, in the same order otherwise (a stable sort; every
+    xdist worker computes the same order, and `--dist loadfile` hands out files in it).
+
+    Once JAX is imported into a process, the inline runner spawns each step's child instead of
+    forking it (executor/engine/runner/inline.py `fork_is_unsafe`): a fresh interpreter per step,
+    ~4x the CPU of a fork for the cutoff tests (issue 46). So JAX is imported only inside the tests
+    that use it, never while collecting, and those files come last: a worker forks until then."""
+    items.sort(key=lambda item: item.get_closest_marker("jax") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _jax_imported_only_by_files_marked_jax(request):
+    """A test that imports JAX into this process in a file not marked `jax` is warned about: it makes
+    every later inline-runner step of this worker spawn (pytest_collection_modifyitems says why)."""
+    before = "jax" in sys.modules
+    yield
+    if not before and "jax" in sys.modules and request.node.get_closest_marker("jax") is None:
+        warnings.warn(f"{request.node.nodeid} imported JAX into the pytest process but its file is not marked "
+                      f"`pytestmark = pytest.mark.jax` (tests/README.md): mark it, so that it runs after the "
+                      f"files that do not import JAX", pytest.PytestWarning, stacklevel=1)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from executor import open_file
 from executor.engine.prefix import location
-from experiments.moe_isoflop import PlotConfig, plot_isoflop
 from tests.buckets.conftest import make_bucket
+
+# JAX is imported inside the test (experiments.moe_isoflop imports it), never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 def test_the_isoflop_plot_step_reads_and_writes_a_bucket(s3_emulator):
+    from experiments.moe_isoflop import PlotConfig, plot_isoflop
+
     bucket = make_bucket(s3_emulator, "plot")
     with location.using(bucket.storage):  # as the runner does around a step
         evals = [f"{bucket.prefix}/eval-{i}" for i in range(3)]

@@ -6,17 +6,23 @@ from __future__ import annotations
 import pytest
 
 from executor.engine.prefix import location
-from steps.train import checkpoint, train
-from steps.train.synthetic import write_synthetic_cache
 from tests.steps.test_train import tiny_config
+
+# JAX is imported inside the test, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> str:
+    from steps.train.synthetic import write_synthetic_cache
+
     return str(write_synthetic_cache(tmp_path_factory.mktemp("cache") / "tokens", n_train=120, n_validation=12))
 
 
 def test_checkpoints_commit_and_training_resumes_on_a_bucket(bucket, cache):
+    from steps.train import checkpoint, train
+
     with location.using(bucket.storage):  # as the runner does around a step
         out = f"{bucket.prefix}/train"
         first = train(tiny_config(cache, out, num_steps=4, checkpoint_every=2, keep_checkpoints=5))

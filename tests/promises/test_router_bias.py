@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from steps.train.config import ModelConfig, OptimizerConfig
-from steps.train.optim import make_optimizer
-from steps.train.state import init_state, make_train_step
-
-CFG = ModelConfig(vocab_size=20, seq_len=8, d_model=16, n_heads=2, n_layers=2, n_dense=1, d_ff=16,
-                  n_experts=4, top_k=2, d_expert=8, n_shared=1)
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
-def one_step(cfg: ModelConfig) -> tuple[dict, dict, dict]:
+def small_model():
+    from steps.train.config import ModelConfig
+
+    return ModelConfig(vocab_size=20, seq_len=8, d_model=16, n_heads=2, n_layers=2, n_dense=1, d_ff=16,
+                       n_experts=4, top_k=2, d_expert=8, n_shared=1)
+
+
+def one_step(cfg) -> tuple[dict, dict, dict]:
+    import jax
+
+    from steps.train.config import OptimizerConfig
+    from steps.train.optim import make_optimizer
+    from steps.train.state import init_state, make_train_step
+
     optimizer = make_optimizer(OptimizerConfig(warmup_steps=0), 10)
     state = init_state(cfg, optimizer, seed=0)
     batch = jax.random.randint(jax.random.key(1), (4, cfg.seq_len + 1), 0, cfg.vocab_size)
@@ -25,8 +34,10 @@ def one_step(cfg: ModelConfig) -> tuple[dict, dict, dict]:
 
 
 def test_aux_free_train_step_moves_the_bias_against_the_load():
+    import jax.numpy as jnp
+
     from_a_flag = "".join(["aux_", "free"])  # built at run time, as a parsed flag or file is: not interned
-    cfg = dataclasses.replace(CFG, balance=from_a_flag, bias_update_rate=0.01)
+    cfg = dataclasses.replace(small_model(), balance=from_a_flag, bias_update_rate=0.01)
     state, new_state, metrics = one_step(cfg)
     assert new_state["step"] == state["step"] + 1 and new_state["step"].dtype == jnp.int32  # the state's step counter
     delta = np.asarray(new_state["router_bias"] - state["router_bias"])
@@ -38,6 +49,8 @@ def test_aux_free_train_step_moves_the_bias_against_the_load():
 
 
 def test_aux_loss_mode_leaves_the_bias_alone():
-    cfg = dataclasses.replace(CFG, balance="aux_loss")
+    import jax.numpy as jnp
+
+    cfg = dataclasses.replace(small_model(), balance="aux_loss")
     state, new_state, _ = one_step(cfg)
     assert jnp.array_equal(new_state["router_bias"], state["router_bias"])

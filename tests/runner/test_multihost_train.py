@@ -23,28 +23,29 @@ import pytest
 
 from executor import ExecutorStep, this_output_path
 from executor.core.step import Resources
-from steps.eval.lm import load_trained_model
-from steps.train import TrainConfig
-from tests.runner import trainfns
 from tests.runner.test_ray_cluster import execute, record_of, step_dir
-from tests.steps.test_train import TINY_MODEL, cache, compile_cache, run_python, tiny_config  # noqa: F401  (fixtures)
+from tests.steps.test_train import cache, compile_cache, run_python, tiny_config, tiny_model  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.slow
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = [pytest.mark.slow, pytest.mark.jax]
 
 DEVICES_PER_HOST = 4
 XLA_FLAGS = (f"--xla_force_host_platform_device_count={DEVICES_PER_HOST} --xla_backend_optimization_level=0"
              " --xla_llvm_disable_expensive_passes=true")
 
 
-def config(cache: str, output_path, **overrides) -> TrainConfig:
+def config(cache: str, output_path, **overrides):
     """test_train's tiny run, on 8 devices: FSDP, all-to-all experts, one expert group per host."""
     run = tiny_config(cache, "", **{**dict(
-        model=dataclasses.replace(TINY_MODEL, n_experts=8), num_devices=8, fsdp=True, expert_parallel=True,
+        model=dataclasses.replace(tiny_model(), n_experts=8), num_devices=8, fsdp=True, expert_parallel=True,
         expert_dispatch="all_to_all", expert_axis_size=DEVICES_PER_HOST), **overrides})
     return dataclasses.replace(run, output_path=output_path)   # tiny_config makes it a str; keep placeholders
 
 
 def two_host_step(name: str, cache: str, compile_cache: dict, retries: int, **kill) -> ExecutorStep:
+    from tests.runner import trainfns
+
     return ExecutorStep(name, trainfns.host_train, trainfns.HostTrain(config(cache, this_output_path()), **kill),
                         resources=Resources(cpus=2, hosts=2, max_infra_retries=retries,  # a whole node per host
                                             env={"XLA_FLAGS": XLA_FLAGS, **compile_cache}))
@@ -52,6 +53,8 @@ def two_host_step(name: str, cache: str, compile_cache: dict, retries: int, **ki
 
 def model_leaves(out: Path) -> list[np.ndarray]:
     """The exported model as the eval step loads it (the sharded layout read back on one host)."""
+    from steps.eval.lm import load_trained_model
+
     import jax
 
     trained = load_trained_model(str(out))

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import zstandard
 
-from steps.eval.baselines import zstd_bpb
+# JAX is imported inside the test (steps.eval imports it), never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 def test_the_zstd_baseline_is_the_compressed_size_in_bits_per_byte_of_the_text():
     """Random letters from 16 symbols carry exactly 4 bits a byte: no compressor goes below that,
     and zstd gets within a bit of it; in bytes per byte the figure would be about 0.55."""
+    from steps.eval.baselines import zstd_bpb
+
     rng = random.Random(46)
     texts = ["".join(rng.choice("abcdefghijklmnop") for _ in range(3000)) for _ in range(4)]
     bpb, n_bytes = zstd_bpb(texts, level=19)

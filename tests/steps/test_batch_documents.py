@@ -11,20 +11,26 @@ import numpy as np
 import pytest
 
 from steps.token_cache import TokenSplit
-from steps.train import train
-from steps.train.batch_documents import batch_documents
-from steps.train.data import BatchSource
 from tests.steps.test_train import REPO, cache, tiny_config  # noqa: F401  (fixture)
+
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 @pytest.fixture(scope="module")
 def trained(cache, tmp_path_factory):  # noqa: F811
+    from steps.train import train
+
     out = tmp_path_factory.mktemp("train") / "run"
     train(tiny_config(cache, out, num_steps=3, checkpoint_every=3, batch_size=4))
     return out
 
 
 def test_listed_documents_rebuild_the_batch_of_that_step(cache, trained):  # noqa: F811
+    from steps.train.batch_documents import batch_documents
+    from steps.train.data import BatchSource
+
     split = TokenSplit.open(cache, "train")
     docs = [ids for ids, _ in split.documents()]
     source = BatchSource(split, 32, 4, seed=0)
@@ -40,6 +46,8 @@ def test_listed_documents_rebuild_the_batch_of_that_step(cache, trained):  # noq
 
 
 def test_command_prints_a_table_json_and_clear_errors(trained):
+    from steps.train.batch_documents import batch_documents
+
     run = lambda *a: subprocess.run([sys.executable, "-m", "steps.train.batch_documents", *a],  # noqa: E731
                                     cwd=REPO, capture_output=True, text=True, timeout=120)
     table = run(str(trained), "2")

@@ -3,24 +3,30 @@ they commit by marker (no directory move), torn ones are skipped, and restore is
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
 
 from executor.core.locations import Storage
 from executor.engine.prefix import location
-from steps.train import checkpoint
-from steps.train.config import TrainConfig
-from steps.train.loop import CheckpointWriter
 
 try:
     from emulators import gcs_emulator, s3_emulator  # noqa: F401  (session fixtures)
 except ImportError:
     from tests.emulators import gcs_emulator, s3_emulator  # noqa: F401
 
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
+
 
 @pytest.mark.parametrize("emulator", ["gcs_emulator", "s3_emulator"])
 def test_async_checkpoints_on_object_stores_commit_by_marker_and_skip_torn_ones(emulator, request):
+    import jax
+
+    from steps.train import checkpoint
+    from steps.train.config import TrainConfig
+    from steps.train.loop import CheckpointWriter
+
     emu = request.getfixturevalue(emulator)
     out = emu.fresh_prefix("ckpt")
     with location.using(Storage({out: emu.storage_options})):  # as the runner does around a step

@@ -12,18 +12,15 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
                                " --xla_llvm_disable_expensive_passes=true").strip()
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from steps.eval import EvalConfig, evaluate  # noqa: E402
-from steps.eval.lm import load_trained_model  # noqa: E402
-from steps.eval.multiple_choice import load_task, score_task  # noqa: E402
 from steps.token_cache import TokenSplit  # noqa: E402
-from steps.train import train  # noqa: E402
-from steps.train.model import forward  # noqa: E402
-from steps.train.synthetic import write_synthetic_cache  # noqa: E402
 from tests.steps.test_train import tiny_config  # noqa: E402
+
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 MAX_EVAL_TOKENS = 700
 
@@ -31,6 +28,10 @@ MAX_EVAL_TOKENS = 700
 def train_and_evaluate(root):
     """A tiny model trained 40 steps and evaluated: tests/steps/conftest.py's session fixture
     `trained`, shared by this module and test_lm_harness.py (trained once, not once per module)."""
+    from steps.eval import EvalConfig, evaluate
+    from steps.train import train
+    from steps.train.synthetic import write_synthetic_cache
+
     cache = str(write_synthetic_cache(root / "tokens", n_train=300, n_validation=30))
     train(tiny_config(cache, root / "train", num_steps=40, checkpoint_every=10, keep_checkpoints=2))
     results = evaluate(EvalConfig(train_path=str(root / "train"), cache_path=cache, output_path=str(root / "eval"),
@@ -40,6 +41,11 @@ def train_and_evaluate(root):
 
 def reference_bits_per_byte(train_path: str, cache: str, max_tokens: int) -> tuple[float, float]:
     """Document by document, window by window, no padding, float64 log-softmax; and unigram."""
+    import jax
+
+    from steps.eval.lm import load_trained_model
+    from steps.train.model import forward
+
     model = load_trained_model(train_path)
     val = TokenSplit.open(cache, "validation")
     docs, n_bytes, n = [], 0, 0
@@ -89,6 +95,8 @@ def test_tiny_trained_model_beats_the_unigram_baseline(trained):
 def test_multiple_choice_scores_only_the_choice_tokens():
     """With 'nats' = sum of the masked target ids, the choice with the smallest ids must win,
     whatever the context and few-shot prefix contain."""
+    from steps.eval.multiple_choice import score_task
+
     items = [{"context": "zz", "choices": ["ab", "a", "zzz"], "answer": 1},
              {"context": "q", "choices": ["yy", "bb"], "answer": 1}]
     encode = lambda text: [ord(c) - 96 for c in text]  # noqa: E731
@@ -101,6 +109,8 @@ def test_multiple_choice_scores_only_the_choice_tokens():
 
 
 def test_shipped_task_file_is_well_formed():
+    from steps.eval.multiple_choice import load_task
+
     items, sha = load_task("shakespeare_completions")
     assert len(items) == 24 and len(sha) == 64
     assert len({it["answer"] for it in items}) > 1        # answers are not all in one position
@@ -112,6 +122,8 @@ def test_each_choice_is_scored_by_its_tokens_given_all_that_precedes_them():
     """score_rows sees, per (item, choice), the inputs ids[:-1] and targets ids[1:] of few-shot
     prefix + context + choice (cut to seq_len + 1 from the left), masked to the choice's tokens:
     a bigram cost table makes every input and target count."""
+    from steps.eval.multiple_choice import score_task
+
     items = [{"context": "The sky is ", "choices": [" blue", " green", " a very long red"], "answer": 0},
              {"context": "Grass, in spring, is ", "choices": [" green", " blue"], "answer": 0},
              {"context": "x", "choices": [" y", " zz"], "answer": 1}]
@@ -142,6 +154,7 @@ def test_each_choice_is_scored_by_its_tokens_given_all_that_precedes_them():
 
 def test_a_task_whose_answer_is_not_an_index_of_its_choices_is_refused(tmp_path, monkeypatch):
     import steps.eval.multiple_choice as mc
+    from steps.eval.multiple_choice import load_task
 
     monkeypatch.setattr(mc, "TASKS_DIR", tmp_path)
     for answer in (2, -1):

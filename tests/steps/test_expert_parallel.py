@@ -11,9 +11,11 @@ import json
 import numpy as np
 import pytest
 
-from steps.train.config import TrainConfig
-from steps.train.sharding import capacity_per_destination, dispatch_bytes_per_layer
 from tests.steps.test_train import cache, compile_cache, run_python  # noqa: F401  (fixtures)
+
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 def expected_kept(indices: np.ndarray, n_devices: int, n_local: int, capacity: int) -> np.ndarray:
@@ -38,12 +40,12 @@ def test_all_to_all_and_all_gather_layers_and_training_equal_single_device(cache
         from steps.train import train, model as M
         from steps.train.sharding import (expert_parallel_fn, expert_parallel_all_to_all_fn, make_mesh,
                                           capacity_per_destination)
-        from tests.steps.test_train import tiny_config, load_model_export, TINY_MODEL
+        from tests.steps.test_train import tiny_config, load_model_export, tiny_model
         from tests.steps.test_expert_parallel import expected_kept
         n = len(jax.devices()); assert n == 4
         mesh = make_mesh(n, n)            # one expert group of 4 devices
         grid = make_mesh(n, 2)            # 2 data-parallel groups x 2 expert devices
-        cfg = dataclasses.replace(TINY_MODEL, vocab_size=40, n_experts=8, top_k=2)
+        cfg = dataclasses.replace(tiny_model(), vocab_size=40, n_experts=8, top_k=2)
         moe = M.init_params(cfg, jax.random.key(0))["layers"][1]["moe"]
         x = jax.random.normal(jax.random.key(1), (64, cfg.d_model))
         # skewed routing, so that a capacity of 1.0 overflows on some destinations
@@ -96,6 +98,8 @@ def test_all_to_all_and_all_gather_layers_and_training_equal_single_device(cache
 
 
 def test_capacity_and_traffic_formulas():
+    from steps.train.sharding import capacity_per_destination, dispatch_bytes_per_layer
+
     assert capacity_per_destination(64, 8, None) == 64                   # dropless worst case
     assert capacity_per_destination(64, 8, 1.25) == 10                   # ceil(1.25 * 64 / 8)
     assert capacity_per_destination(64, 8, 100.0) == 64                  # never above dropless
@@ -107,6 +111,8 @@ def test_capacity_and_traffic_formulas():
 
 
 def test_capacity_factor_needs_all_to_all_dispatch():
+    from steps.train.config import TrainConfig
+
     with pytest.raises(ValueError, match="expert_capacity_factor=1.25 only applies"):
         TrainConfig(cache_path="c", output_path="o", expert_capacity_factor=1.25)
     with pytest.raises(ValueError, match="expert_dispatch='ring'"):

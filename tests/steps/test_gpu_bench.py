@@ -14,8 +14,11 @@ import time
 
 import pytest
 
-from steps.train.config import ModelConfig
 from tests.steps.test_train import REPO
+
+# JAX is imported inside the tests (steps.train imports it), never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 NO_RAY_OR_DRACCUS = textwrap.dedent("""
     import sys
@@ -25,8 +28,14 @@ NO_RAY_OR_DRACCUS = textwrap.dedent("""
                 raise ImportError(f"{name} is not installed on the GPU image")
     sys.meta_path.insert(0, Block())
 """)
-TINY = ModelConfig(vocab_size=512, seq_len=64, d_model=64, n_heads=4, n_layers=2, n_dense=1, d_ff=128,
-                   n_experts=4, top_k=2, d_expert=32, n_shared=1)
+
+
+def tiny():
+    """The model `gpu_check.sh --smoke` measures (scripts/gpu_check.py)."""
+    from steps.train.config import ModelConfig
+
+    return ModelConfig(vocab_size=512, seq_len=64, d_model=64, n_heads=4, n_layers=2, n_dense=1, d_ff=128,
+                       n_experts=4, top_k=2, d_expert=32, n_shared=1)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +66,7 @@ def test_gpu_check_smoke_runs_every_part_on_cpu_without_ray_or_draccus(smoke):
     for dtype in ("float32", "bfloat16"):
         mfu = report[f"mfu_{dtype}"]
         assert mfu["dtype"] == dtype and mfu["attention"] == "xla" and mfu["peak_tflops"] == 0.5
-        assert mfu["flops_per_token"] == TINY.flops_per_token()
+        assert mfu["flops_per_token"] == tiny().flops_per_token()
         assert mfu["flop_formula"] == "6 x active params per token + 6 x n_layers x seq_len x d_model"
         assert mfu["tokens_per_s"] == mfu["batch_size"] * 64 / mfu["step_s_median"]
         assert math.isclose(mfu["mfu"], mfu["flops_per_token"] * mfu["tokens_per_s"] / 0.5e12)

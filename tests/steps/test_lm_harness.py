@@ -9,19 +9,20 @@ import json
 import numpy as np
 import pytest
 
-from steps.eval import EvalConfig, evaluate
-from steps.eval.lm import load_trained_model, make_scorer, score_in_batches, total_nats
-from steps.eval.multiple_choice import load_task, score_task
-from steps.eval.step import _tokenizer
 from steps.token_cache import TokenSplit
 from tests.steps.test_eval import MAX_EVAL_TOKENS  # `trained` is tests/steps/conftest.py's session fixture
 
 pytest.importorskip("lm_eval", reason="lm-eval is a dev/extra dependency (uv sync --extra lm-eval)")
 
-from steps.lm_harness import harness_lm, run_tasks, task_config  # noqa: E402
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 def loaded(root, cache):
+    from steps.eval.lm import load_trained_model
+    from steps.eval.step import _tokenizer
+
     model = load_trained_model(str(root / "train"))
     tokenizer = _tokenizer(cache)
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
@@ -30,6 +31,10 @@ def loaded(root, cache):
 
 @pytest.mark.slow  # the eval step's test below checks the same accuracy through the step
 def test_lm_eval_task_accuracy_equals_our_scorer(trained):
+    from steps.eval.lm import make_scorer, score_in_batches
+    from steps.eval.multiple_choice import load_task, score_task
+    from steps.lm_harness import run_tasks
+
     root, cache, _ = trained
     model, encode, eos = loaded(root, cache)
     score = make_scorer(model)
@@ -43,6 +48,10 @@ def test_lm_eval_task_accuracy_equals_our_scorer(trained):
 def test_adapter_loglikelihoods_match_a_one_row_reference(trained):
     """Each (context, choice) scored alone (one row, padded to seq_len) against the adapter's batch."""
     from lm_eval.api.instance import Instance
+
+    from steps.eval.lm import make_scorer
+    from steps.eval.multiple_choice import load_task
+    from steps.lm_harness import harness_lm
 
     root, cache, _ = trained
     model, encode, eos = loaded(root, cache)
@@ -65,6 +74,9 @@ def test_adapter_loglikelihoods_match_a_one_row_reference(trained):
 def test_rolling_loglikelihood_is_the_eval_steps_nats(trained):
     from lm_eval.api.instance import Instance
 
+    from steps.eval.lm import make_scorer, total_nats
+    from steps.lm_harness import harness_lm
+
     root, cache, _ = trained
     model, encode, eos = loaded(root, cache)
     text = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer " * 4
@@ -77,6 +89,8 @@ def test_rolling_loglikelihood_is_the_eval_steps_nats(trained):
 
 
 def test_the_eval_step_writes_lm_eval_results(trained, tmp_path):
+    from steps.eval import EvalConfig, evaluate
+
     root, cache, _ = trained
     results = evaluate(EvalConfig(train_path=str(root / "train"), cache_path=cache, output_path=str(tmp_path),
                                   max_eval_tokens=MAX_EVAL_TOKENS, batch_size=8, num_fewshot=0,
@@ -96,5 +110,7 @@ def test_the_eval_step_writes_lm_eval_results(trained, tmp_path):
 
 
 def test_unknown_lm_eval_task_names_the_known_ones():
+    from steps.lm_harness import task_config
+
     with pytest.raises(FileNotFoundError, match="known: .*shakespeare_completions"):
         task_config("nope")

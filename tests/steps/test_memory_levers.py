@@ -11,24 +11,29 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
                                " --xla_llvm_disable_expensive_passes=true").strip()
 
-import jax  # noqa: E402
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from steps.train import model as M
-from steps.train.config import ModelConfig
-from steps.train.cross_entropy import blockwise_nll, naive_nll
 
 # float32: the two differ only in summation order (online logsumexp over blocks); measured
 # differences are ~1e-8 absolute on these sizes.
 RTOL, ATOL = 1e-5, 1e-6
 
-CFG = ModelConfig(vocab_size=300, seq_len=16, d_model=32, n_heads=4, n_layers=3, n_dense=1, d_ff=48,
-                  n_experts=6, top_k=2, d_expert=16, n_shared=1, ce_block_size=64, cross_entropy="naive")
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
+
+
+def small_config():
+    from steps.train.config import ModelConfig
+
+    return ModelConfig(vocab_size=300, seq_len=16, d_model=32, n_heads=4, n_layers=3, n_dense=1, d_ff=48,
+                       n_experts=6, top_k=2, d_expert=16, n_shared=1, ce_block_size=64, cross_entropy="naive")
 
 
 def _inputs(n=96, d=24, vocab=1000, seed=0):
+    import jax
+
     k = jax.random.split(jax.random.key(seed), 4)
     h = jax.random.normal(k[0], (n, d))
     w = jax.random.normal(k[1], (d, vocab)) * 0.3
@@ -39,6 +44,10 @@ def _inputs(n=96, d=24, vocab=1000, seed=0):
 
 @pytest.mark.parametrize("block", [1000, 128, 333])   # one block, many, a ragged last block
 def test_blockwise_cross_entropy_equals_naive_in_loss_and_gradients(block):
+    import jax
+    import jax.numpy as jnp
+    from steps.train.cross_entropy import blockwise_nll, naive_nll
+
     h, w, targets, weights = _inputs()
     naive = lambda h, w: jnp.sum(weights * naive_nll(h, w, targets))  # noqa: E731
     blockwise = lambda h, w: jnp.sum(weights * blockwise_nll(h, w, targets, block))  # noqa: E731
@@ -50,6 +59,10 @@ def test_blockwise_cross_entropy_equals_naive_in_loss_and_gradients(block):
 
 
 def test_blockwise_cross_entropy_needs_a_fraction_of_the_memory():
+    import jax
+    import jax.numpy as jnp
+    from steps.train.cross_entropy import blockwise_nll, naive_nll
+
     n, d, vocab = 1024, 64, 32768
     args = (jax.ShapeDtypeStruct((n, d), jnp.float32), jax.ShapeDtypeStruct((d, vocab), jnp.float32),
             jax.ShapeDtypeStruct((n,), jnp.int32))
@@ -68,10 +81,16 @@ def test_blockwise_cross_entropy_needs_a_fraction_of_the_memory():
 
 @functools.lru_cache(maxsize=1)
 def _baseline():
+    CFG = small_config()
+
     return _loss_and_grads(CFG)
 
 
 def _loss_and_grads(cfg):
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+
     params = jax.jit(M.init_params, static_argnums=0)(cfg, jax.random.key(1))
     batch = jax.random.randint(jax.random.key(2), (4, cfg.seq_len + 1), 0, cfg.vocab_size)
     bias = jnp.linspace(-0.05, 0.05, cfg.n_experts * cfg.n_moe).reshape(cfg.n_moe, cfg.n_experts)
@@ -83,6 +102,9 @@ def _loss_and_grads(cfg):
 @pytest.mark.parametrize("change", [dict(cross_entropy="blockwise"), dict(remat="full"),
                                     dict(remat="dots_saveable", cross_entropy="blockwise")])
 def test_model_loss_and_gradients_do_not_depend_on_the_memory_levers(change):
+    import jax
+    CFG = small_config()
+
     loss_a, metrics_a, grads_a = _baseline()
     loss_b, metrics_b, grads_b = _loss_and_grads(dataclasses.replace(CFG, **change))
     np.testing.assert_allclose(loss_b, loss_a, rtol=RTOL, atol=ATOL)
@@ -92,6 +114,8 @@ def test_model_loss_and_gradients_do_not_depend_on_the_memory_levers(change):
 
 
 def test_memory_lever_options_are_validated():
+    CFG = small_config()
+
     with pytest.raises(ValueError, match="remat='some'"):
         dataclasses.replace(CFG, remat="some")
     with pytest.raises(ValueError, match="cross_entropy='fused'"):

@@ -12,21 +12,29 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
                                " --xla_llvm_disable_expensive_passes=true").strip()
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from steps.train import model as M  # noqa: E402
-from steps.train.config import ModelConfig  # noqa: E402
 
-CFG = ModelConfig(vocab_size=50, seq_len=16, d_model=32, n_heads=4, n_layers=3, n_dense=1, d_ff=48,
-                  n_experts=6, top_k=2, d_expert=16, n_shared=1)
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
-def handwritten_attention(p: dict, x, cfg: ModelConfig, cos, sin):
+def small_config():
+    from steps.train.config import ModelConfig
+
+    return ModelConfig(vocab_size=50, seq_len=16, d_model=32, n_heads=4, n_layers=3, n_dense=1, d_ff=48,
+                       n_experts=6, top_k=2, d_expert=16, n_shared=1)
+
+
+def handwritten_attention(p: dict, x, cfg, cos, sin):
     """The implementation the trainer used before dot_product_attention: explicit scores, a
     causal mask of finfo.min, softmax, weighted values."""
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+
     b, t, d = x.shape
     h, hd = cfg.n_heads, cfg.head_dim
     q = M.apply_rope((x @ p["wq"]).reshape(b, t, h, hd), cos, sin)
@@ -39,6 +47,10 @@ def handwritten_attention(p: dict, x, cfg: ModelConfig, cos, sin):
 
 
 def _layer_and_input():
+    import jax
+    from steps.train import model as M
+    CFG = small_config()
+
     layer = M.init_params(CFG, jax.random.key(0))["layers"][0]
     x = jax.random.normal(jax.random.key(1), (2, CFG.seq_len, CFG.d_model))
     return layer, x, M.rope_tables(CFG.seq_len, CFG.head_dim, CFG.rope_theta)
@@ -46,6 +58,11 @@ def _layer_and_input():
 
 @pytest.mark.parametrize("implementation", ["auto", "xla"])
 def test_attention_equals_the_handwritten_causal_attention(implementation):
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+    CFG = small_config()
+
     layer, x, (cos, sin) = _layer_and_input()
     cfg = dataclasses.replace(CFG, attention=implementation)
     fused = lambda p, x: jnp.sum(jnp.sin(M.causal_attention(p, x, cfg, cos, sin)))  # noqa: E731
@@ -59,6 +76,9 @@ def test_attention_equals_the_handwritten_causal_attention(implementation):
 
 def test_attention_is_causal():
     """A change to a later token leaves every earlier position's output unchanged."""
+    from steps.train import model as M
+    CFG = small_config()
+
     layer, x, (cos, sin) = _layer_and_input()
     changed = x.at[:, 10:].add(1.0)
     a, b = M.causal_attention(layer, x, CFG, cos, sin), M.causal_attention(layer, changed, CFG, cos, sin)
@@ -67,6 +87,11 @@ def test_attention_is_causal():
 
 
 def test_attention_implementation_is_chosen_by_backend_and_dtype():
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+    from steps.train.config import ModelConfig
+
     assert M.attention_implementation("xla", jnp.bfloat16) == "xla"
     assert M.attention_implementation("cudnn", jnp.float32) == "cudnn"
     expected = "cudnn" if jax.default_backend() == "gpu" else "xla"
@@ -77,6 +102,11 @@ def test_attention_implementation_is_chosen_by_backend_and_dtype():
 
 
 def test_bfloat16_compute_keeps_params_gradients_router_and_loss_float32():
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+    CFG = small_config()
+
     params = M.init_params(CFG, jax.random.key(0))
     bias = M.init_router_bias(CFG)
     batch = jax.random.randint(jax.random.key(2), (4, CFG.seq_len + 1), 0, CFG.vocab_size)

@@ -4,6 +4,7 @@ balancing losses and config validation."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 # Tiny models: XLA's expensive CPU optimisations cost far more compile time than they save.
@@ -11,21 +12,30 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
                                " --xla_llvm_disable_expensive_passes=true").strip()
 
-import jax  # noqa: E402
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
-from steps.train import model as M
 
-CFG = ModelConfig(vocab_size=50, seq_len=16, d_model=32, n_heads=4, n_layers=3, n_dense=1, d_ff=48,
-                  n_experts=6, top_k=2, d_expert=16, n_shared=1)
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
-init_params = jax.jit(M.init_params, static_argnums=0)
-forward = jax.jit(M.forward, static_argnums=(3, 4))
-loss_fn = jax.jit(M.loss_fn, static_argnums=(3, 4))
+def small_config():
+    from steps.train.config import ModelConfig
+
+    return ModelConfig(vocab_size=50, seq_len=16, d_model=32, n_heads=4, n_layers=3, n_dense=1, d_ff=48,
+                       n_experts=6, top_k=2, d_expert=16, n_shared=1)
+
+
+@functools.cache
+def jitted():
+    """The model's init_params, forward and loss_fn under jax.jit, made once, on first use."""
+    import jax
+    from steps.train import model as M
+
+    return (jax.jit(M.init_params, static_argnums=0), jax.jit(M.forward, static_argnums=(3, 4)),
+            jax.jit(M.loss_fn, static_argnums=(3, 4)))
 
 
 def reference_experts(w, x, indices, gates):
@@ -42,6 +52,11 @@ def reference_experts(w, x, indices, gates):
 
 
 def test_forward_shapes_and_counts():
+    import jax
+    from steps.train import model as M
+    CFG = small_config()
+    init_params, forward, loss_fn = jitted()
+
     params = init_params(CFG, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (3, CFG.seq_len), 0, CFG.vocab_size)
     logits, stats = forward(params, M.init_router_bias(CFG), tokens, CFG)
@@ -54,6 +69,12 @@ def test_forward_shapes_and_counts():
 
 @pytest.mark.parametrize("affinity", ["sigmoid", "softmax"])
 def test_ragged_and_dense_experts_equal_a_per_expert_loop(affinity):
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+    CFG = small_config()
+    init_params, forward, loss_fn = jitted()
+
     cfg = dataclasses.replace(CFG, router_affinity=affinity)
     moe = init_params(cfg, jax.random.key(2))["layers"][1]["moe"]
     x = jax.random.normal(jax.random.key(3), (40, cfg.d_model))
@@ -70,6 +91,12 @@ def test_ragged_and_dense_experts_equal_a_per_expert_loop(affinity):
 
 def test_ragged_and_dense_gradients_agree():
     """Gradients w.r.t. expert weights, router and inputs flow the same through both paths."""
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+    CFG = small_config()
+    init_params, forward, loss_fn = jitted()
+
     moe = init_params(CFG, jax.random.key(4))["layers"][1]["moe"]
     x = jax.random.normal(jax.random.key(5), (48, CFG.d_model))
     bias = jnp.zeros(CFG.n_experts)
@@ -84,6 +111,12 @@ def test_ragged_and_dense_gradients_agree():
 
 
 def test_balancing_terms():
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+    CFG = small_config()
+    init_params, forward, loss_fn = jitted()
+
     counts = jnp.array([[10.0, 2.0, 0.0, 5.0]])
     bias = M.router_bias_update(jnp.zeros((1, 4)), counts, 0.5)
     np.testing.assert_array_equal(bias, [[-0.5, 0.5, 0.5, -0.5]])   # mean load is 4.25
@@ -98,6 +131,11 @@ def test_balancing_terms():
 
 
 def test_loss_with_aux_loss_mode_includes_it():
+    import jax
+    from steps.train import model as M
+    CFG = small_config()
+    init_params, forward, loss_fn = jitted()
+
     cfg = dataclasses.replace(CFG, balance="aux_loss", aux_loss_coef=0.5)
     params = init_params(cfg, jax.random.key(6))
     batch = jax.random.randint(jax.random.key(7), (2, cfg.seq_len + 1), 0, cfg.vocab_size)
@@ -114,11 +152,15 @@ def test_loss_with_aux_loss_mode_includes_it():
     (dict(balance="magic"), "balance='magic'"),
 ])
 def test_model_config_errors_name_the_field(kwargs, field):
+    from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
+
     with pytest.raises(ValueError, match="ModelConfig: " + field.replace("(", r"\(").replace(")", r"\)")):
         ModelConfig(**kwargs)
 
 
 def test_train_and_optimizer_config_errors():
+    from steps.train.config import ModelConfig, OptimizerConfig, TrainConfig
+
     with pytest.raises(ValueError, match="schedule='linear'"):
         OptimizerConfig(schedule="linear")
     with pytest.raises(ValueError, match="batch_size=6 is not divisible by num_devices=4"):
@@ -134,6 +176,10 @@ def test_train_and_optimizer_config_errors():
 
 def _routing_imbalance(cfg, router_w, mu, steps, rate, aux_lr=0.0):
     """Route fresh skewed token batches; return mean max/mean load over the last half."""
+    import jax
+    import jax.numpy as jnp
+    from steps.train import model as M
+
     route = jax.jit(M.route, static_argnums=3)
 
     def aux(w, bias, x):  # switch-style loss alone, to drive the router with its gradient
@@ -157,6 +203,9 @@ def _routing_imbalance(cfg, router_w, mu, steps, rate, aux_lr=0.0):
 def test_aux_free_bias_and_aux_loss_both_reduce_expert_load_imbalance(affinity):
     """Tokens share a strong common direction that the router favours for two experts: with no
     balancing those two take most of the load; the bias update and the aux loss each spread it."""
+    import jax
+    CFG = small_config()
+
     cfg = dataclasses.replace(CFG, router_affinity=affinity, n_experts=8, top_k=2)
     k1, k2 = jax.random.split(jax.random.key(9))
     mu = 1.5 * jax.random.normal(k1, (cfg.d_model,)) / np.sqrt(cfg.d_model)

@@ -14,8 +14,11 @@ import pytest
 
 from executor.core.record import State, Status
 from steps.tracking import tracker_run_id
-from steps.train import TrainConfig
 from tests.steps.test_train import cache, compile_cache, run_python, tiny_config  # noqa: F401  (fixtures)
+
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 STEP_ID = "train/tiny-0123456789ab"
 RUN_ID = "train-tiny-0123456789ab"
@@ -141,6 +144,8 @@ def test_a_failing_tracker_is_a_warning_and_training_completes(cache, tmp_path, 
 
 
 def test_unknown_tracker_is_a_one_line_error_naming_the_field(tmp_path):
+    from steps.train import TrainConfig
+
     with pytest.raises(ValueError, match=r"TrainConfig.trackers: unknown tracker\(s\) \['mlflow'\]"):
         TrainConfig(cache_path="c", output_path=str(tmp_path), trackers=("mlflow",))
 

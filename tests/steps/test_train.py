@@ -11,29 +11,37 @@ import sys
 import textwrap
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
 from steps.token_cache import TokenSplit
-from steps.train import ModelConfig, OptimizerConfig, TrainConfig, checkpoint, train
-from steps.train.data import BatchSource
-from steps.train.loop import MODEL_SUBDIR
-from steps.train.synthetic import write_synthetic_cache
 
 REPO = Path(__file__).resolve().parents[2]
+
+# JAX (and steps.train, which imports it) is imported inside the tests, never when this module is
+# collected: an xdist worker that has imported JAX spawns every inline-runner step of every later
+# test instead of forking it (executor/engine/runner/inline.py fork_is_unsafe; issue 46). The
+# `jax` marker (pyproject) orders this file after the files that do not import JAX.
+pytestmark = pytest.mark.jax
 
 # Tiny models: XLA's expensive CPU optimisations cost far more compile time than they save.
 # Set before any computation, so this process and its subprocesses compile alike.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
                                " --xla_llvm_disable_expensive_passes=true").strip()
-TINY_MODEL = ModelConfig(seq_len=32, d_model=32, n_heads=2, n_layers=2, n_dense=1, d_ff=64,
-                         n_experts=4, top_k=2, d_expert=16, n_shared=1)
+
+
+def tiny_model():
+    from steps.train import ModelConfig
+
+    return ModelConfig(seq_len=32, d_model=32, n_heads=2, n_layers=2, n_dense=1, d_ff=64,
+                       n_experts=4, top_k=2, d_expert=16, n_shared=1)
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> str:
+    from steps.train.synthetic import write_synthetic_cache
+
     return str(write_synthetic_cache(tmp_path_factory.mktemp("cache") / "tokens", n_train=300, n_validation=30))
 
 
@@ -46,13 +54,17 @@ def compile_cache(tmp_path_factory) -> dict:
     return {"JAX_COMPILATION_CACHE_DIR": str(directory), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
-def tiny_config(cache: str, out: Path, **overrides) -> TrainConfig:
-    base = dict(model=TINY_MODEL, optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=3),
+def tiny_config(cache: str, out: Path, **overrides):
+    from steps.train import OptimizerConfig, TrainConfig
+
+    base = dict(model=tiny_model(), optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=3),
                 batch_size=8, num_steps=12, checkpoint_every=4, keep_checkpoints=5, log_every=1)
     return TrainConfig(cache_path=cache, output_path=str(out), **{**base, **overrides})
 
 
 def load_model_export(out: Path) -> list[np.ndarray]:
+    from steps.train.loop import MODEL_SUBDIR
+
     fs_dir = out / MODEL_SUBDIR
     step = max(int(p.name.split("-")[1]) for p in fs_dir.iterdir() if (p / "COMMITTED").exists())
     with np.load(fs_dir / f"step-{step:06d}" / "arrays.npz") as arrays:
@@ -70,6 +82,8 @@ def run_python(code: str, env_extra: dict | None = None, timeout: int = 240) -> 
 # ----------------------------------------------------------------------------- data
 
 def test_batches_are_a_pure_function_of_seed_and_step(cache):
+    from steps.train.data import BatchSource
+
     split = TokenSplit.open(cache, "train")
     a, b = BatchSource(split, 32, 8, seed=1), BatchSource(split, 32, 8, seed=1)
     np.testing.assert_array_equal(a.batch(7), b.batch(7))           # no hidden iterator state
@@ -89,6 +103,8 @@ def test_batches_are_a_pure_function_of_seed_and_step(cache):
 
 
 def test_window_larger_than_split_is_a_clear_error(cache):
+    from steps.train.data import BatchSource
+
     with pytest.raises(ValueError, match="fewer than one training window"):
         BatchSource(TokenSplit.open(cache, "validation"), 10**6, 1, 0)
 
@@ -96,7 +112,11 @@ def test_window_larger_than_split_is_a_clear_error(cache):
 # ----------------------------------------------------------------------------- checkpoints
 
 def test_checkpoint_roundtrip_and_torn_checkpoints_are_skipped(tmp_path):
+    import jax
     import optax
+
+    from steps.train import checkpoint
+
     params = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
     state = {"params": params, "opt": optax.adam(1e-3).init(params), "step": np.int32(5)}
     out = str(tmp_path)
@@ -130,16 +150,18 @@ def test_checkpoint_roundtrip_and_torn_checkpoints_are_skipped(tmp_path):
 # ----------------------------------------------------------------------------- training
 
 def test_training_lowers_the_loss_and_writes_its_outputs(cache, tmp_path):
+    from steps.train import checkpoint, train
+
     out = tmp_path / "run"
     result = train(tiny_config(cache, out, num_steps=40, checkpoint_every=10, keep_checkpoints=2))
-    assert result["final_load_max_over_mean"] and len(result["final_load_max_over_mean"]) == TINY_MODEL.n_moe
+    assert result["final_load_max_over_mean"] and len(result["final_load_max_over_mean"]) == tiny_model().n_moe
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 41))
     first, last = np.mean([r["loss"] for r in rows[:3]]), np.mean([r["loss"] for r in rows[-3:]])
     assert last < first - 1.0, (first, last)
     assert {"loss", "aux_loss", "z_loss", "grad_norm", "lr", "tokens_per_s", "load_max_over_mean",
             "expert_counts"} <= set(rows[-1])
-    assert len(rows[-1]["expert_counts"]) == TINY_MODEL.n_moe
+    assert len(rows[-1]["expert_counts"]) == tiny_model().n_moe
     assert checkpoint.committed_steps(str(out)) == [30, 40]          # rolling: keep the last 2
     assert result["final_step"] == 40 and result["steps_run"] == 40 and result["resumed_from_step"] is None
     assert json.loads((out / "model.json").read_text())["model"]["vocab_size"] == TokenSplit.open(cache).vocab_size
@@ -150,7 +172,7 @@ def test_training_lowers_the_loss_and_writes_its_outputs(cache, tmp_path):
 
 def test_metrics_are_written_between_checkpoints_for_watching_a_run(cache, tmp_path, monkeypatch):
     """A run that dies before its first checkpoint has still left the rows it logged."""
-    from steps.train import loop
+    from steps.train import loop, train
 
     def die(*args, **kwargs):
         raise RuntimeError("preempted before the checkpoint")
@@ -165,6 +187,9 @@ def test_metrics_are_written_between_checkpoints_for_watching_a_run(cache, tmp_p
 
 def test_restart_after_sigkill_is_bitwise_identical_to_a_straight_run(cache, tmp_path, compile_cache):
     """Both runs live in fresh processes with the same XLA flags, as a real restart would."""
+    from steps.train import checkpoint
+    from steps.train.loop import MODEL_SUBDIR
+
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     crash = f"""
         import os, signal
@@ -211,11 +236,11 @@ def test_sharded_and_unsharded_training_agree_on_two_fake_devices(cache, tmp_pat
         from jax.sharding import PartitionSpec as P
         from steps.train import train, model as M
         from steps.train.sharding import expert_parallel_fn, make_mesh, state_shardings
-        from tests.steps.test_train import tiny_config, load_model_export, TINY_MODEL
+        from tests.steps.test_train import tiny_config, load_model_export, tiny_model
         from pathlib import Path
         assert len(jax.devices()) == 2
         # the expert-parallel layer alone equals the local ragged_dot path
-        cfg = dataclasses.replace(TINY_MODEL, vocab_size=40)
+        cfg = dataclasses.replace(tiny_model(), vocab_size=40)
         moe = M.init_params(cfg, jax.random.key(0))["layers"][1]["moe"]
         x = jax.random.normal(jax.random.key(1), (64, cfg.d_model))
         r = M.route(moe["router"], jax.numpy.zeros(cfg.n_experts), x, cfg)
@@ -246,6 +271,10 @@ def test_sharded_and_unsharded_training_agree_on_two_fake_devices(cache, tmp_pat
 
 def test_checkpoints_work_through_fsspec_object_store_semantics():
     """memory:// has no atomic directory rename: the COMMITTED marker alone decides."""
+    import jax
+
+    from steps.train import checkpoint
+
     state = {"w": np.arange(4, dtype=np.float32), "n": {"k": np.ones((2, 2), np.int32)}}
     out = "memory://stepgraph-test-ckpt/run"
     checkpoint.save(out, 2, state)

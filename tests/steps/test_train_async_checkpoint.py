@@ -17,12 +17,17 @@ import pytest
 
 from executor.core.locations import Storage
 from executor.engine.prefix import location
-from steps.train import checkpoint, loop, train
-from steps.train.data import BatchSource
 from tests.steps.test_train import REPO, cache, compile_cache, load_model_export, run_python, tiny_config  # noqa: F401
+
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 
 def test_training_continues_while_a_checkpoint_is_written(cache, tmp_path, monkeypatch):  # noqa: F811
+    from steps.train import checkpoint, loop, train
+    from steps.train.data import BatchSource
+
     later_batch_requested = threading.Event()
     real_rows, real_write = BatchSource.rows, loop._write_checkpoint
     observed = {}
@@ -46,6 +51,8 @@ def test_training_continues_while_a_checkpoint_is_written(cache, tmp_path, monke
 
 
 def test_an_error_in_a_background_save_fails_the_step(cache, tmp_path, monkeypatch):  # noqa: F811
+    from steps.train import checkpoint, loop, train
+
     def failing_write(config, out, step, *rest):
         raise OSError(f"disk full at step {step}")
 
@@ -58,6 +65,8 @@ def test_a_kill_during_an_overlapped_save_leaves_the_previous_checkpoint_usable(
     """A real process is SIGKILLed while its save of step 8 is in flight (arrays written, marker
     not yet) and training has gone on past it: checkpoint 4 is restored and the run finishes as a
     run that was never interrupted does."""
+    from steps.train import checkpoint, loop, train
+
     killed, straight, flags = tmp_path / "killed", tmp_path / "straight", tmp_path / "flags"
     flags.mkdir()
     child = f"""
@@ -125,6 +134,8 @@ def test_a_kill_during_an_overlapped_save_leaves_the_previous_checkpoint_usable(
 def test_a_background_save_writes_with_the_steps_storage_options(cache, tmp_path, monkeypatch):  # noqa: F811
     """The runner puts the run's storage options in the step's context (location.using); the
     writer thread must use them too, or a save to a bucket would go out without credentials."""
+    from steps.train import checkpoint, loop, train
+
     seen = []
     real_write = loop._write_checkpoint
 

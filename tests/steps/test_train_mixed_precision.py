@@ -9,9 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from steps.train import TrainConfig, checkpoint, train
-from steps.train.loop import MODEL_SUBDIR
 from tests.steps.test_train import cache, tiny_config  # noqa: F401  (fixture)
+
+# JAX is imported inside the tests, never when this module is collected (tests/steps/test_train.py
+# says why); the `jax` marker orders this file after those that do not import JAX.
+pytestmark = pytest.mark.jax
 
 # Largest gap allowed between the bf16 and f32 loss at any logged step of 100 (nats; the loss falls
 # from ~4.0 to ~0.5). Measured on this model and data: at most 0.008, at step 60.
@@ -28,6 +30,9 @@ def stored_dtypes(out, subdir: str, step: int) -> set[str]:
 
 
 def test_bfloat16_losses_track_float32_for_100_steps_and_stay_float32(cache, tmp_path):  # noqa: F811
+    from steps.train import TrainConfig, checkpoint, train
+    from steps.train.loop import MODEL_SUBDIR
+
     runs = {}
     for dtype in ("float32", "bfloat16"):
         out = tmp_path / dtype
@@ -46,6 +51,9 @@ def test_bfloat16_losses_track_float32_for_100_steps_and_stay_float32(cache, tmp
 
 
 def test_a_checkpoint_saved_in_one_dtype_resumes_in_the_other(cache, tmp_path, capsys):  # noqa: F811
+    from steps.train import TrainConfig, checkpoint, train
+    from steps.train.loop import MODEL_SUBDIR
+
     for saved, resumed in (("float32", "bfloat16"), ("bfloat16", "float32")):
         out = tmp_path / saved
         train(tiny_config(cache, out, num_steps=8, checkpoint_every=4, compute_dtype=saved))
@@ -60,5 +68,7 @@ def test_a_checkpoint_saved_in_one_dtype_resumes_in_the_other(cache, tmp_path, c
 
 
 def test_compute_dtype_is_validated(tmp_path):
+    from steps.train import TrainConfig, checkpoint, train
+
     with pytest.raises(ValueError, match=r"compute_dtype='float16' is not one of \['float32', 'bfloat16'\]"):
         TrainConfig(cache_path="c", output_path=str(tmp_path), compute_dtype="float16")

@@ -9,9 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from executor.__main__ import main
 from executor.engine.prefix import location
 from tests.emulators import free_port
+
+# The doctor lists JAX's devices, importing JAX into this process: the `jax` marker runs this file after
+# those that do not import JAX (tests/conftest.py; in-process inline runs fork until then).
+pytestmark = pytest.mark.jax
 
 ROOT = Path(__file__).resolve().parents[2]
 

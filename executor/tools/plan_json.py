@@ -23,7 +23,7 @@ def plan_rows(plan: Plan, prefix: str, forecasts: Mapping[str, dict[str, Any]] |
         rows.append({
             "name": node.step.name, "step_id": node.step_id, "digest": node.digest,
             "output_path": base + rel.strip("/") if rel else join(prefix, rel),  # outputs.join(prefix, rel)
-            "action": action._value_, "reason": d.reason, "dependencies": list(node.deps),
+            "action": action.value, "reason": d.reason, "dependencies": list(node.deps),
             "lease": (None if status is None or status.owner is None else
                       {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,
                        "heartbeat_written_at": status.written_at}),

@@ -23,6 +23,10 @@ from executor.core.graph import build_graph
 
 REPO = Path(__file__).resolve().parents[2]
 
+# One test encodes a jax PartitionSpec in this process, importing JAX: the `jax` marker runs this file after
+# those that do not import JAX (tests/conftest.py; in-process inline runs fork until then).
+pytestmark = pytest.mark.jax
+
 
 @dataclasses.dataclass(frozen=True)
 class Holder:

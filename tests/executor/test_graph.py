@@ -294,3 +294,55 @@ def test_each_step_knows_its_own_mirrored_inputs_and_not_those_of_the_steps_it_r
     nodes = build_graph([top]).nodes.values()
     assert {n.name: n.mirrored for n in nodes} == {
         "raw": ("s3://corpus/raw",), "mid": ("s3://corpus/a", "s3://corpus/b"), "top": ()}
+
+
+@dataclass(frozen=True)
+class _TagEntry:  # what a prefix's tag points at: the two fields of executor.tools.tags.TagEntry the graph reads
+    digest: str
+    output_rel: str
+
+
+def test_a_tag_is_looked_up_once_its_digest_hashed_and_its_readers_documents_encoded_again():
+    """output_of_tag(...) is resolved through the graph's tag lookup, once per tag per graph: the
+    tagged digest is in each reader's id (a moved tag is a new id), each node names the tags its
+    own config reads, and a reader's identity document, encoded again, still matches its id."""
+    from executor import output_of_tag
+
+    asked: list[str] = []
+    pointing = {"corpus/raw@v1": _TagEntry("a" * 64, "raw-aaaa")}
+
+    def lookup(tag: str):
+        asked.append(tag)
+        return pointing.get(tag)
+
+    def readers():
+        return (ExecutorStep("reader", fn, Cfg(nested={"in": output_of_tag("corpus/raw@v1", "data.txt")})),
+                ExecutorStep("other", fn, Cfg(deps=[output_of_tag("corpus/raw@v1")], value=1)),
+                ExecutorStep("plain", fn, Cfg(value=2)))
+
+    reader, other, plain = readers()
+    graph = build_graph([reader, other, plain], tags=lookup)
+    assert asked == ["corpus/raw@v1"]
+    by_name = {n.name: n for n in graph.nodes.values()}
+    assert {name: n.tagged for name, n in by_name.items()} == {
+        "reader": ("corpus/raw@v1",), "other": ("corpus/raw@v1",), "plain": ()}
+    assert by_name["reader"].tags["corpus/raw@v1"].output_rel == "raw-aaaa"
+    assert by_name["reader"].identity["config"]["fields"]["nested"]["dict"]["in"] == {
+        "digest": "a" * 64, "sub": "data.txt", "tag": "corpus/raw@v1"}
+    assert by_name["other"].identity["config"]["fields"]["deps"] == [{"digest": "a" * 64, "sub": None, "tag": "corpus/raw@v1"}]
+
+    pointing["corpus/raw@v1"] = _TagEntry("b" * 64, "raw-bbbb")  # the tag moved
+    moved = {n.name: n.digest for n in build_graph(list(readers()), tags=lookup).nodes.values()}
+    assert asked == ["corpus/raw@v1", "corpus/raw@v1"]  # a new graph asks again: nothing cached across graphs
+    assert moved["plain"] == by_name["plain"].digest
+    assert moved["reader"] != by_name["reader"].digest and moved["other"] != by_name["other"].digest
+
+
+def test_a_tag_the_lookup_does_not_know_or_no_lookup_at_all_is_an_encoding_error_naming_the_tag():
+    from executor import output_of_tag
+
+    reader = ExecutorStep("reader", fn, Cfg(nested={"in": output_of_tag("corpus/raw@v9")}))
+    with pytest.raises(ConfigEncodingError, match=r"no tag 'corpus/raw@v9' under the prefix: create it with `stepgraph tag STEP"):
+        build_graph([reader], tags=lambda tag: None)
+    with pytest.raises(ConfigEncodingError, match=r"output_of_tag\('corpus/raw@v9'\) is resolved from the prefix's tags"):
+        build_graph([reader])

@@ -305,7 +305,8 @@ class _TagEntry:  # what a prefix's tag points at: the two fields of executor.to
 def test_a_tag_is_looked_up_once_its_digest_hashed_and_its_readers_documents_encoded_again():
     """output_of_tag(...) is resolved through the graph's tag lookup, once per tag per graph: the
     tagged digest is in each reader's id (a moved tag is a new id), each node names the tags its
-    own config reads, and a reader's identity document, encoded again, still matches its id."""
+    own config reads (not those of the steps it reads, nor of its readers), and a reader's identity
+    document, encoded again, still matches its id."""
     from executor import output_of_tag
 
     asked: list[str] = []
@@ -320,22 +321,24 @@ def test_a_tag_is_looked_up_once_its_digest_hashed_and_its_readers_documents_enc
                 ExecutorStep("other", fn, Cfg(deps=[output_of_tag("corpus/raw@v1")], value=1)),
                 ExecutorStep("plain", fn, Cfg(value=2)))
 
-    reader, other, plain = readers()
-    graph = build_graph([reader, other, plain], tags=lookup)
+    def graph_of(reader, other, plain):  # "user" reads "other": other's tag is met inside user's walk
+        return build_graph([ExecutorStep("user", fn, Cfg(deps=[output_path_of(other)])), reader, plain], tags=lookup)
+
+    graph = graph_of(*readers())
     assert asked == ["corpus/raw@v1"]
     by_name = {n.name: n for n in graph.nodes.values()}
     assert {name: n.tagged for name, n in by_name.items()} == {
-        "reader": ("corpus/raw@v1",), "other": ("corpus/raw@v1",), "plain": ()}
+        "user": (), "reader": ("corpus/raw@v1",), "other": ("corpus/raw@v1",), "plain": ()}
     assert by_name["reader"].tags["corpus/raw@v1"].output_rel == "raw-aaaa"
     assert by_name["reader"].identity["config"]["fields"]["nested"]["dict"]["in"] == {
         "digest": "a" * 64, "sub": "data.txt", "tag": "corpus/raw@v1"}
     assert by_name["other"].identity["config"]["fields"]["deps"] == [{"digest": "a" * 64, "sub": None, "tag": "corpus/raw@v1"}]
 
     pointing["corpus/raw@v1"] = _TagEntry("b" * 64, "raw-bbbb")  # the tag moved
-    moved = {n.name: n.digest for n in build_graph(list(readers()), tags=lookup).nodes.values()}
+    moved = {n.name: n.digest for n in graph_of(*readers()).nodes.values()}
     assert asked == ["corpus/raw@v1", "corpus/raw@v1"]  # a new graph asks again: nothing cached across graphs
     assert moved["plain"] == by_name["plain"].digest
-    assert moved["reader"] != by_name["reader"].digest and moved["other"] != by_name["other"].digest
+    assert all(moved[name] != by_name[name].digest for name in ("reader", "other", "user"))  # user reads other
 
 
 def test_a_tag_the_lookup_does_not_know_or_no_lookup_at_all_is_an_encoding_error_naming_the_tag():

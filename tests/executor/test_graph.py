@@ -236,14 +236,20 @@ def test_a_config_refused_deep_in_a_chain_is_reported_once_naming_its_step_and_f
         build_graph([steps[-1]])
     assert _Refused.tries == 2  # the fast path, then the field-by-field retry that names it
 
-def test_graph_and_nodes_are_values_compared_without_the_shared_digest_table():
+def test_graph_and_nodes_are_values_compared_without_the_shared_digest_and_tag_tables():
+    """A node's digest and tag tables are the whole graph's (shared): left out of its == and its repr."""
     from dataclasses import FrozenInstanceError
 
+    from executor import output_of_tag
+
     a = ExecutorStep("a", fn, Cfg(value=1))
-    alone, with_other = build_graph([a]), build_graph([a, ExecutorStep("z", fn, Cfg(value=2))])
+    reader = ExecutorStep("z", fn, Cfg(nested={"in": output_of_tag("corpus/raw@v1")}))
+    alone = build_graph([a])
+    with_other = build_graph([a, reader], tags=lambda tag: _TagEntry("a" * 64, "raw-aaaa"))
     node = alone.nodes[alone.digest_of(a)]
-    assert node == with_other.nodes[with_other.digest_of(a)]  # the digest table differs between the graphs
-    assert "digests" not in repr(node)
+    assert node == with_other.nodes[with_other.digest_of(a)]  # the digest and tag tables differ between the graphs
+    assert with_other.nodes[with_other.digest_of(a)].tags and not node.tags
+    assert "digests" not in repr(node) and "tags=" not in repr(with_other.nodes[with_other.digest_of(a)])
     with pytest.raises(FrozenInstanceError):
         alone.targets = ()  # type: ignore[misc]
     with pytest.raises(FrozenInstanceError):  # nodes are shared by plans and tools: none may change one

@@ -355,3 +355,45 @@ def test_a_tag_the_lookup_does_not_know_or_no_lookup_at_all_is_an_encoding_error
         build_graph([reader], tags=lambda tag: None)
     with pytest.raises(ConfigEncodingError, match=r"output_of_tag\('corpus/raw@v9'\) is resolved from the prefix's tags"):
         build_graph([reader])
+
+
+class _Walked:
+    """A config value whose registered encoding counts how often the walk starts encoding a step's
+    config, and refuses past a bound no walk that ends reaches: a walk that loses its place fails
+    here, at once, instead of running until a clock stops it."""
+
+    encoded = 0
+    bound = 0
+
+
+def _count_walks(value: _Walked) -> str:
+    _Walked.encoded += 1
+    if _Walked.encoded > _Walked.bound:
+        raise RuntimeError(f"the walk encoded step configs {_Walked.encoded} times: it does not end")
+    return "walked"
+
+
+@dataclass
+class _WalkedCfg:  # deliberately mutable (a cycle); `a_walked` sorts before `deps`: encoded on every visit
+    a_walked: _Walked
+    deps: list
+
+
+@pytest.mark.parametrize("closing", [79, 47, 20])  # the loop closes at the top, or deep inside the chain
+def test_a_cycle_through_steps_set_aside_more_than_once_is_named_in_a_bounded_walk(closing):
+    """An 80-step chain is set aside at every 32 nested steps (MAX_NESTED_STEPS), twice on the way
+    down; each step set aside stays on the path, so a cycle through it is named, and the walk
+    encodes each step's config a bounded number of times (here: at most 10 each)."""
+    register_encoding(_Walked, _count_walks)
+    steps = [ExecutorStep("s0", fn, _WalkedCfg(_Walked(), []))]
+    for i in range(1, 80):
+        steps.append(ExecutorStep(f"s{i}", fn, _WalkedCfg(_Walked(), [output_path_of(steps[-1])])))
+    _Walked.encoded, _Walked.bound = 0, 10 * len(steps)
+    graph = build_graph([steps[-1]])  # no cycle yet: every step digested, each config encoded a few times
+    assert len(graph.nodes) == 80 and _Walked.encoded <= 4 * len(steps)
+    steps[0].config.deps[:] = [output_path_of(steps[closing])]
+    _Walked.encoded = 0
+    with pytest.raises(GraphError, match="dependency cycle: ") as cycle:
+        build_graph([steps[-1]])
+    named = str(cycle.value).removeprefix("dependency cycle: ").split(" -> ")
+    assert set(named) == {f"s{i}" for i in range(closing + 1)} and named[0] == named[-1]

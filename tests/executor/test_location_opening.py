@@ -274,3 +274,17 @@ def test_a_prefix_is_opened_without_importing_fsspec_until_its_filesystem_is_use
 def test_the_store_options_may_be_passed_by_name(tmp_path):
     store = location.open_store(prefix=f"memory://named-{uuid.uuid4().hex[:8]}", storage=None, check=False)
     assert isinstance(store, MemoryStore)
+
+
+@pytest.mark.parametrize("prefix, package, backend", [("s3://bucket/p", "s3fs", "executor.engine.store.s3"),
+                                                      ("gs://bucket/p", "gcsfs", "executor.engine.store.gcs")])
+def test_a_bucket_prefix_without_its_package_installed_names_the_package_to_install(monkeypatch, prefix, package,
+                                                                                     backend):
+    """The backend is imported before the probe's clock starts; if its package is missing, that import's
+    error is not the answer: opening the store says which package the prefix needs and how to add it."""
+    monkeypatch.setitem(sys.modules, package, None)  # `import s3fs` raises ImportError, as when not installed
+    monkeypatch.delitem(sys.modules, backend, raising=False)  # imported afresh (and failing) here
+    with pytest.raises(ExecutorError, match=rf"^storage: {prefix}: prefix '{prefix}' needs {package}: install it "
+                                            rf"with `uv add {package}`") as caught:
+        location.open_store(prefix)
+    assert str(caught.value).endswith("Nothing was written.")

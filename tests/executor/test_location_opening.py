@@ -288,3 +288,22 @@ def test_a_bucket_prefix_without_its_package_installed_names_the_package_to_inst
                                             rf"with `uv add {package}`") as caught:
         location.open_store(prefix)
     assert str(caught.value).endswith("Nothing was written.")
+
+
+@pytest.mark.parametrize("prefix, backend, other", [("s3://bucket/p", "executor.engine.store.s3", "executor.engine.store.gcs"),
+                                                    ("gs://bucket/p", "executor.engine.store.gcs", "executor.engine.store.s3")])
+def test_loading_the_prefix_s_backend_comes_before_the_probe_s_deadline(monkeypatch, prefix, backend, other):
+    """docs/storage.md: the first listing's 10 s cover credentials and connecting; loading gcsfs or
+    s3fs (seconds on a loaded machine) comes first, outside them, and only the prefix's own backend."""
+    monkeypatch.delitem(sys.modules, backend, raising=False)
+    monkeypatch.delitem(sys.modules, other, raising=False)
+    loaded_when_the_clock_starts = []
+
+    def within(timeout_s, where, work):
+        loaded_when_the_clock_starts.append((backend in sys.modules, other in sys.modules, where))
+        raise ExecutorError("stopped here: the probe is not the point")
+
+    monkeypatch.setattr(location, "_within", within)
+    with pytest.raises(ExecutorError, match="stopped here"):
+        location.open_store(prefix)
+    assert loaded_when_the_clock_starts == [(True, False, prefix)]

@@ -307,3 +307,28 @@ def test_loading_the_prefix_s_backend_comes_before_the_probe_s_deadline(monkeypa
     with pytest.raises(ExecutorError, match="stopped here"):
         location.open_store(prefix)
     assert loaded_when_the_clock_starts == [(True, False, prefix)]
+
+
+class _ReadOnce(list):
+    """argv that counts reads of its items and refuses a read past twice its length: a parse that
+    loses its place fails here at once, instead of looping until a clock stops it."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.reads = 0
+
+    def __getitem__(self, index):
+        self.reads += 1
+        assert self.reads <= 2 * len(self), f"argv read {self.reads} times for {len(self)} arguments: the parse does not end"
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("argv, value, rest", [
+    (["--prefix", "p", "--storage-options", "{}", "--runner", "inline"], "{}", ["--prefix", "p", "--runner", "inline"]),
+    (["--storage_options={}", "x"], "{}", ["x"]),
+    (["a", "b", "c"], None, ["a", "b", "c"]),
+])
+def test_taking_the_flag_out_reads_each_argument_once_and_keeps_the_rest_in_order(argv, value, rest):
+    counted = _ReadOnce(argv)
+    assert location.pop_storage_options_flag(counted) == (value, rest)
+    assert counted.reads == len(argv)  # each argument read once (a flag's value as the flag's)

@@ -435,3 +435,27 @@ def test_a_copy_fallen_back_to_running_fails_when_the_step_it_waited_for_fails(t
     flag.unlink()  # and without the failure, both run here
     again = executor.run([report], prefix=str(b), runner="inline", environ={}, cache_from=(str(a),))
     assert again.ok and {s.name: s.ran_here for s in again.steps} == {"fall/made": True, "fall/report": True}
+
+
+@dataclass(frozen=True)
+class Peek:
+    version: int  # another version is another id: the step runs here instead of being copied
+    output_path: str
+
+
+def list_cache_from_outputs(config: Peek) -> dict:
+    return {"found": executor.cache_from_outputs(config.output_path)}
+
+
+def test_a_step_run_here_is_handed_the_run_s_cache_from_prefixes_and_none_without(tmp_path):
+    """A step that runs (not copied) may take shard results from the --cache-from prefixes: the run
+    hands it them (executor.cache_from_outputs: its own name's outputs there); without --cache-from
+    it is handed none."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = executor.run([ExecutorStep("peek/x", list_cache_from_outputs, Peek(1, this_output_path()))],
+                         prefix=str(a), runner="inline", environ={})
+    assert first.ok and record(a, "peek/x")["result"] == {"found": []}
+    again = executor.run([ExecutorStep("peek/x", list_cache_from_outputs, Peek(2, this_output_path()))],
+                         prefix=str(b), runner="inline", environ={}, cache_from=(str(a),))
+    assert again.ok and again.step("peek/x").ran_here
+    assert record(b, "peek/x")["result"] == {"found": [str(output_dir(a, "peek/x"))]}

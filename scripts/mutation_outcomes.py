@@ -57,7 +57,8 @@ TARGETS = [
             "tests/leases/test_record_fencing.py", "tests/executor/test_staleness.py",
             "tests/executor/test_waits_and_preparation.py", "tests/executor/test_run_loop.py",
             "tests/cache/test_cache_from.py",  # the run loop's copies of another prefix's outputs
-            "tests/executor/test_start_slots.py"), 150.0,  # the two survivors issue 46 found (slots, _fail)
+            "tests/executor/test_start_slots.py",  # the two survivors issue 46 found (slots, _fail)
+            "tests/cutoff/test_cutoff.py"), 150.0,  # step_job's early cutoff and the summary's cut_off (mutrun46)
            hang_s=30.0),  # its slowest test: 8 s beside two other test runs
     Target("record", ("executor/core/record.py",),
            ("tests/executor/test_record.py", "tests/executor/test_run_inline.py", "tests/executor/test_lease.py",

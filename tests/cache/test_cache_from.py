@@ -383,3 +383,79 @@ def test_copies_that_fall_back_to_running_keep_within_a_max_concurrent_above_256
     assert result.ok and sum(s.ran_here for s in result.steps) == 259
     assert _at_once["most"] == 257
 
+
+
+@dataclass(frozen=True)
+class Flagged:
+    fail_flag: str  # the function fails while this file exists (the same config, so the same id, either way)
+    output_path: str
+
+
+def write_unless_flagged(config: Flagged) -> dict:
+    if Path(config.fail_flag).exists():
+        raise RuntimeError("failing on purpose")
+    with open_file(f"{config.output_path}/out.txt", "w") as f:
+        f.write("made\n")
+    return {}
+
+
+@dataclass(frozen=True)
+class Reads:
+    source_path: str
+    output_path: str
+
+
+def write_without_reading(config: Reads) -> dict:
+    with open_file(f"{config.output_path}/out.txt", "w") as f:
+        f.write("report\n")
+    return {}
+
+
+def test_a_copy_fallen_back_to_running_fails_when_the_step_it_waited_for_fails(tmp_path):
+    """Both copies are rejected (a changed byte in each), so `report` falls back to running here and
+    holds its lease while `made`, set aside, is made here first; `made` fails: `report` then fails
+    as blocked by it, naming it, and its function never runs."""
+    import shutil
+
+    flag = tmp_path / "fail"
+    made = ExecutorStep("fall/made", write_unless_flagged, Flagged(str(flag), this_output_path()))
+    report = ExecutorStep("fall/report", write_without_reading, Reads(output_path_of(made, "out.txt"), this_output_path()))
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert executor.run([report], prefix=str(a), runner="inline", environ={}).ok
+    for name in ("fall/made", "fall/report"):
+        (output_dir(a, name) / "out.txt").write_text("changed\n")  # the manifest no longer matches: rejected
+    flag.touch()
+    result = executor.run([report], prefix=str(b), runner="inline", environ={}, cache_from=(str(a),))
+    assert not result.ok
+    assert result.step("fall/made").status == "failed" and "failing on purpose" in result.step("fall/made").error
+    blocked = result.step("fall/report")
+    assert (blocked.status, blocked.error, blocked.ran_here) == ("failed", "dependency fall/made failed", False)
+    assert not list(b.glob("fall/report-*/out.txt"))
+    shutil.rmtree(b)
+    flag.unlink()  # and without the failure, both run here
+    again = executor.run([report], prefix=str(b), runner="inline", environ={}, cache_from=(str(a),))
+    assert again.ok and {s.name: s.ran_here for s in again.steps} == {"fall/made": True, "fall/report": True}
+
+
+@dataclass(frozen=True)
+class Peek:
+    version: int  # another version is another id: the step runs here instead of being copied
+    output_path: str
+
+
+def list_cache_from_outputs(config: Peek) -> dict:
+    return {"found": executor.cache_from_outputs(config.output_path)}
+
+
+def test_a_step_run_here_is_handed_the_run_s_cache_from_prefixes_and_none_without(tmp_path):
+    """A step that runs (not copied) may take shard results from the --cache-from prefixes: the run
+    hands it them (executor.cache_from_outputs: its own name's outputs there); without --cache-from
+    it is handed none."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = executor.run([ExecutorStep("peek/x", list_cache_from_outputs, Peek(1, this_output_path()))],
+                         prefix=str(a), runner="inline", environ={})
+    assert first.ok and record(a, "peek/x")["result"] == {"found": []}
+    again = executor.run([ExecutorStep("peek/x", list_cache_from_outputs, Peek(2, this_output_path()))],
+                         prefix=str(b), runner="inline", environ={}, cache_from=(str(a),))
+    assert again.ok and again.step("peek/x").ran_here
+    assert record(b, "peek/x")["result"] == {"found": [str(output_dir(a, "peek/x"))]}

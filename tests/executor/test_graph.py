@@ -236,14 +236,20 @@ def test_a_config_refused_deep_in_a_chain_is_reported_once_naming_its_step_and_f
         build_graph([steps[-1]])
     assert _Refused.tries == 2  # the fast path, then the field-by-field retry that names it
 
-def test_graph_and_nodes_are_values_compared_without_the_shared_digest_table():
+def test_graph_and_nodes_are_values_compared_without_the_shared_digest_and_tag_tables():
+    """A node's digest and tag tables are the whole graph's (shared): left out of its == and its repr."""
     from dataclasses import FrozenInstanceError
 
+    from executor import output_of_tag
+
     a = ExecutorStep("a", fn, Cfg(value=1))
-    alone, with_other = build_graph([a]), build_graph([a, ExecutorStep("z", fn, Cfg(value=2))])
+    reader = ExecutorStep("z", fn, Cfg(nested={"in": output_of_tag("corpus/raw@v1")}))
+    alone = build_graph([a])
+    with_other = build_graph([a, reader], tags=lambda tag: _TagEntry("a" * 64, "raw-aaaa"))
     node = alone.nodes[alone.digest_of(a)]
-    assert node == with_other.nodes[with_other.digest_of(a)]  # the digest table differs between the graphs
-    assert "digests" not in repr(node)
+    assert node == with_other.nodes[with_other.digest_of(a)]  # the digest and tag tables differ between the graphs
+    assert with_other.nodes[with_other.digest_of(a)].tags and not node.tags
+    assert "digests" not in repr(node) and "tags=" not in repr(with_other.nodes[with_other.digest_of(a)])
     with pytest.raises(FrozenInstanceError):
         alone.targets = ()  # type: ignore[misc]
     with pytest.raises(FrozenInstanceError):  # nodes are shared by plans and tools: none may change one
@@ -294,3 +300,100 @@ def test_each_step_knows_its_own_mirrored_inputs_and_not_those_of_the_steps_it_r
     nodes = build_graph([top]).nodes.values()
     assert {n.name: n.mirrored for n in nodes} == {
         "raw": ("s3://corpus/raw",), "mid": ("s3://corpus/a", "s3://corpus/b"), "top": ()}
+
+
+@dataclass(frozen=True)
+class _TagEntry:  # what a prefix's tag points at: the two fields of executor.tools.tags.TagEntry the graph reads
+    digest: str
+    output_rel: str
+
+
+def test_a_tag_is_looked_up_once_its_digest_hashed_and_its_readers_documents_encoded_again():
+    """output_of_tag(...) is resolved through the graph's tag lookup, once per tag per graph: the
+    tagged digest is in each reader's id (a moved tag is a new id), each node names the tags its
+    own config reads (not those of the steps it reads, nor of its readers), and a reader's identity
+    document, encoded again, still matches its id."""
+    from executor import output_of_tag
+
+    asked: list[str] = []
+    pointing = {"corpus/raw@v1": _TagEntry("a" * 64, "raw-aaaa")}
+
+    def lookup(tag: str):
+        asked.append(tag)
+        return pointing.get(tag)
+
+    def readers():
+        return (ExecutorStep("reader", fn, Cfg(nested={"in": output_of_tag("corpus/raw@v1", "data.txt")})),
+                ExecutorStep("other", fn, Cfg(deps=[output_of_tag("corpus/raw@v1")], value=1)),
+                ExecutorStep("plain", fn, Cfg(value=2)))
+
+    def graph_of(reader, other, plain):  # "user" reads "other": other's tag is met inside user's walk
+        return build_graph([ExecutorStep("user", fn, Cfg(deps=[output_path_of(other)])), reader, plain], tags=lookup)
+
+    graph = graph_of(*readers())
+    assert asked == ["corpus/raw@v1"]
+    by_name = {n.name: n for n in graph.nodes.values()}
+    assert {name: n.tagged for name, n in by_name.items()} == {
+        "user": (), "reader": ("corpus/raw@v1",), "other": ("corpus/raw@v1",), "plain": ()}
+    assert by_name["reader"].tags["corpus/raw@v1"].output_rel == "raw-aaaa"
+    assert by_name["reader"].identity["config"]["fields"]["nested"]["dict"]["in"] == {
+        "digest": "a" * 64, "sub": "data.txt", "tag": "corpus/raw@v1"}
+    assert by_name["other"].identity["config"]["fields"]["deps"] == [{"digest": "a" * 64, "sub": None, "tag": "corpus/raw@v1"}]
+
+    pointing["corpus/raw@v1"] = _TagEntry("b" * 64, "raw-bbbb")  # the tag moved
+    moved = {n.name: n.digest for n in graph_of(*readers()).nodes.values()}
+    assert asked == ["corpus/raw@v1", "corpus/raw@v1"]  # a new graph asks again: nothing cached across graphs
+    assert moved["plain"] == by_name["plain"].digest
+    assert all(moved[name] != by_name[name].digest for name in ("reader", "other", "user"))  # user reads other
+
+
+def test_a_tag_the_lookup_does_not_know_or_no_lookup_at_all_is_an_encoding_error_naming_the_tag():
+    from executor import output_of_tag
+
+    reader = ExecutorStep("reader", fn, Cfg(nested={"in": output_of_tag("corpus/raw@v9")}))
+    with pytest.raises(ConfigEncodingError, match=r"no tag 'corpus/raw@v9' under the prefix: create it with `stepgraph tag STEP"):
+        build_graph([reader], tags=lambda tag: None)
+    with pytest.raises(ConfigEncodingError, match=r"output_of_tag\('corpus/raw@v9'\) is resolved from the prefix's tags"):
+        build_graph([reader])
+
+
+class _Walked:
+    """A config value whose registered encoding counts how often the walk starts encoding a step's
+    config, and refuses past a bound no walk that ends reaches: a walk that loses its place fails
+    here, at once, instead of running until a clock stops it."""
+
+    encoded = 0
+    bound = 0
+
+
+def _count_walks(value: _Walked) -> str:
+    _Walked.encoded += 1
+    if _Walked.encoded > _Walked.bound:
+        raise RuntimeError(f"the walk encoded step configs {_Walked.encoded} times: it does not end")
+    return "walked"
+
+
+@dataclass
+class _WalkedCfg:  # deliberately mutable (a cycle); `a_walked` sorts before `deps`: encoded on every visit
+    a_walked: _Walked
+    deps: list
+
+
+@pytest.mark.parametrize("closing", [79, 47, 20])  # the loop closes at the top, or deep inside the chain
+def test_a_cycle_through_steps_set_aside_more_than_once_is_named_in_a_bounded_walk(closing):
+    """An 80-step chain is set aside at every 32 nested steps (MAX_NESTED_STEPS), twice on the way
+    down; each step set aside stays on the path, so a cycle through it is named, and the walk
+    encodes each step's config a bounded number of times (here: at most 10 each)."""
+    register_encoding(_Walked, _count_walks)
+    steps = [ExecutorStep("s0", fn, _WalkedCfg(_Walked(), []))]
+    for i in range(1, 80):
+        steps.append(ExecutorStep(f"s{i}", fn, _WalkedCfg(_Walked(), [output_path_of(steps[-1])])))
+    _Walked.encoded, _Walked.bound = 0, 10 * len(steps)
+    graph = build_graph([steps[-1]])  # no cycle yet: every step digested, each config encoded a few times
+    assert len(graph.nodes) == 80 and _Walked.encoded <= 4 * len(steps)
+    steps[0].config.deps[:] = [output_path_of(steps[closing])]
+    _Walked.encoded = 0
+    with pytest.raises(GraphError, match="dependency cycle: ") as cycle:
+        build_graph([steps[-1]])
+    named = str(cycle.value).removeprefix("dependency cycle: ").split(" -> ")
+    assert set(named) == {f"s{i}" for i in range(closing + 1)} and named[0] == named[-1]

@@ -274,3 +274,61 @@ def test_a_prefix_is_opened_without_importing_fsspec_until_its_filesystem_is_use
 def test_the_store_options_may_be_passed_by_name(tmp_path):
     store = location.open_store(prefix=f"memory://named-{uuid.uuid4().hex[:8]}", storage=None, check=False)
     assert isinstance(store, MemoryStore)
+
+
+@pytest.mark.parametrize("prefix, package, backend", [("s3://bucket/p", "s3fs", "executor.engine.store.s3"),
+                                                      ("gs://bucket/p", "gcsfs", "executor.engine.store.gcs")])
+def test_a_bucket_prefix_without_its_package_installed_names_the_package_to_install(monkeypatch, prefix, package,
+                                                                                     backend):
+    """The backend is imported before the probe's clock starts; if its package is missing, that import's
+    error is not the answer: opening the store says which package the prefix needs and how to add it."""
+    monkeypatch.setitem(sys.modules, package, None)  # `import s3fs` raises ImportError, as when not installed
+    monkeypatch.delitem(sys.modules, backend, raising=False)  # imported afresh (and failing) here
+    with pytest.raises(ExecutorError, match=rf"^storage: {prefix}: prefix '{prefix}' needs {package}: install it "
+                                            rf"with `uv add {package}`") as caught:
+        location.open_store(prefix)
+    assert str(caught.value).endswith("Nothing was written.")
+
+
+@pytest.mark.parametrize("prefix, backend, other", [("s3://bucket/p", "executor.engine.store.s3", "executor.engine.store.gcs"),
+                                                    ("gs://bucket/p", "executor.engine.store.gcs", "executor.engine.store.s3")])
+def test_loading_the_prefix_s_backend_comes_before_the_probe_s_deadline(monkeypatch, prefix, backend, other):
+    """docs/storage.md: the first listing's 10 s cover credentials and connecting; loading gcsfs or
+    s3fs (seconds on a loaded machine) comes first, outside them, and only the prefix's own backend."""
+    monkeypatch.delitem(sys.modules, backend, raising=False)
+    monkeypatch.delitem(sys.modules, other, raising=False)
+    loaded_when_the_clock_starts = []
+
+    def within(timeout_s, where, work):
+        loaded_when_the_clock_starts.append((backend in sys.modules, other in sys.modules, where))
+        raise ExecutorError("stopped here: the probe is not the point")
+
+    monkeypatch.setattr(location, "_within", within)
+    with pytest.raises(ExecutorError, match="stopped here"):
+        location.open_store(prefix)
+    assert loaded_when_the_clock_starts == [(True, False, prefix)]
+
+
+class _ReadOnce(list):
+    """argv that counts reads of its items and refuses a read past twice its length: a parse that
+    loses its place fails here at once, instead of looping until a clock stops it."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.reads = 0
+
+    def __getitem__(self, index):
+        self.reads += 1
+        assert self.reads <= 2 * len(self), f"argv read {self.reads} times for {len(self)} arguments: the parse does not end"
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("argv, value, rest", [
+    (["--prefix", "p", "--storage-options", "{}", "--runner", "inline"], "{}", ["--prefix", "p", "--runner", "inline"]),
+    (["--storage_options={}", "x"], "{}", ["x"]),
+    (["a", "b", "c"], None, ["a", "b", "c"]),
+])
+def test_taking_the_flag_out_reads_each_argument_once_and_keeps_the_rest_in_order(argv, value, rest):
+    counted = _ReadOnce(argv)
+    assert location.pop_storage_options_flag(counted) == (value, rest)
+    assert counted.reads == len(argv)  # each argument read once (a flag's value as the flag's)

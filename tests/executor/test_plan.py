@@ -190,6 +190,28 @@ def test_steps_only_copies_read_are_set_aside_not_run():
     assert [d.node.name for d in plan.by_action(Action.RUN)] == ["a", "b", "side"] and not plan.standby
 
 
+def test_setting_steps_aside_stops_after_a_pass_that_changes_nothing(monkeypatch):
+    """The set-aside walk repeats only while a pass takes a step back out of "not needed here": a
+    plan of a copied target over two missing steps settles in one pass (one reader looked at). A walk
+    that went on after such a pass would hang the planner; here it fails at a bound on the readers
+    looked at, with no clock."""
+    import executor.core.plan as plan_module
+
+    looked_at = []
+    real = plan_module._copy_staying_complete
+
+    def counted(decision, aside):
+        looked_at.append(decision.node.name)
+        assert len(looked_at) <= 100, "the set-aside walk did not stop"
+        return real(decision, aside)
+
+    monkeypatch.setattr(plan_module, "_copy_staying_complete", counted)
+    graph, a, b, c, side = chain()
+    plan = plan_steps(graph, {graph.digest_of(c): copied(graph, c)}, PlanOptions())
+    assert sorted(d.node.name for d in plan.standby.values()) == ["a", "b"]
+    assert looked_at == ["c"]  # b's one reader, the copy; a's reader is b, itself set aside
+
+
 def test_a_set_aside_step_runs_when_something_will_read_it():
     """--force-run of the copied target, --only naming the upstream, or the upstream a target
     itself: they run."""

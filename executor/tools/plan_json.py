@@ -15,14 +15,13 @@ from executor.engine.prefix import outputs
 def plan_rows(plan: Plan, prefix: str, forecasts: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A row per step; `forecasts`: step digest -> its shard forecast (executor.tools.shard_forecast)."""
     rows = []
-    base, wait, join = prefix.rstrip("/") + "/", Action.WAIT, outputs.join
     for d in plan.decisions.values():  # a row per step of a 100,000-step plan: attributes read once each
         node, action = d.node, d.action
         rel = node.output_rel
-        status = d.observed.status if action == wait else None
+        status = d.observed.status if action == Action.WAIT else None
         rows.append({
             "name": node.step.name, "step_id": node.step_id, "digest": node.digest,
-            "output_path": base + rel.strip("/") if rel else join(prefix, rel),  # outputs.join(prefix, rel)
+            "output_path": outputs.join(prefix, rel),
             "action": action.value, "reason": d.reason, "dependencies": list(node.deps),
             "lease": (None if status is None or status.owner is None else
                       {"host": status.owner.host, "pid": status.owner.pid, "run_id": status.owner.run_id,

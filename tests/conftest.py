@@ -61,7 +61,8 @@ def pytest_collection_finish(session):
 
 def pytest_collection_modifyitems(config, items):
     """Files marked `jax` run after all the others, in the same order otherwise (a stable sort; every
-    xdist worker computes the same order, and `--dist loadfile` hands out files in it).
+    xdist worker computes the same order, and `--dist loadfile --no-loadscope-reorder` hands out files
+    in it: xdist's default re-sorts files by their number of tests; tests/test_jax_guard.py).
 
     Once JAX is imported into a process, the inline runner spawns each step's child instead of
     forking it (executor/engine/runner/inline.py `fork_is_unsafe`): a fresh interpreter per step,

@@ -44,7 +44,8 @@ class Target:
 TARGETS = [
     Target("identity", ("executor/core/canonical.py", "executor/core/identity.py"),
            ("tests/executor/test_canonical.py", "tests/executor/test_identity.py",
-            "tests/executor/test_canonical_reference.py", "tests/executor/test_encodings.py")),
+            "tests/executor/test_canonical_reference.py", "tests/executor/test_encodings.py",
+            "tests/executor/test_graph.py")),  # output_of_tag's encoding (canonical.py _TAG) is tested there
     Target("graph", ("executor/core/graph.py",), ("tests/executor/test_graph.py", "tests/executor/test_step_names.py")),
     Target("plan", ("executor/core/plan.py",),
            ("tests/executor/test_plan.py", "tests/promises/test_snapshot_and_override.py",

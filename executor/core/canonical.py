@@ -148,7 +148,12 @@ class CanonicalEncoder:
                     raise _Unencodable(v, _long_int_hint(v)) from None
             if t is float:
                 return _float(v)
-            return "null" if v is None else "true" if v else "false"
+            if t is bool:
+                return "true" if v else "false"
+            if v is None:
+                return "null"
+            # A class whose metaclass makes it compare equal to a plain type without being one.
+            raise _Unencodable(v, _hint(v, t))
         if kind <= _SET:
             if kind != _DATACLASS and len(v) < MEMO_MIN_ITEMS:
                 return self._container(v, t, kind)

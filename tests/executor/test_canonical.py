@@ -368,6 +368,22 @@ def test_a_zero_dimensional_value_whose_shape_is_a_tuple_subclass_gets_a_plain_n
     assert "Arrays are not hashed element by element" not in str(refused.value)
 
 
+def _posing_as(plain: type) -> type:
+    """A class whose metaclass makes it compare equal to (and hash as) `plain` without being it."""
+    meta = type(f"PosingAs{plain.__name__}", (type,),
+                {"__eq__": lambda cls, other: other is plain or other is cls, "__hash__": lambda cls: hash(plain)})
+    return meta("Posing", (), {})
+
+
+@pytest.mark.parametrize("plain", [str, int, float, bool])
+def test_a_class_that_only_compares_equal_to_a_plain_type_is_refused_at_its_field(plain):
+    """Plain values are told apart by identity (`type(v) is str`), never by ==: an impostor is refused
+    with the usual hint, not hashed as a str, int, float or bool."""
+    impostor = _posing_as(plain)()
+    with pytest.raises(ConfigEncodingError, match=r"`value`.*Posing"):
+        digest(Wide(impostor))
+
+
 class _Refused:
     tries = 0
 

@@ -240,6 +240,33 @@ def test_a_status_of_another_step_found_where_a_step_would_start_fails_it_naming
     assert parse_status(found.read_bytes(), str(found)).digest == foreign  # untouched
 
 
+def test_a_status_of_another_digest_found_where_a_mirrored_input_would_be_copied_fails_its_reader_naming_it(
+        tmp_path):
+    """The mirror copy's status key holds another digest once planned: the copy refuses (naming the digest
+    found there, its first 16 hex digits) and touches nothing; the step reading the input fails saying so,
+    its dependent is blocked, and the step that reads nothing mirrored runs."""
+    from executor.engine.events import PlanMade
+    from executor.engine.transfers.mirror import status_key as mirror_status_key
+    from tests.cache.mirror_graph import CORPUS, build, write_corpus
+
+    write_corpus(tmp_path / "us")
+    prefix, key, foreign = tmp_path / "prefix", mirror_status_key("mirror/corpus-bucket/raw/corpus"), "0123456789abcdef" + "e" * 48
+
+    def squat(event) -> None:
+        if isinstance(event, PlanMade):
+            theirs = Status(State.SUCCESS, foreign, "mirror/corpus-bucket/raw/corpus", 0, 1, OTHER, time.time())
+            assert LocalStore(str(prefix)).create_if_absent(key, theirs.to_bytes()) is not None
+
+    result = executor.run(build(), prefix=str(prefix), runner="inline", environ={}, subscribers=[squat],
+                          mirror_sources=(str(tmp_path / "us"),))
+    assert (result.step("mirrored/other").status, result.step("mirrored/total").status) == (
+        Outcome.SUCCEEDED, Outcome.BLOCKED)
+    assert result.step("mirrored/count").error == (f"could not start: ExecutorError: mirror {CORPUS}: {key} now "
+                                                   f"holds digest {foreign[:16]}…; refusing to touch it")
+    assert parse_status((prefix / key).read_bytes(), key).digest == foreign  # untouched
+    assert not list((prefix / "mirror").rglob("*.txt"))  # nothing copied
+
+
 def test_a_lease_this_run_itself_holds_is_taken_back_at_once_not_waited_on(tmp_path, capsys):
     """A RUNNING status this very run wrote (as after it lost its lease while paused past half the
     TTL) is taken back at once: no wait for the TTL, and no takeover reported."""

@@ -36,6 +36,7 @@ from executor.core.record import Owner, State, Status, parse_status, status_key
 from executor.engine.events import RunStarted, StepStarted, StepWaiting
 from executor.tools.console_reporter import ConsoleReporter
 from executor.engine.store.local import LocalStore, _generation
+from tests.watch_clock import quick_takeovers
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,12 @@ def held_elsewhere(step: ExecutorStep, prefix: Path, capsys) -> tuple[LocalStore
     return store, key, running, row
 
 
-def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over(tmp_path, capsys):
+def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over(tmp_path, capsys, monkeypatch):
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     _, _, _, row = held_elsewhere(step, tmp_path, capsys)
 
-    reporter = ConsoleReporter(verbose_wait_s=0.5)
+    quick_takeovers(monkeypatch)  # the watch's clock a second later at each look: taken over at the 4th
+    reporter = ConsoleReporter(verbose_wait_s=0)  # every repeated notice printed (the real wait is short)
     assert execute([step], tmp_path, "--lease-ttl", "3", "--heartbeat-interval", "1", reporter=reporter) == 0
     out = capsys.readouterr().out
     assert out.count("running elsewhere (elsewhere pid 4242); waiting") == 1, out
@@ -336,10 +338,12 @@ def test_a_step_another_runner_failed_meanwhile_is_reported_failed_elsewhere(tmp
     assert not (prefix / "shared" / "b" / "done.txt").exists()  # not run here
 
 
-def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls_silent(tmp_path, capsys):
+def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls_silent(tmp_path, capsys,
+                                                                                         monkeypatch):
     """The other runner renews its lease twice (a new generation each time), then dies: after each
     renewal this run has seen no silence yet, so it says nothing more until there is some; then it
     takes the step over after the TTL."""
+    quick_takeovers(monkeypatch, tick_s=0.5)  # the watch's clock half a second later at each look
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     store, key, _, _ = held_elsewhere(step, tmp_path, capsys)
     waits: list[StepWaiting] = []
@@ -418,6 +422,7 @@ def test_a_step_that_lost_the_race_for_its_lease_announces_the_wait_once(tmp_pat
 
     raced: list[str] = []
     monkeypatch.setattr(lease_module.LeaseKeeper, "acquire", lose_the_first_race)
+    quick_takeovers(monkeypatch, tick_s=0.25)  # the winner never renews: taken over at the 5th look, not after 1 s
     waits: list[StepWaiting] = []
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=1, heartbeat_interval=0.25,

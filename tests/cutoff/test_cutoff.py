@@ -174,8 +174,9 @@ def test_two_runners_racing_through_a_cutoff_make_one_decision(tmp_path, sidefx)
     first = subprocess_run(prefix, sidefx, "--runner", "inline")
     assert first.wait(timeout=120) == 0, first.stdout.read()
     ran(sidefx)
-    # write sleeps, so both runners have planned (one runs it, one waits on its lease) before the decision
-    racers = [subprocess_run(prefix, sidefx, "--runner", "inline", CUT_WRITE_VERSION="2", CUT_WRITE_SLEEP_S="3")
+    # write ends once both racers have planned (one runs it, one waits on its lease): their run files and
+    # the first run's, 3 in runs/, are written after each plan; so both are in the race before the decision
+    racers = [subprocess_run(prefix, sidefx, "--runner", "inline", CUT_WRITE_VERSION="2", CUT_WRITE_AWAIT_RUNS="3")
               for _ in range(2)]
     outs = [r.communicate(timeout=180)[0] for r in racers]
     assert [r.returncode for r in racers] == [0, 0], outs

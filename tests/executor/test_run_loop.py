@@ -538,7 +538,7 @@ class Logged:
 def log_start_and_end(config: Logged) -> dict:
     with open(config.log, "a") as f:
         f.write(f"start {config.name}\n")
-    time.sleep(0.4)  # several of the loop's passes
+    time.sleep(0.2)  # several of the loop's passes (it polls every 0.05 s in these tests)
     waited_since = time.monotonic()  # not a guess at how fast the others start on a loaded machine
     while Path(config.log).read_text().count("start") < config.together and time.monotonic() - waited_since < 30:
         time.sleep(0.05)

@@ -63,16 +63,18 @@ def statuses(result) -> dict[str, Outcome]:
     return {s.name: s.status for s in result.steps}
 
 
-def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path):
-    """Policed while it runs, whatever steps before it have ended (`quick` is tracked first)."""
+def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path, monkeypatch):
+    """Policed while it runs, whatever steps before it have ended (`quick` is tracked first); on the
+    real clock, polled every 0.05 s."""
+    run_context_with(monkeypatch, poll_s=0.05)
     steps = [ExecutorStep("quick", nap, Nap(this_output_path(), 0.0)),
-             ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=1))]
+             ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=0.25))]
     started = time.monotonic()
     result = executor.run(steps, prefix=str(tmp_path), runner="inline")
     took = time.monotonic() - started
     [quick, sleepy] = result.steps
     assert quick.status == Outcome.SUCCEEDED, quick
-    assert sleepy.status == Outcome.FAILED and sleepy.error == "timed out after 1s (resources.timeout_s)", sleepy
+    assert sleepy.status == Outcome.FAILED and sleepy.error == "timed out after 0.25s (resources.timeout_s)", sleepy
     assert took < 20, f"the run took {took:.1f}s: the step was not cancelled at its timeout"
 
 

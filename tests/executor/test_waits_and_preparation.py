@@ -365,14 +365,15 @@ def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls
 def test_a_repeated_wait_notice_comes_at_the_first_silence_seen_however_short(tmp_path, capsys, monkeypatch):
     """Re-read every 0.05 s, a holder that stays silent gets its repeated notice at the first re-read
     that finds it silent (not only once a whole second has passed). The watch's clock is injected:
-    it reads 0.1 s later at each look, so that first silence is exactly 0.1 s, however loaded the machine."""
+    its second look reads 0.1 s after the first, so that first silence is exactly 0.1 s, however loaded the
+    machine; the next reads the whole TTL (2 s) after it, so the holder is then taken over."""
     import functools
     import itertools
 
     from executor.engine.run import execute as execute_module
     from executor.engine.run import lease as lease_module
 
-    readings = itertools.count(0.0, 0.1)
+    readings = itertools.chain([0.0, 0.1], itertools.repeat(2.0))
     monkeypatch.setattr(lease_module, "StalenessWatch",
                         functools.partial(lease_module.StalenessWatch, clock=lambda: next(readings)))
     monkeypatch.setattr(execute_module, "RunContext", functools.partial(execute_module.RunContext, poll_s=0.05))

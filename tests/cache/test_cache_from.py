@@ -310,7 +310,7 @@ def make_shared(config: Shared) -> dict:
 def log_start_and_end(config: Logged) -> dict:
     with open(config.log, "a") as f:
         f.write(f"start {config.name}\n")
-    time.sleep(0.4)  # several of the run loop's passes
+    time.sleep(0.2)  # several of the run loop's passes (it polls every 0.05 s where this runs)
     with open_file(f"{config.output_path}/out.txt", "w") as f:
         f.write(f"{config.name}\n")
     with open(config.log, "a") as f:
@@ -318,10 +318,15 @@ def log_start_and_end(config: Logged) -> dict:
     return {}
 
 
-def test_copies_that_fall_back_to_running_keep_within_max_concurrent(tmp_path):
+def test_copies_that_fall_back_to_running_keep_within_max_concurrent(tmp_path, monkeypatch):
     """x and y read `shared`; both copies are rejected (a changed byte), so both run here once
     `shared`, set aside, has been copied: under max_concurrent=1, one after the other."""
+    import functools
     import shutil
+
+    from executor.engine.run import execute
+
+    monkeypatch.setattr(execute, "RunContext", functools.partial(execute.RunContext, poll_s=0.05))  # passes
 
     log = tmp_path / "log"
     shared = ExecutorStep("limit/shared", make_shared, Shared(this_output_path()))

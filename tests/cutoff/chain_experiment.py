@@ -9,7 +9,8 @@
 CUT_WRITE_VERSION / CUT_UPPER_VERSION: the steps' code_version (a bump re-addresses the step and all
 below it). Each step that runs leaves an evidence file `ran-<name>-<uuid>` in CUT_SIDEFX (a local
 directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps. Steps read
-and write through open_file: any prefix works.
+and write through open_file: any prefix works. CUT_WRITE_AWAIT_RUNS: cut/write ends only once that many
+run files lie in the prefix's runs/ (a local prefix; each runner writes its own once it has planned).
 """
 
 from __future__ import annotations
@@ -54,7 +55,18 @@ class ReadConfig:
 def write(config: WriteConfig) -> None:
     _ran("write")
     time.sleep(float(os.environ.get("CUT_WRITE_SLEEP_S", "0")))  # execution-only: lets a second runner plan
+    _await_runs(config.output_path, int(os.environ.get("CUT_WRITE_AWAIT_RUNS", "0")))
     _write(f"{config.output_path}/text.txt", config.text)
+
+
+def _await_runs(output_path: str, runs: int) -> None:
+    """Until `runs` run files lie in the (local) prefix's runs/ (60 s at most): a run writes its run file
+    once it has planned, so every runner counted has planned before write ends (an event, not a guess)."""
+    folder, deadline = os.path.join(os.path.dirname(os.path.dirname(output_path)), "runs"), time.monotonic() + 60
+    while runs and time.monotonic() < deadline:
+        if len([n for n in os.listdir(folder) if n.endswith(".json")] if os.path.isdir(folder) else []) >= runs:
+            return
+        time.sleep(0.05)
 
 
 def upper(config: ReadConfig) -> None:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,13 +169,13 @@ def subprocess_run(prefix: str, sidefx: Path, *args: str, env: dict | None = Non
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_two_runners_racing_through_a_cutoff_make_one_decision(tmp_path, sidefx):
+def test_two_runners_racing_through_a_cutoff_make_one_decision(tmp_path, sidefx, capsys):
     prefix = str(tmp_path / "prefix")
-    first = subprocess_run(prefix, sidefx, "--runner", "inline")
-    assert first.wait(timeout=120) == 0, first.stdout.read()
+    assert go(Path(prefix), capsys)[0] == 0  # the first outputs, made in this process: one interpreter fewer
     ran(sidefx)
-    # write sleeps, so both runners have planned (one runs it, one waits on its lease) before the decision
-    racers = [subprocess_run(prefix, sidefx, "--runner", "inline", CUT_WRITE_VERSION="2", CUT_WRITE_SLEEP_S="3")
+    # write ends once both racers have planned (one runs it, one waits on its lease): their run files and
+    # the first run's, 3 in runs/, are written after each plan; so both are in the race before the decision
+    racers = [subprocess_run(prefix, sidefx, "--runner", "inline", CUT_WRITE_VERSION="2", CUT_WRITE_AWAIT_RUNS="3")
               for _ in range(2)]
     outs = [r.communicate(timeout=180)[0] for r in racers]
     assert [r.returncode for r in racers] == [0, 0], outs
@@ -247,3 +248,47 @@ def test_no_cutoff_without_the_consumed_digest_on_record(tmp_path, sidefx, capsy
     assert code == 0, out
     assert ran(sidefx) == {"write": 1, "upper": 1}  # upper runs; its output is identical, so frame is cut off
     assert "✂ cut/frame not run" in out and "✂ cut/upper" not in out, out
+
+
+def test_a_rechecked_step_taken_over_from_a_silent_runner_is_still_cut_off(tmp_path, sidefx, capsys, monkeypatch):
+    """cut/upper, planned "still current unless cut/write's output changed" (write forced to re-run), is
+    found held by another runner that fell silent: taken over, it is not forced to run (only --force-run
+    forces that), so early cutoff decides it: an earlier output of it (before write's version bump)
+    consumed exactly write's bytes; its function does not run (step_job's force_run: RUN over a SUCCESS)."""
+    import functools
+
+    import executor
+    from executor.core.record import Owner, State, Status, parse_status
+    from executor.engine.events import StepFinished, StepStarted
+    from executor.engine.run import lease as lease_module
+    from executor.engine.store.local import LocalStore
+
+    assert go(tmp_path, capsys)[0] == 0
+    assert go(tmp_path, capsys, write_version="2")[0] == 0  # upper's new id: cut off, an alias of the first
+    assert ran(sidefx) == {"write": 2, "upper": 1, "frame": 1}
+    [upper_key] = [str(p.relative_to(tmp_path)) for p in tmp_path.glob("cut/upper-*/.executor/status.json")
+                   if json.loads(p.read_text()).get("alias_of")]
+    store = LocalStore(str(tmp_path))
+
+    def hold_upper_elsewhere(event) -> None:  # once write committed again: another runner holds upper, silent
+        if isinstance(event, StepFinished) and event.node.name == "cut/write":
+            current = store.read(upper_key)
+            mine = parse_status(current.data, upper_key)
+            theirs = Status(State.RUNNING, mine.digest, mine.step_id, mine.seq + 1, mine.attempt + 1,
+                            Owner("someone-elses-run", "elsewhere", 4242, "someone"), time.time(),
+                            started_at=time.time())
+            assert store.replace_if_generation(upper_key, theirs.to_bytes(), current.generation) is not None
+
+    readings = iter([0.0, 2.0])  # the watch sees the holder once, then silent for the whole TTL: no real wait
+    monkeypatch.setattr(lease_module, "StalenessWatch", functools.partial(
+        lease_module.StalenessWatch, clock=lambda: next(readings, 100.0)))
+    started: list = []
+    result = executor.run(chain(write_version="2"), prefix=str(tmp_path), runner="inline", force_run="cut/write",
+                          lease_ttl=2, heartbeat_interval=0.5, subscribers=[
+                              hold_upper_elsewhere, lambda e: started.append(e) if isinstance(e, StepStarted) else None])
+    assert result.ok
+    assert [(e.node.name, e.takeover) for e in started] == [("cut/write", False)]  # upper taken over, not started
+    assert ran(sidefx) == {"write": 1}
+    assert result.step("cut/upper").cut_off.startswith("cut off: cut/write's output unchanged")
+    now = parse_status((tmp_path / upper_key).read_bytes(), upper_key)
+    assert now.state == State.SUCCESS and now.owner.run_id != "someone-elses-run" and now.alias_of["cut_off"]

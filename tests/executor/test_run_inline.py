@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,20 @@ def hello_run(prefix: Path, *args: str) -> int:
     return run(hello.build, "hello", config=hello.HelloOptions(),
                argv=["--prefix", str(prefix), "--runner", "inline", *args], environ={},
                main_file=hello.__file__)
+
+
+@pytest.fixture(scope="module")
+def hello_done(tmp_path_factory) -> Path:
+    """One completed hello run (its 5 steps and run file), made once for the module: a test that only
+    reads it takes it as it is; one that runs again over it takes a copy (`copy_of`)."""
+    prefix = tmp_path_factory.mktemp("hello-done")
+    assert hello_run(prefix) == 0
+    return prefix
+
+
+def copy_of(done: Path, tmp_path: Path) -> Path:
+    """A prefix holding what one complete hello run left (a local prefix is its files: a copy is one)."""
+    return Path(shutil.copytree(done, tmp_path / "prefix"))
 
 
 def statuses(prefix: Path) -> dict[str, dict]:
@@ -46,8 +61,8 @@ def test_run_then_rerun_skips(tmp_path, capsys):
     assert len(list((tmp_path / "runs").glob("hello-*.json"))) == 1  # a no-op re-run writes nothing
 
 
-def test_record_and_run_file_contents(tmp_path):
-    assert hello_run(tmp_path) == 0
+def test_record_and_run_file_contents(hello_done):
+    tmp_path = hello_done  # read only
     record = json.loads(next(tmp_path.glob("hello/count-*/.executor/record.json")).read_text())
     assert record["schema"] == 1 and record["result"] == {"distinct": 10}
     assert record["manifest"] == [{"path": "counts.json", "size": record["manifest"][0]["size"],
@@ -89,16 +104,16 @@ def test_run_file_says_where_everything_is(tmp_path):
     assert steps["hello/shout"]["decision"] == "run" and steps["hello/summary"]["status"] == "succeeded"
 
 
-def test_changing_a_hashed_field_reruns_only_affected_steps(tmp_path):
-    assert hello_run(tmp_path) == 0
+def test_changing_a_hashed_field_reruns_only_affected_steps(hello_done, tmp_path):
+    tmp_path = copy_of(hello_done, tmp_path)
     before = {n: len(v) for n, v in by_name(tmp_path).items()}
     assert hello_run(tmp_path, "--greeting", "Howdy") == 0
     after = {n: len(v) for n, v in by_name(tmp_path).items()}
     assert after == {**before, "hello/greeting": 2, "hello/shout": 2, "hello/summary": 2}
 
 
-def test_execution_only_flag_does_not_rerun(tmp_path):
-    assert hello_run(tmp_path) == 0
+def test_execution_only_flag_does_not_rerun(hello_done, tmp_path):
+    tmp_path = copy_of(hello_done, tmp_path)
     assert hello_run(tmp_path, "--pause-s", "0.01") == 0
     assert all(len(v) == 1 for v in by_name(tmp_path).values())
 
@@ -136,8 +151,8 @@ def test_dry_run_writes_nothing_and_json_is_machine_readable(tmp_path, capsys):
     assert not prefix.exists()
 
 
-def test_corrupt_status_is_a_clear_error_and_left_untouched(tmp_path, capsys):
-    assert hello_run(tmp_path) == 0
+def test_corrupt_status_is_a_clear_error_and_left_untouched(hello_done, tmp_path, capsys):
+    tmp_path = copy_of(hello_done, tmp_path)
     status_file = next(tmp_path.glob("hello/count-*/.executor/status.json"))
     status_file.write_text('{"schema": 1, "state": "SUCC')
     assert hello_run(tmp_path) == 2
@@ -146,8 +161,8 @@ def test_corrupt_status_is_a_clear_error_and_left_untouched(tmp_path, capsys):
     assert status_file.read_text() == '{"schema": 1, "state": "SUCC'
 
 
-def test_newer_schema_is_refused_not_overwritten(tmp_path, capsys):
-    assert hello_run(tmp_path) == 0
+def test_newer_schema_is_refused_not_overwritten(hello_done, tmp_path, capsys):
+    tmp_path = copy_of(hello_done, tmp_path)
     status_file = next(tmp_path.glob("hello/words-*/.executor/status.json"))
     data = json.loads(status_file.read_text())
     data["schema"] = 99

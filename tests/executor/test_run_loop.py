@@ -63,16 +63,18 @@ def statuses(result) -> dict[str, Outcome]:
     return {s.name: s.status for s in result.steps}
 
 
-def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path):
-    """Policed while it runs, whatever steps before it have ended (`quick` is tracked first)."""
+def test_a_step_past_its_timeout_is_cancelled_and_failed(tmp_path, monkeypatch):
+    """Policed while it runs, whatever steps before it have ended (`quick` is tracked first); on the
+    real clock, polled every 0.05 s."""
+    run_context_with(monkeypatch, poll_s=0.05)
     steps = [ExecutorStep("quick", nap, Nap(this_output_path(), 0.0)),
-             ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=1))]
+             ExecutorStep("sleepy", nap, Nap(this_output_path(), 30.0), resources=Resources(timeout_s=0.25))]
     started = time.monotonic()
     result = executor.run(steps, prefix=str(tmp_path), runner="inline")
     took = time.monotonic() - started
     [quick, sleepy] = result.steps
     assert quick.status == Outcome.SUCCEEDED, quick
-    assert sleepy.status == Outcome.FAILED and sleepy.error == "timed out after 1s (resources.timeout_s)", sleepy
+    assert sleepy.status == Outcome.FAILED and sleepy.error == "timed out after 0.25s (resources.timeout_s)", sleepy
     assert took < 20, f"the run took {took:.1f}s: the step was not cancelled at its timeout"
 
 
@@ -538,7 +540,7 @@ class Logged:
 def log_start_and_end(config: Logged) -> dict:
     with open(config.log, "a") as f:
         f.write(f"start {config.name}\n")
-    time.sleep(0.4)  # several of the loop's passes
+    time.sleep(0.2)  # several of the loop's passes (it polls every 0.05 s in these tests)
     waited_since = time.monotonic()  # not a guess at how fast the others start on a loaded machine
     while Path(config.log).read_text().count("start") < config.together and time.monotonic() - waited_since < 30:
         time.sleep(0.05)

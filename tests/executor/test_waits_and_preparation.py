@@ -36,6 +36,7 @@ from executor.core.record import Owner, State, Status, parse_status, status_key
 from executor.engine.events import RunStarted, StepStarted, StepWaiting
 from executor.tools.console_reporter import ConsoleReporter
 from executor.engine.store.local import LocalStore, _generation
+from tests.watch_clock import quick_takeovers
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,12 @@ def held_elsewhere(step: ExecutorStep, prefix: Path, capsys) -> tuple[LocalStore
     return store, key, running, row
 
 
-def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over(tmp_path, capsys):
+def test_a_lease_held_elsewhere_is_announced_once_then_waited_on_then_taken_over(tmp_path, capsys, monkeypatch):
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     _, _, _, row = held_elsewhere(step, tmp_path, capsys)
 
-    reporter = ConsoleReporter(verbose_wait_s=0.5)
+    quick_takeovers(monkeypatch)  # the watch's clock a second later at each look: taken over at the 4th
+    reporter = ConsoleReporter(verbose_wait_s=0)  # every repeated notice printed (the real wait is short)
     assert execute([step], tmp_path, "--lease-ttl", "3", "--heartbeat-interval", "1", reporter=reporter) == 0
     out = capsys.readouterr().out
     assert out.count("running elsewhere (elsewhere pid 4242); waiting") == 1, out
@@ -240,6 +242,33 @@ def test_a_status_of_another_step_found_where_a_step_would_start_fails_it_naming
     assert parse_status(found.read_bytes(), str(found)).digest == foreign  # untouched
 
 
+def test_a_status_of_another_digest_found_where_a_mirrored_input_would_be_copied_fails_its_reader_naming_it(
+        tmp_path):
+    """The mirror copy's status key holds another digest once planned: the copy refuses (naming the digest
+    found there, its first 16 hex digits) and touches nothing; the step reading the input fails saying so,
+    its dependent is blocked, and the step that reads nothing mirrored runs."""
+    from executor.engine.events import PlanMade
+    from executor.engine.transfers.mirror import status_key as mirror_status_key
+    from tests.cache.mirror_graph import CORPUS, build, write_corpus
+
+    write_corpus(tmp_path / "us")
+    prefix, key, foreign = tmp_path / "prefix", mirror_status_key("mirror/corpus-bucket/raw/corpus"), "0123456789abcdef" + "e" * 48
+
+    def squat(event) -> None:
+        if isinstance(event, PlanMade):
+            theirs = Status(State.SUCCESS, foreign, "mirror/corpus-bucket/raw/corpus", 0, 1, OTHER, time.time())
+            assert LocalStore(str(prefix)).create_if_absent(key, theirs.to_bytes()) is not None
+
+    result = executor.run(build(), prefix=str(prefix), runner="inline", environ={}, subscribers=[squat],
+                          mirror_sources=(str(tmp_path / "us"),))
+    assert (result.step("mirrored/other").status, result.step("mirrored/total").status) == (
+        Outcome.SUCCEEDED, Outcome.BLOCKED)
+    assert result.step("mirrored/count").error == (f"could not start: ExecutorError: mirror {CORPUS}: {key} now "
+                                                   f"holds digest {foreign[:16]}…; refusing to touch it")
+    assert parse_status((prefix / key).read_bytes(), key).digest == foreign  # untouched
+    assert not list((prefix / "mirror").rglob("*.txt"))  # nothing copied
+
+
 def test_a_lease_this_run_itself_holds_is_taken_back_at_once_not_waited_on(tmp_path, capsys):
     """A RUNNING status this very run wrote (as after it lost its lease while paused past half the
     TTL) is taken back at once: no wait for the TTL, and no takeover reported."""
@@ -309,10 +338,12 @@ def test_a_step_another_runner_failed_meanwhile_is_reported_failed_elsewhere(tmp
     assert not (prefix / "shared" / "b" / "done.txt").exists()  # not run here
 
 
-def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls_silent(tmp_path, capsys):
+def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls_silent(tmp_path, capsys,
+                                                                                         monkeypatch):
     """The other runner renews its lease twice (a new generation each time), then dies: after each
     renewal this run has seen no silence yet, so it says nothing more until there is some; then it
     takes the step over after the TTL."""
+    quick_takeovers(monkeypatch, tick_s=0.5)  # the watch's clock half a second later at each look
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     store, key, _, _ = held_elsewhere(step, tmp_path, capsys)
     waits: list[StepWaiting] = []
@@ -334,14 +365,15 @@ def test_a_wait_on_a_holder_that_renews_repeats_no_notice_until_the_holder_falls
 def test_a_repeated_wait_notice_comes_at_the_first_silence_seen_however_short(tmp_path, capsys, monkeypatch):
     """Re-read every 0.05 s, a holder that stays silent gets its repeated notice at the first re-read
     that finds it silent (not only once a whole second has passed). The watch's clock is injected:
-    it reads 0.1 s later at each look, so that first silence is exactly 0.1 s, however loaded the machine."""
+    its second look reads 0.1 s after the first, so that first silence is exactly 0.1 s, however loaded the
+    machine; the next reads the whole TTL (2 s) after it, so the holder is then taken over."""
     import functools
     import itertools
 
     from executor.engine.run import execute as execute_module
     from executor.engine.run import lease as lease_module
 
-    readings = itertools.count(0.0, 0.1)
+    readings = itertools.chain([0.0, 0.1], itertools.repeat(2.0))
     monkeypatch.setattr(lease_module, "StalenessWatch",
                         functools.partial(lease_module.StalenessWatch, clock=lambda: next(readings)))
     monkeypatch.setattr(execute_module, "RunContext", functools.partial(execute_module.RunContext, poll_s=0.05))
@@ -391,6 +423,7 @@ def test_a_step_that_lost_the_race_for_its_lease_announces_the_wait_once(tmp_pat
 
     raced: list[str] = []
     monkeypatch.setattr(lease_module.LeaseKeeper, "acquire", lose_the_first_race)
+    quick_takeovers(monkeypatch, tick_s=0.25)  # the winner never renews: taken over at the 5th look, not after 1 s
     waits: list[StepWaiting] = []
     step = ExecutorStep("held", write_marker, Plain(this_output_path()))
     result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=1, heartbeat_interval=0.25,

@@ -19,6 +19,7 @@ from executor.core.record import Owner, State, Status, status_key
 from executor.engine.events import LeaseLost, StepRetried, StepStarted, StepWaiting
 from executor.engine.store import open_store
 from executor.engine.store.local import LocalStore
+from tests.watch_clock import quick_takeovers
 
 STOLEN = {"pid": 999999, "run_id": "thief-run"}
 
@@ -47,6 +48,7 @@ def steal_then_return(config: StealConfig) -> dict:
 
 
 def test_taken_over_holder_writes_no_record(tmp_path, monkeypatch, capsys):
+    quick_takeovers(monkeypatch)  # the robbed holder follows the thief, who never renews: no TTL waited out
     monkeypatch.setenv("FENCING_DIR", str(tmp_path))
     steps = [ExecutorStep("fence/one", steal_then_return, StealConfig(this_output_path()))]
     code = run(steps, "fencing", argv=["--prefix", str(tmp_path / "p"), "--runner", "inline",
@@ -99,6 +101,7 @@ def test_a_holder_told_by_its_heartbeat_that_its_lease_was_taken_is_stopped(tmp_
     the lease lost with its reason, stops the step (it writes nothing more), announces the new
     holder as a new wait and takes the lease over once that holder goes silent past the TTL."""
     monkeypatch.setenv("FENCING_DIR", str(tmp_path))
+    quick_takeovers(monkeypatch)  # both silent holders taken over without waiting out the TTL
     prefix = tmp_path / "p"
     step = ExecutorStep("fence/writer", steal_then_keep_writing, StealConfig(this_output_path()))
     [planned] = executor.plan([step], prefix=str(prefix)).steps
@@ -112,7 +115,7 @@ def test_a_holder_told_by_its_heartbeat_that_its_lease_was_taken_is_stopped(tmp_
         if isinstance(event, StepStarted):
             assert sum(isinstance(e, StepStarted) for e in events) <= 2, "started again and again"  # fail fast
 
-    result = executor.run([step], prefix=str(prefix), runner="inline", lease_ttl=3, heartbeat_interval=1,
+    result = executor.run([step], prefix=str(prefix), runner="inline", lease_ttl=3, heartbeat_interval=0.5,
                           subscribers=[note])
     assert result.ok, result
     waits = [e.status.owner.run_id for e in events if isinstance(e, StepWaiting) and e.first]
@@ -140,6 +143,7 @@ def steal_then_fail(config: StealConfig) -> dict:
 def test_a_step_that_ends_in_error_after_its_lease_was_taken_is_not_failed_but_followed(tmp_path, monkeypatch):
     """Its error is the lost lease's doing, not the step's: no FAILED status, no user retry under
     the lost lease; LeaseLost with the reason, then the run waits on the new holder and retakes it."""
+    quick_takeovers(monkeypatch)  # the robbed holder follows the thief, who never renews: no TTL waited out
     monkeypatch.setenv("FENCING_DIR", str(tmp_path))
     events: list[Any] = []
     step = ExecutorStep("fence/failer", steal_then_fail, StealConfig(this_output_path()),
@@ -171,6 +175,7 @@ def test_a_lease_taken_between_the_record_and_the_commit_is_lost_with_its_reason
         return write_record(self, result, result_type)
 
     monkeypatch.setattr(StepJob, "write_record", steal_then_write)
+    quick_takeovers(monkeypatch)
     lost: list[LeaseLost] = []
     step = ExecutorStep("fence/commit", write_marker_file, StealConfig(this_output_path()))
     result = executor.run([step], prefix=str(tmp_path), runner="inline", lease_ttl=2, heartbeat_interval=0.5,

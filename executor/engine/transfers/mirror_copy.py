@@ -51,10 +51,7 @@ class MirrorJob(Job):
             self.state = Outcome.SUCCEEDED
 
     # -- before the lease ------------------------------------------------------------------
-    def clash(self, status: Status) -> None:
-        self.board.fail(self, StepOutcome(ok=False, error=f"mirrored input {self.input.logical}: {self.key} holds "
-                                                          f"another digest; refusing to touch it"))
-
+    # clash: Job's (refused naming the digest found, the first 16 hex; the loop fails the copy, not the run)
     def settled_by(self, status: Status, generation: str) -> bool:
         if status.state != State.SUCCESS:
             return False  # a failed copy is tried again

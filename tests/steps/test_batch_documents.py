@@ -45,18 +45,28 @@ def test_listed_documents_rebuild_the_batch_of_that_step(cache, trained):  # noq
             assert all(d["shard"] and d["index"] >= 0 for d in listed["documents"])
 
 
-def test_command_prints_a_table_json_and_clear_errors(trained):
-    from steps.train.batch_documents import batch_documents
+def test_command_prints_a_table_json_and_clear_errors(trained, capsys):
+    from steps.train.batch_documents import batch_documents, main
 
-    run = lambda *a: subprocess.run([sys.executable, "-m", "steps.train.batch_documents", *a],  # noqa: E731
-                                    cwd=REPO, capture_output=True, text=True, timeout=120)
-    table = run(str(trained), "2")
+    # the command itself, once, in a process of its own (-X importtime lists what it imported)
+    table = subprocess.run([sys.executable, "-X", "importtime", "-m", "steps.train.batch_documents", str(trained), "2"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr
     assert table.stdout.startswith("step 2 (batch 1)") and "[" in table.stdout
-    as_json = run(str(trained), "2", "--json")
-    assert json.loads(as_json.stdout) == batch_documents(str(trained), 2)
-    too_far = run(str(trained), "99")
-    assert too_far.returncode == 2 and "step=99 is outside 1..3" in too_far.stderr
-    assert "Traceback" not in too_far.stderr
-    missing = run(str(trained.parent / "nothing"), "1")
-    assert missing.returncode == 2 and "data.json: not found" in missing.stderr
+    # it reads the run's files only: it starts without JAX (steps.train imports `train` when asked)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in table.stderr.splitlines() if line.startswith("import time:")}
+    assert "steps.train.data" in imported and "jax" not in imported
+
+    # its other outputs through the same main(), in this process (an exception would fail the test:
+    # no traceback reaches the user)
+    def run(*args):
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = run(str(trained), "2", "--json")
+    assert code == 0 and json.loads(out) == batch_documents(str(trained), 2)
+    code, _, err = run(str(trained), "99")
+    assert code == 2 and "step=99 is outside 1..3" in err
+    code, _, err = run(str(trained.parent / "nothing"), "1")
+    assert code == 2 and "data.json: not found" in err

@@ -80,6 +80,15 @@ def test_blockwise_cross_entropy_needs_a_fraction_of_the_memory():
 
 
 @functools.lru_cache(maxsize=1)
+def _params():
+    """The parameters of small_config(), initialised once (compiled once, not once per variant)."""
+    import jax
+    from steps.train import model as M
+
+    return jax.jit(M.init_params, static_argnums=0)(small_config(), jax.random.key(1))
+
+
+@functools.lru_cache(maxsize=1)
 def _baseline():
     CFG = small_config()
 
@@ -91,7 +100,7 @@ def _loss_and_grads(cfg):
     import jax.numpy as jnp
     from steps.train import model as M
 
-    params = jax.jit(M.init_params, static_argnums=0)(cfg, jax.random.key(1))
+    params = _params()   # the levers change no parameter: every variant starts from the same ones
     batch = jax.random.randint(jax.random.key(2), (4, cfg.seq_len + 1), 0, cfg.vocab_size)
     bias = jnp.linspace(-0.05, 0.05, cfg.n_experts * cfg.n_moe).reshape(cfg.n_moe, cfg.n_experts)
     fn = jax.jit(jax.value_and_grad(M.loss_fn, has_aux=True), static_argnums=3)

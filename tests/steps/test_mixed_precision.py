@@ -125,9 +125,11 @@ def test_bfloat16_compute_keeps_params_gradients_router_and_loss_float32():
         seen.update(x=x.dtype, logits=routing.logits.dtype, affinity=routing.affinity.dtype)
         return routing
 
+    # jitted (one compile per dtype, not one per operation): the spy sees the traced dtypes, the
+    # same ones an eager run has, and the jitted train step is what training runs
+    grad_fn = jax.jit(jax.value_and_grad(M.loss_fn, has_aux=True), static_argnums=(3, 4, 5))
     M.route = spy_route
     try:
-        grad_fn = jax.value_and_grad(M.loss_fn, has_aux=True)
         (total, metrics), grads = grad_fn(params, bias, batch, CFG, None, "bfloat16")
     finally:
         M.route = real_route

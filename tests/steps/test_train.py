@@ -180,9 +180,11 @@ def test_metrics_are_written_between_checkpoints_for_watching_a_run(cache, tmp_p
     monkeypatch.setattr(loop, "_write_checkpoint", die)
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="preempted"):
-        train(tiny_config(cache, out, num_steps=6, checkpoint_every=6, metrics_flush_s=0))
+        # num_steps=40: the program of the test above, compiled once per process; its first
+        # checkpoint is at its last step
+        train(tiny_config(cache, out, num_steps=40, checkpoint_every=40, metrics_flush_s=0))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6] and all(np.isfinite(r["loss"]) for r in rows)
+    assert [r["step"] for r in rows] == list(range(1, 41)) and all(np.isfinite(r["loss"]) for r in rows)
 
 
 def test_restart_after_sigkill_is_bitwise_identical_to_a_straight_run(cache, tmp_path, compile_cache):

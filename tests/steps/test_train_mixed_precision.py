@@ -29,15 +29,26 @@ def stored_dtypes(out, subdir: str, step: int) -> set[str]:
     return {leaf["dtype"] for leaf in manifest["leaves"]}
 
 
-def test_bfloat16_losses_track_float32_for_100_steps_and_stay_float32(cache, tmp_path):  # noqa: F811
-    from steps.train import TrainConfig, checkpoint, train
+def hundred_steps_config(cache, out, dtype):  # noqa: F811
+    return tiny_config(cache, out, num_steps=100, log_every=10, checkpoint_every=50, compute_dtype=dtype)
+
+
+@pytest.fixture(scope="module")
+def hundred_steps(cache, tmp_path_factory):  # noqa: F811
+    """100 steps in each compute dtype: {dtype: (output, result)} (the resume test below reuses the
+    runs and their compiled steps)."""
+    from steps.train import train
+
+    root = tmp_path_factory.mktemp("dtypes")
+    return {dtype: (root / dtype, train(hundred_steps_config(cache, root / dtype, dtype)))
+            for dtype in ("float32", "bfloat16")}
+
+
+def test_bfloat16_losses_track_float32_for_100_steps_and_stay_float32(hundred_steps):
     from steps.train.loop import MODEL_SUBDIR
 
     runs = {}
-    for dtype in ("float32", "bfloat16"):
-        out = tmp_path / dtype
-        result = train(tiny_config(cache, out, num_steps=100, log_every=10, checkpoint_every=50,
-                                   compute_dtype=dtype))
+    for dtype, (out, result) in hundred_steps.items():
         runs[dtype] = losses(out)
         assert stored_dtypes(out, "checkpoints", 100) <= {"float32", "int32"}
         assert stored_dtypes(out, MODEL_SUBDIR, 100) == {"float32"}
@@ -50,21 +61,21 @@ def test_bfloat16_losses_track_float32_for_100_steps_and_stay_float32(cache, tmp
     assert any(gap > 0 for gap in gaps)     # it did compute in another dtype
 
 
-def test_a_checkpoint_saved_in_one_dtype_resumes_in_the_other(cache, tmp_path, capsys):  # noqa: F811
-    from steps.train import TrainConfig, checkpoint, train
+def test_a_checkpoint_saved_in_one_dtype_resumes_in_the_other(cache, hundred_steps, tmp_path, capsys):  # noqa: F811
+    from steps.train import train
     from steps.train.loop import MODEL_SUBDIR
 
     for saved, resumed in (("float32", "bfloat16"), ("bfloat16", "float32")):
         out = tmp_path / saved
-        train(tiny_config(cache, out, num_steps=8, checkpoint_every=4, compute_dtype=saved))
-        shutil.rmtree(out / "checkpoints" / "step-000008")   # as if it had stopped after checkpoint 4
+        shutil.copytree(hundred_steps[saved][0], out)          # the 100 steps trained in `saved`
+        shutil.rmtree(out / "checkpoints" / "step-000100")   # as if it had stopped after checkpoint 50
         shutil.rmtree(out / MODEL_SUBDIR)
         capsys.readouterr()
-        result = train(tiny_config(cache, out, num_steps=8, checkpoint_every=4, compute_dtype=resumed))
-        assert "resumed from checkpoint step 4" in capsys.readouterr().out
-        assert result["resumed_from_step"] == 4 and result["steps_run"] == 4 and np.isfinite(result["final_loss"])
-        assert stored_dtypes(out, "checkpoints", 8) <= {"float32", "int32"}
-        assert stored_dtypes(out, MODEL_SUBDIR, 8) == {"float32"}
+        result = train(hundred_steps_config(cache, out, resumed))
+        assert "resumed from checkpoint step 50" in capsys.readouterr().out
+        assert result["resumed_from_step"] == 50 and result["steps_run"] == 50 and np.isfinite(result["final_loss"])
+        assert stored_dtypes(out, "checkpoints", 100) <= {"float32", "int32"}
+        assert stored_dtypes(out, MODEL_SUBDIR, 100) == {"float32"}
 
 
 def test_compute_dtype_is_validated(tmp_path):

@@ -29,14 +29,16 @@ def test_map_shards_tasks_on_ray_get_the_step_s_options(ray_local, s3_emulator):
     assert results == [(f"shard {i}".encode(), bucket.secret) for i in range(3)]
 
 
-def test_a_shard_request_no_node_can_give_fails_at_once_naming_both(ray_local):
-    """ray_local's one node has 2 CPUs: shards asking for 4 would queue forever."""
+def test_a_shard_request_no_node_can_give_fails_at_once_naming_both(ray_local, ray_head):
+    """The session head, ray_local's cluster, is one node of ray_head.num_cpus CPUs: shards asking for
+    twice that would queue forever."""
     import time
 
     from executor.engine.runner.ray_map import ShardTaskDied, map_tasks
 
+    has, asked = ray_head.num_cpus, 2 * ray_head.num_cpus
     started = time.monotonic()
-    with pytest.raises(ShardTaskDied, match=r"read_back: each shard task asks for 4 CPU, but the largest live "
-                                            r"node of the cluster has 2: no node can ever run it"):
-        map_tasks(read_back, ["never-read"], num_cpus=4)
+    with pytest.raises(ShardTaskDied, match=rf"read_back: each shard task asks for {asked} CPU, but the largest "
+                                            rf"live node of the cluster has {has}: no node can ever run it"):
+        map_tasks(read_back, ["never-read"], num_cpus=asked)
     assert time.monotonic() - started < 60  # at once: not after unschedulable_timeout_s (120 s)

@@ -1,5 +1,5 @@
-"""A mirrored input on the Ray runner (issue 30.3), on the module's embedded cluster (tests/conftest.py's
-ray_local): the mirror copy runs as a Ray task on a worker (its attempt log, which only the Ray runner
+"""A mirrored input on the Ray runner (issue 30.3), on the session's Ray head that tests/conftest.py's
+ray_local joins: the mirror copy runs as a Ray task on a worker (its attempt log, which only the Ray runner
 writes, sits beside the copy's status), the step reads the checked copy, and a second run copies nothing."""
 
 from __future__ import annotations

@@ -241,6 +241,14 @@ def driver_env(address: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def unshipped_driver_env(address: str) -> dict[str, str]:
+    """A driver that sends no code: the head's workers are on this machine and import the experiment from
+    the driver's script directory (Ray hands its sys.path to the job's workers). For the tests about
+    something else than shipping (the join test above ships): no runtime-env package built and unpacked
+    per driver run (issue 46)."""
+    return driver_env(address, EXECUTOR_SHIP_CODE="0")
+
+
 def test_join_existing_cluster_from_another_directory(ray_head, tmp_path):
     """The head runs in its own cwd/env; the driver is an experiment file elsewhere, run from a
     third directory. Its helper module lives on the driver's PYTHONPATH only (Ray passes a driver's
@@ -278,7 +286,7 @@ def interrupt_slow_step(ray_head, tmp_path, sig: int) -> tuple[subprocess.Popen,
     exp = write_experiment(tmp_path / "experiment", f"sig{int(sig)}")
     prefix = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, str(exp), "--prefix", str(prefix), "--sleep-s", "120"],
-                            cwd=tmp_path, env=driver_env(ray_head.address), stdout=subprocess.PIPE,
+                            cwd=tmp_path, env=unshipped_driver_env(ray_head.address), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
@@ -304,7 +312,7 @@ def test_ctrl_c_cancels_and_rerun_completes(ray_head, tmp_path):
     exp = check_signalled(ray_head, tmp_path, signal.SIGINT, 130, "interrupted (Ctrl-C)")
     prefix = tmp_path / "out"
     again = subprocess.run([sys.executable, str(exp), "--prefix", str(prefix), "--sleep-s", "0.5"],
-                           cwd=tmp_path, env=driver_env(ray_head.address), capture_output=True, text=True,
+                           cwd=tmp_path, env=unshipped_driver_env(ray_head.address), capture_output=True, text=True,
                            timeout=240)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert status_of(prefix / "demo", "slow").state == State.SUCCESS

@@ -55,7 +55,7 @@ def test_tiny_moe_end_to_end_on_gcs_and_s3_then_a_noop_rerun(gcs_emulator, s3_em
                            if path.startswith("summary/") and path.endswith("attempt-1.log"))
         assert b"bits/byte" in summary_log  # the step's own printed output, not only the header
 
-    reruns = [finish(r) for r in [start(b, ray_head) for b in buckets]]  # both at once, as the first runs
+    reruns = [finish(start(b, ray_head)) for b in buckets]
     for bucket, (code, out, err) in zip(buckets, reruns):
         assert code == 0 and "all 6 step(s) already succeeded; nothing to do" in out, out + err
         assert "joining Ray" not in out + err

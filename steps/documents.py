@@ -711,10 +711,10 @@ def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".p
 
 
 def read_json(path: str) -> Any | None:
-    """A JSON file's value, or None when it does not exist: one GET on a bucket (read from byte 0, so
-    no metadata request comes first; a missing key is one 404, not a HEAD and a listing)."""
+    """A JSON file's value, or None when it does not exist (the whole object in one read: on GCS one
+    GET, no metadata request first; not a ranged read, which an empty object refuses)."""
     fs, target = url_to_fs(path)
     try:
-        return json.loads(fs.cat_file(target, start=0))
+        return json.loads(fs.cat_file(target))
     except FileNotFoundError:
         return None

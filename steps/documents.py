@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import gzip
+import hashlib
 import io
 import itertools
 import json
@@ -684,10 +685,11 @@ def write_file_atomically(path: str | Path, write: Callable[[BinaryIO], object])
 
 
 
-def write_json_atomically(path: str, value: Any) -> None:
-    """Write a small JSON file whole (see write_file_atomically)."""
+def write_json_atomically(path: str, value: Any) -> str:
+    """Write a small JSON file whole (see write_file_atomically); returns the sha256 of its bytes."""
     data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
     write_file_atomically(path, lambda f: f.write(data))
+    return hashlib.sha256(data).hexdigest()
 
 
 def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".partial-")) -> int:
@@ -709,10 +711,10 @@ def remove_stale_temporaries(root: str, markers: tuple[str, ...] = (".tmp-", ".p
 
 
 def read_json(path: str) -> Any | None:
-    """A JSON file's value, or None when it does not exist."""
+    """A JSON file's value, or None when it does not exist (the whole object in one read: on GCS one
+    GET, no metadata request first; not a ranged read, which an empty object refuses)."""
     fs, target = url_to_fs(path)
     try:
-        with fs.open(target, "r") as f:
-            return json.load(f)
+        return json.loads(fs.cat_file(target))
     except FileNotFoundError:
         return None

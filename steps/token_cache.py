@@ -22,6 +22,7 @@ from steps.extras import DATA, require_extra
 
 require_extra("data", "steps.token_cache", DATA)
 
+import hashlib
 import io
 import json
 from dataclasses import dataclass
@@ -47,19 +48,26 @@ def join(root: str | Path, *parts: str) -> str:
     return "/".join([str(root).rstrip("/"), *(part.strip("/") for part in parts if part)])
 
 
-def save_array_atomically(path: str | Path, array: np.ndarray) -> None:
-    """np.save to `path` (local or URL), never leaving a torn file."""
-    write_file_atomically(path, lambda f: np.save(f, array))
+def save_array_atomically(path: str | Path, array: np.ndarray) -> str:
+    """np.save to `path` (local or URL), never leaving a torn file; returns the sha256 of the bytes
+    written (so a shard's index entry need not read the file back to hash it)."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    data = buffer.getvalue()
+    write_file_atomically(path, lambda f: f.write(data))
+    return hashlib.sha256(data).hexdigest()
 
 
 def write_shard(split_dir: str | Path, name: str, tokens: np.ndarray, offsets: np.ndarray,
-                doc_bytes: np.ndarray) -> dict:
-    """Write one shard's arrays; returns its ledger entry."""
+                doc_bytes: np.ndarray, digests: dict[str, str] | None = None) -> dict:
+    """Write one shard's arrays; returns its ledger entry. `digests`, when given, gets the sha256
+    of each file written, by its name under `split_dir`."""
     if offsets[0] != 0 or offsets[-1] != len(tokens) or len(doc_bytes) != len(offsets) - 1:
         raise ValueError(f"shard {name}: offsets/bytes do not describe the token array")
-    save_array_atomically(join(split_dir, f"{name}.tokens.npy"), tokens)
-    save_array_atomically(join(split_dir, f"{name}.offsets.npy"), offsets.astype(np.int64))
-    save_array_atomically(join(split_dir, f"{name}.bytes.npy"), doc_bytes.astype(np.int64))
+    written = digests if digests is not None else {}
+    for kind, array in (("tokens", tokens), ("offsets", offsets.astype(np.int64)),
+                        ("bytes", doc_bytes.astype(np.int64))):
+        written[f"{name}.{kind}.npy"] = save_array_atomically(join(split_dir, f"{name}.{kind}.npy"), array)
     return {"name": name, "docs": int(len(doc_bytes)), "tokens": int(len(tokens)),
             "bytes": int(doc_bytes.sum())}
 

@@ -311,12 +311,12 @@ class _SplitBuffer:
         self.lengths.append(counts + 1)
         self.doc_bytes.append(byte_lengths)
 
-    def write(self, split_dir: str, name: str, dtype: np.dtype) -> dict:
+    def write(self, split_dir: str, name: str, dtype: np.dtype, digests: dict[str, str] | None = None) -> dict:
         tokens = np.concatenate(self.tokens) if self.tokens else np.zeros(0, dtype)
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
         doc_bytes = np.concatenate(self.doc_bytes) if self.doc_bytes else np.zeros(0, np.int64)
-        return token_cache.write_shard(split_dir, name, tokens, offsets, doc_bytes.astype(np.int64))
+        return token_cache.write_shard(split_dir, name, tokens, offsets, doc_bytes.astype(np.int64), digests)
 
 
 @functools.lru_cache(maxsize=1)
@@ -344,17 +344,19 @@ def _tokenize_shard(job: _ShardJob) -> dict[str, Any]:
         return {**result, "resumed": False}
 
     def make() -> dict[str, Any]:
-        made = _encode_shard(job)
-        write_json_atomically(marker, made)
-        shard_reuse.record(job.output_path, job.address, files, made)
+        digests: dict[str, str] = {}  # hashed as written: the index entry reads nothing back
+        made = _encode_shard(job, digests)
+        digests[files[-1]] = write_json_atomically(marker, made)
+        shard_reuse.record(job.output_path, job.address, files, made, digests)
         return made
 
     result, made_here = shard_reuse.reuse_or_make(job.output_path, job.address, list(job.sources), make)
     return {**result, "resumed": False, **({} if made_here else {"reused": True})}
 
 
-def _encode_shard(job: _ShardJob) -> dict[str, Any]:
-    """Encode one shard's documents and write its arrays; returns its marker's content."""
+def _encode_shard(job: _ShardJob, digests: dict[str, str] | None = None) -> dict[str, Any]:
+    """Encode one shard's documents and write its arrays; returns its marker's content. `digests`,
+    when given, gets the sha256 of each file written, by its path under the output."""
     config = job.config
     encode, tokenizer = _encoder(job.tokenizer_json, config.fast_ascii_encoding)
     eos_id = eos_id_of(tokenizer, config.eos_token, "tokenizer.json")
@@ -391,11 +393,18 @@ def _encode_shard(job: _ShardJob) -> dict[str, Any]:
                     texts, validation, chars = [], [], 0
     if texts:
         flush(texts, validation)
-    root = token_cache.join(job.output_path, job.folder)
-    entries = {split: buffers[split].write(token_cache.join(root, split), job.name, dtype) for split in SPLITS}
+    root, at, written = token_cache.join(job.output_path, job.folder), f"{job.folder}/" if job.folder else "", {}
+    entries = {}
+    for split in SPLITS:
+        hashed: dict[str, str] = {}
+        entries[split] = buffers[split].write(token_cache.join(root, split), job.name, dtype, hashed)
+        written.update({f"{at}{split}/{name}": sha for name, sha in hashed.items()})
     if job.folder:
         chosen = np.concatenate(flags) if flags else np.zeros(0, bool)
-        token_cache.save_array_atomically(token_cache.join(root, "splits", f"{job.name}.npy"), chosen.astype(np.uint8))
+        written[f"{at}splits/{job.name}.npy"] = token_cache.save_array_atomically(
+            token_cache.join(root, "splits", f"{job.name}.npy"), chosen.astype(np.uint8))
+    if digests is not None:
+        digests.update(written)
     return {"schema": 1, "shard": job.name, "splits": entries, "skipped_lines": stats.skipped_lines,
             "skipped_examples": stats.skip_examples}
 

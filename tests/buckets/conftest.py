@@ -95,3 +95,26 @@ def assert_no_secret(bucket: Bucket, *texts: str) -> None:
         assert bucket.secret not in text
     for path, data in bucket.objects().items():
         assert bucket.secret.encode() not in data, f"the secret leaked into {path}"
+
+
+# The incremental tests' corpora on buckets: tests/steps/test_incremental_shards.py's shards, fewer of
+# them (every bucket request costs a round trip to an emulator): `first` has CORPUS_SHARDS shards;
+# `grown` changes one (03), removes one (01) and adds one, so a run reuses CORPUS_SHARDS - 2 of them.
+CORPUS_SHARDS = 6
+
+
+@pytest.fixture(scope="module")
+def shard_corpora(tmp_path_factory) -> dict[str, str]:
+    from steps.bpe import train_byte_level_bpe
+    from tests.steps.test_incremental_shards import _shard_docs, write_corpus
+
+    root = tmp_path_factory.mktemp("bucket-corpora")
+    first = {f"part-{i:05d}": _shard_docs(i) for i in range(CORPUS_SHARDS)}
+    grown = {n: d for n, d in first.items() if n != "part-00001"}
+    grown["part-00003"] = _shard_docs(3, salt=" (fixed)")
+    grown[f"part-{CORPUS_SHARDS:05d}"] = _shard_docs(CORPUS_SHARDS)
+    tokenizer = train_byte_level_bpe([d["text"] for docs in first.values() for d in docs], 400, "<|endoftext|>",
+                                     min_frequency=2)
+    (root / "tokenizer.json").write_text(tokenizer.to_str())
+    return {"first": write_corpus(root / "first", first), "grown": write_corpus(root / "grown", grown),
+            "tokenizer": str(root / "tokenizer.json")}

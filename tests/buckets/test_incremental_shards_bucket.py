@@ -1,14 +1,16 @@
 """Incremental tokenize and exact dedup on a bucket (the S3 emulator): the grown corpus's run finds the
 earlier output under the bucket prefix, reuses its unchanged shards, and writes the same objects as
-a fresh full run under another prefix. The fixture corpora are those of tests/steps/test_incremental_shards.py."""
+a fresh full run under another prefix. The corpora are tests/steps/test_incremental_shards.py's shards, fewer
+of them (`shard_corpora`, tests/buckets/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 import executor
-from tests.buckets.conftest import clean_environment, make_bucket
-from tests.steps.test_incremental_shards import SHARDS, corpora, dedup_step, tokenize_step  # noqa: F401
+from tests.buckets.conftest import CORPUS_SHARDS as SHARDS
+from tests.buckets.conftest import clean_environment, make_bucket, shard_corpora  # noqa: F401 (fixture)
+from tests.steps.test_incremental_shards import dedup_step, tokenize_step
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -20,9 +22,11 @@ def upload(bucket, local: str, name: str) -> str:
 
 
 def output_objects(bucket, output: str) -> dict[str, bytes]:
-    root = output[len(bucket.prefix) + 1:]
-    return {k[len(root) + 1:]: v for k, v in bucket.objects().items()
-            if k.startswith(root + "/") and "/.executor/" not in k}
+    """Every object of an output but the executor's own records (only the output's objects are read)."""
+    from executor.engine.prefix import location
+
+    fs, root = bucket.fs(), location.bare_path(output)
+    return {p[len(root) + 1:]: fs.cat_file(p) for p in fs.find(output) if "/.executor/" not in p[len(root):]}
 
 
 def run_on(bucket, step) -> tuple[str, dict]:
@@ -35,9 +39,10 @@ def run_on(bucket, step) -> tuple[str, dict]:
 
 
 @pytest.mark.parametrize("kind", ["tokenize", "tokenize_5_shards", "exact_dedup"])
-def test_a_grown_corpus_on_a_bucket_reuses_unchanged_shards(kind, corpora, s3_emulator):  # noqa: F811
+def test_a_grown_corpus_on_a_bucket_reuses_unchanged_shards(kind, shard_corpora, s3_emulator):  # noqa: F811
     """tokenize_5_shards: num_output_shards=5, input files' results under by-file/ cut into 5 shards
     (token streams read by byte range)."""
+    corpora = shard_corpora
     here, fresh = make_bucket(s3_emulator, "incr"), make_bucket(s3_emulator, "full")
     inputs = {b.prefix: {n: upload(b, corpora[n], n) for n in ("first", "grown")} for b in (here, fresh)}
     tokenizer = corpora["tokenizer"]
@@ -52,11 +57,12 @@ def test_a_grown_corpus_on_a_bucket_reuses_unchanged_shards(kind, corpora, s3_em
     assert [name for name in want if got[name] != want[name]] == []
 
 
-def test_tokenize_grows_on_the_gcs_emulator_under_its_shard_claims(corpora, gcs_emulator):  # noqa: F811
+def test_tokenize_grows_on_the_gcs_emulator_under_its_shard_claims(shard_corpora, gcs_emulator):  # noqa: F811
     """The same on fake GCS (generation preconditions): every shard made was claimed there (a
-    SUCCESS claim under `.shard-claims/tokenized/`: the first run's 16, the grown run's 2)."""
+    SUCCESS claim under `.shard-claims/tokenized/`: the first run's CORPUS_SHARDS, the grown run's 2)."""
     import json
 
+    corpora = shard_corpora
     here, fresh = make_bucket(gcs_emulator, "incr"), make_bucket(gcs_emulator, "full")
     inputs = {b.prefix: {n: upload(b, corpora[n], n) for n in ("first", "grown")} for b in (here, fresh)}
     run_on(here, tokenize_step(inputs[here.prefix]["first"], corpora["tokenizer"]))

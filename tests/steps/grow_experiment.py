@@ -25,8 +25,8 @@ from steps.tokenize import TokenizeConfig, tokenize
 
 
 def _counted(encode):
-    def encode_and_count(job):
-        result = encode(job)
+    def encode_and_count(job, *rest):
+        result = encode(job, *rest)
         with open(os.path.join(os.environ["GROW_SIDEFX"], f"made-{job.name}-{uuid.uuid4().hex}"), "x") as f:
             f.write(str(os.getpid()))
         time.sleep(float(os.environ.get("GROW_SLEEP_S", "0")))

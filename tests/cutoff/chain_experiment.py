@@ -8,8 +8,9 @@
 
 CUT_WRITE_VERSION / CUT_UPPER_VERSION: the steps' code_version (a bump re-addresses the step and all
 below it). Each step that runs leaves an evidence file `ran-<name>-<uuid>` in CUT_SIDEFX (a local
-directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps. Steps read
-and write through open_file: any prefix works.
+directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps.
+CUT_WRITE_GATE: a local file cut/write waits for (at most 120 s) before it writes, so a test holds
+its lease until it has seen what it waits for. Steps read and write through open_file: any prefix works.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class ReadConfig:
 
 def write(config: WriteConfig) -> None:
     _ran("write")
+    gate, deadline = os.environ.get("CUT_WRITE_GATE"), time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:  # execution-only, like the sleep
+        time.sleep(0.05)
     time.sleep(float(os.environ.get("CUT_WRITE_SLEEP_S", "0")))  # execution-only: lets a second runner plan
     _write(f"{config.output_path}/text.txt", config.text)
 

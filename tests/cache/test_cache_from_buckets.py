@@ -5,7 +5,6 @@ manifest (moto's ETag: an MD5), and `verify` is clean on the copies."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -16,17 +15,14 @@ from executor.engine.prefix import location
 from executor.tools.verify import verify_path
 from executor.engine.prefix.prefixes import open_prefix
 from tests.cache.graph import build
-from tests.emulators import _create_s3_bucket, gcs_emulator, running_s3_server_process, s3_emulator  # noqa: F401  (session fixtures)
+from tests.emulators import gcs_emulator, running_s3_server_process, s3_emulator  # noqa: F401  (session fixtures)
 
 
 @pytest.fixture(scope="module")
-def two_endpoints(s3_emulator):  # noqa: F811
-    """(first, second): bucket `cachea` on the first server only, `cacheb` on the second only. The
-    first is the session's moto server (in this process, its own credentials), the second a moto
-    process with made-up keys of its own: one server start, not two (issue 46)."""
-    _create_s3_bucket(s3_emulator.endpoint_url, "cachea")
-    with running_s3_server_process("cacheb") as second:
-        yield dataclasses.replace(s3_emulator, bucket="cachea"), second
+def two_endpoints():
+    """(first, second): bucket `cachea` on the first server only, `cacheb` on the second only."""
+    with running_s3_server_process("cachea") as first, running_s3_server_process("cacheb") as second:
+        yield first, second
 
 
 @pytest.fixture(scope="module")

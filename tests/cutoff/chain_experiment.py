@@ -8,9 +8,11 @@
 
 CUT_WRITE_VERSION / CUT_UPPER_VERSION: the steps' code_version (a bump re-addresses the step and all
 below it). Each step that runs leaves an evidence file `ran-<name>-<uuid>` in CUT_SIDEFX (a local
-directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps. Steps read
-and write through open_file: any prefix works. CUT_WRITE_AWAIT_RUNS: cut/write ends only once that many
+directory), so a test counts real executions. CUT_WRITE_SLEEP_S: seconds cut/write sleeps.
+CUT_WRITE_GATE: a local file cut/write waits for (at most 120 s) before it writes, so a test holds
+its lease until it has seen what it waits for. CUT_WRITE_AWAIT_RUNS: cut/write ends only once that many
 run files lie in the prefix's runs/ (a local prefix; each runner writes its own once it has planned).
+Steps read and write through open_file: any prefix works.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class ReadConfig:
 
 def write(config: WriteConfig) -> None:
     _ran("write")
+    gate, deadline = os.environ.get("CUT_WRITE_GATE"), time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:  # execution-only, like the sleep
+        time.sleep(0.05)
     time.sleep(float(os.environ.get("CUT_WRITE_SLEEP_S", "0")))  # execution-only: lets a second runner plan
     _await_runs(config.output_path, int(os.environ.get("CUT_WRITE_AWAIT_RUNS", "0")))
     _write(f"{config.output_path}/text.txt", config.text)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -54,21 +56,33 @@ def test_cutoff_on_memory(sidefx, capsys):
 
 
 @pytest.mark.parametrize("scheme", ["gs", "s3"])
-def test_cutoff_on_a_bucket_with_two_racing_runners(scheme, request, tmp_path):
-    """fake-gcs-server (generation preconditions) and moto S3 (If-Match / If-None-Match): the same race."""
+def test_cutoff_on_a_bucket_with_two_racing_runners(scheme, request, tmp_path, monkeypatch):
+    """fake-gcs-server (generation preconditions) and moto S3 (If-Match / If-None-Match): the same race.
+    The first run is the command line in this process; the racers are two processes, and cut/write
+    holds its lease until the other racer says it waits on it (CUT_WRITE_GATE): the race is certain,
+    and nobody sleeps a guessed 3 s for it (issue 46)."""
     emulator = request.getfixturevalue("gcs_emulator" if scheme == "gs" else "s3_emulator")
     sidefx = tmp_path / "sidefx"
     sidefx.mkdir()
+    monkeypatch.setenv("CUT_SIDEFX", str(sidefx))
     prefix, options = emulator.fresh_prefix("cutoff"), dict(emulator.storage_options)
     args = ("--runner", "inline", "--storage-options", json.dumps(options))
-    first = subprocess_run(prefix, sidefx, *args, env=clean_environment())
-    assert first.wait(timeout=180) == 0, first.stdout.read()
+    assert run(chain(), "cut", argv=["--prefix", prefix, *args], environ=clean_environment()) == 0
     before = new_statuses(prefix, options)
     ran(sidefx)
+    gate = tmp_path / "go"
     racers = [subprocess_run(prefix, sidefx, *args, env=clean_environment(), CUT_TEXT="HELLO world",
-                             CUT_WRITE_SLEEP_S="3") for _ in range(2)]
-    outs = [r.communicate(timeout=240)[0] for r in racers]
-    assert [r.returncode for r in racers] == [0, 0], outs
+                             CUT_WRITE_GATE=str(gate)) for _ in range(2)]
+    outs, readers = zip(*(_collect(r) for r in racers))
+    deadline = time.monotonic() + 120
+    while not any("cut/write: running elsewhere" in "".join(o) for o in outs):
+        assert time.monotonic() < deadline and all(r.poll() is None for r in racers), outs
+        time.sleep(0.05)
+    gate.touch()
+    assert [r.wait(timeout=240) for r in racers] == [0, 0], outs
+    for reader in readers:
+        reader.join(timeout=30)
+    outs = ["".join(o) for o in outs]
     assert ran(sidefx) == {"write": 1, "upper": 1}, outs  # upper's output is byte-identical: frame is cut off
     after = new_statuses(prefix, options)
     assert after["cut/frame"]["alias_of"]["step_id"] == before["cut/frame"]["step_id"]
@@ -77,6 +91,15 @@ def test_cutoff_on_a_bucket_with_two_racing_runners(scheme, request, tmp_path):
     fs = location.open_filesystem(prefix, options)
     target = after["cut/frame"]["alias_of"]["output_rel"]
     assert fs.cat_file(f"{prefix}/{target}/text.txt") == b"[HELLO WORLD]"
+
+
+def _collect(process) -> tuple[list[str], threading.Thread]:
+    """The process's output lines as they come, in a list read while it runs, and the thread reading
+    its pipe (joined once the process ended: then the list holds every line)."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    return lines, reader
 
 
 def test_cutoff_with_the_ray_runner(tmp_path, sidefx):
@@ -100,10 +123,9 @@ def test_the_served_step_page_says_why_a_step_was_cut_off(tmp_path, sidefx):
     from tests.serve import server
 
     prefix = str(tmp_path / "prefix")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    for extra in ({}, {"CUT_WRITE_VERSION": "2"}):
-        done = subprocess_run(prefix, sidefx, "--runner", "inline", env=env, **extra)
-        assert done.wait(timeout=120) == 0, done.stdout.read()
+    for version in (None, "2"):  # the runs: the command line in this process (the server is a process)
+        assert run(chain(write_version=version), "cut", argv=["--prefix", prefix, "--runner", "inline"],
+                   environ={}) == 0
     cut = next(s for s in new_statuses(prefix).values() if s["step_id"].startswith("cut/frame"))
     running = server.start(prefix)
     try:

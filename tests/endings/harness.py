@@ -21,6 +21,10 @@ from tests.leases.harness import Backend
 GATED = Path(__file__).with_name("gated.py")
 REPO = Path(__file__).resolve().parents[2]
 TTL, HEARTBEAT = 6, 1  # short leases: a paused or killed holder is taken over in seconds (slack for a loaded machine)
+# A runner that takes over a killed or paused holder judges its silence by its own TTL (DESIGN.md, lease
+# protocol 3: the observer's clock): 3 s, as the lease proofs' (tests/leases/test_crash_zombie.py), saves
+# 3 s of waiting per takeover; its own heartbeat (1 s) stays under half of it.
+TAKER_TTL = 3
 
 
 class Driver:

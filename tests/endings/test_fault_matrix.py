@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from tests.endings.conftest import BOTH
-from tests.endings.harness import Driver, assert_clean, started, statuses, wait_for
+from tests.endings.harness import TAKER_TTL, Driver, assert_clean, started, statuses, wait_for
 
 
 def test_success(local, sidefx, tmp_path):
@@ -95,7 +95,8 @@ def test_sigkill_then_a_fresh_runner_takes_over(backend, sidefx, tmp_path):
     wait_for(lambda: started(sidefx, "long"), 60, "end/long to start", d)
     d.signal(signal.SIGKILL)
     d.wait()
-    fresh = Driver(backend, sidefx, tmp_path / "fresh.log")
+    # the taker measures the dead holder's silence with its own TTL: a short one, not a 6 s wait
+    fresh = Driver(backend, sidefx, tmp_path / "fresh.log", ttl=TAKER_TTL)
     assert fresh.wait() == 0, fresh.output()[-3000:]
     found = assert_clean(backend, fresh, 0)
     assert found["long"]["state"] == "SUCCESS" and found["long"]["attempt"] == 2
@@ -103,10 +104,10 @@ def test_sigkill_then_a_fresh_runner_takes_over(backend, sidefx, tmp_path):
 
 
 def test_step_timeout_ends_the_step_and_the_process(local, sidefx, tmp_path):
-    d = Driver(local, sidefx, tmp_path / "run.log", long="hang", timeout_long="2")
+    d = Driver(local, sidefx, tmp_path / "run.log", long="hang", timeout_long="1")
     assert d.wait() == 1, d.output()[-3000:]
     found = assert_clean(local, d, 1)
-    assert found["long"]["state"] == "FAILED" and "timed out after 2s" in found["long"]["error"]
+    assert found["long"]["state"] == "FAILED" and "timed out after 1s" in found["long"]["error"]
     assert found["second"]["state"] == "SUCCESS"
 
 

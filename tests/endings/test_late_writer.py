@@ -13,7 +13,7 @@ import signal
 import time
 
 from tests.endings.conftest import BOTH
-from tests.endings.harness import Driver, assert_clean, pid_alive, statuses, wait_for
+from tests.endings.harness import TAKER_TTL, Driver, assert_clean, pid_alive, statuses, wait_for
 
 
 @BOTH
@@ -23,7 +23,7 @@ def test_paused_holder_cannot_touch_the_committed_output(backend, sidefx, tmp_pa
     (step_pid,) = [int(p.name.rsplit("-", 1)[1]) for p in sidefx.iterdir() if p.name.startswith("start-long-")]
     zombie.signal(signal.SIGSTOP)
     try:
-        taker = Driver(backend, sidefx, tmp_path / "taker.log", "--only", "end/long", tag="taker")
+        taker = Driver(backend, sidefx, tmp_path / "taker.log", "--only", "end/long", tag="taker", ttl=TAKER_TTL)
         assert taker.wait() == 0, taker.output()[-3000:]
         assert "took over a stale lease" in taker.output()
         fs = backend.fs()

@@ -1,4 +1,4 @@
-"""Eight executors race on one 50-step DAG: every step runs and commits exactly once, and
+"""Eight executors race on one 30-step DAG: every step runs and commits exactly once, and
 independent steps run at the same time in different processes (a global lock would fail this)."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from tests.leases.dag_experiment import build
 from tests.leases.harness import Runner, events
 
 N_RUNNERS = 8
-N_STEPS = 50
+# 30 steps (6 roots, fan-in and fan-out as in 50): eight runners of two slots each still contend for
+# every ready step; 50 cost each runner 20 more steps of leases, polls and commits (issue 46).
+N_STEPS = 30
 
 
 def test_eight_runners_one_dag_exactly_once_and_concurrent(backend, sidefx, tmp_path):
     names = {s.name.split("/")[-1] for s in build(N_STEPS)}
     assert len(names) == N_STEPS
-    runners = [Runner(backend, sidefx, tmp_path / f"runner{i}.log", "--max-concurrent", "2",
-                      sleep_s=0.15) for i in range(N_RUNNERS)]
+    runners = [Runner(backend, sidefx, tmp_path / f"runner{i}.log", "--steps", str(N_STEPS),
+                      "--max-concurrent", "2", sleep_s=0.15) for i in range(N_RUNNERS)]
     codes = [r.wait(timeout=80) for r in runners]
     logs = "\n".join(f"--- {r.pid} rc={c}\n{r.output()[-1500:]}" for r, c in zip(runners, codes))
     assert codes == [0] * N_RUNNERS, logs

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -83,10 +84,12 @@ def test_browsing_every_page_writes_nothing_under_the_prefix(served, hello):
     before = server.prefix_bytes(hello)
     every_page(served, hello)
     step = sorted(step_ids(hello))[0]
-    received = server.events(served, f"view=step&step={quote(step)}&since=0", seconds=3)
-    assert [name for name, _ in received][:1] == ["detail"]  # a page that subscribed late catches up
-    received = server.events(served, "view=overview&since=0", seconds=3)
-    assert {d["id"] for name, d in received if name == "step"} == step_ids(hello)
+    with ThreadPoolExecutor(2) as pool:  # both streams open at once, each for 3 s (refreshes every 2 s)
+        step_stream = pool.submit(server.events, served, f"view=step&step={quote(step)}&since=0", seconds=3)
+        overview = pool.submit(server.events, served, "view=overview&since=0", seconds=3)
+        received_step, received_overview = step_stream.result(), overview.result()
+    assert [name for name, _ in received_step][:1] == ["detail"]  # a page that subscribed late catches up
+    assert {d["id"] for name, d in received_overview if name == "step"} == step_ids(hello)
     assert server.prefix_bytes(hello) == before
 
 
@@ -116,7 +119,7 @@ def test_storage_options_are_used_and_never_shown(backend, request, tmp_path):
         running.stop()
 
 
-def test_token_file_port_zero_and_the_warning_beyond_loopback(hello, tmp_path):
+def test_token_file_port_zero_and_the_warning_beyond_loopback(hello, served, tmp_path):
     short = tmp_path / "short"
     short.write_text("abc\n")
     done = subprocess.run([sys.executable, "-m", "executor", "serve", "--prefix", str(hello), "--token-file",
@@ -132,12 +135,9 @@ def test_token_file_port_zero_and_the_warning_beyond_loopback(hello, tmp_path):
         assert running.get("/", cookie=None)[0] == 401 and running.get("/")[0] == 200
     finally:
         running.stop()
-    local = server.start(str(hello))
-    try:
-        assert not any(line.startswith("warning") for line in local.lines)
-        assert local.token != "a-stable-token-for-the-team-0123" and len(local.token) >= 24
-    finally:
-        local.stop()
+    local = served  # the module's server, started as `server.start(str(hello))`: loopback, no token file
+    assert not any(line.startswith("warning") for line in local.lines)
+    assert local.token != "a-stable-token-for-the-team-0123" and len(local.token) >= 24
 
 
 def test_the_default_port_is_clear_of_rays_dashboard():

@@ -76,7 +76,8 @@ TARGETS = [
     Target("signals", ("executor/engine/run/signals.py",), ("tests/endings/test_signal_guard.py",), 240.0),
     Target("verify-gc", ("executor/tools/verify.py", "executor/tools/gc.py"),
            ("tests/tools/test_verify.py", "tests/tools/test_verify_cases.py", "tests/tools/test_gc.py",
-            "tests/tools/test_gc_cases.py"), 240.0),
+            "tests/tools/test_gc_cases.py",
+            "tests/tools/test_gc_shards.py", "tests/tools/test_gc_lineage.py"), 240.0),  # gc's shard claims and lineage markers
     Target("dedup", ("steps/dedup",), ("tests/steps/test_dedup_exact.py", "tests/steps/test_dedup_fuzzy.py",
                                         "tests/steps/test_dedup_bad_input.py"), 240.0),
     Target("tokenize", ("steps/tokenize.py", "steps/bpe.py"), ("tests/steps/test_tokenize.py",), 240.0),

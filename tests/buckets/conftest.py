@@ -106,13 +106,10 @@ CORPUS_SHARDS = 6
 @pytest.fixture(scope="module")
 def shard_corpora(tmp_path_factory) -> dict[str, str]:
     from steps.bpe import train_byte_level_bpe
-    from tests.steps.test_incremental_shards import _shard_docs, write_corpus
+    from tests.steps.test_incremental_shards import _shard_docs, first_and_grown, write_corpus
 
     root = tmp_path_factory.mktemp("bucket-corpora")
-    first = {f"part-{i:05d}": _shard_docs(i) for i in range(CORPUS_SHARDS)}
-    grown = {n: d for n, d in first.items() if n != "part-00001"}
-    grown["part-00003"] = _shard_docs(3, salt=" (fixed)")
-    grown[f"part-{CORPUS_SHARDS:05d}"] = _shard_docs(CORPUS_SHARDS)
+    first, grown = first_and_grown(_shard_docs, CORPUS_SHARDS, 1, _shard_docs(3, salt=" (fixed)"))
     tokenizer = train_byte_level_bpe([d["text"] for docs in first.values() for d in docs], 400, "<|endoftext|>",
                                      min_frequency=2)
     (root / "tokenizer.json").write_text(tokenizer.to_str())

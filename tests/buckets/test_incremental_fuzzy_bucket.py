@@ -12,6 +12,7 @@ from steps.documents import write_documents
 from tests.buckets.conftest import make_bucket
 from tests.buckets.test_incremental_shards_bucket import output_objects, run_on, upload
 from tests.steps.test_incremental_fuzzy import _shard, fuzzy_step
+from tests.steps.test_incremental_shards import first_and_grown
 
 pytestmark = pytest.mark.timeout(600)
 SHARDS = 10
@@ -20,10 +21,7 @@ SHARDS = 10
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("fuzzy-bucket-corpora")
-    first = {f"part-{i:05d}": _shard(i) for i in range(SHARDS)}
-    grown = {n: d for n, d in first.items() if n != "part-00007"}
-    grown["part-00003"] = _shard(3, version="v2")
-    grown[f"part-{SHARDS:05d}"] = _shard(SHARDS)
+    first, grown = first_and_grown(_shard, SHARDS, 7, _shard(3, version="v2"))
     for name, shards in (("first", first), ("grown", grown)):
         for shard, docs in shards.items():
             write_documents(str(root / name / f"{shard}.jsonl.zst"), docs)

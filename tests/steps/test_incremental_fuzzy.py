@@ -18,7 +18,7 @@ import zstandard
 from executor import ExecutorStep, this_output_path
 from steps.dedup import FuzzyDedupConfig, fuzzy_dedup
 from steps.documents import write_documents
-from tests.steps.test_incremental_shards import SHARDS, assert_same_bytes, files_of, run_step
+from tests.steps.test_incremental_shards import SHARDS, assert_same_bytes, files_of, first_and_grown, run_step
 
 _VOCABULARY = ["café", "naïve", "straße", "über", "€20", "©", "→", "日本語", "中文", "한국어", "data", "shard",
                "token", "corpus", "grows", "dump"] + [f"w{i}" for i in range(300)]
@@ -48,10 +48,7 @@ def _shard(i: int, version: str = "") -> list[dict]:
 def corpora(tmp_path_factory) -> dict[str, str]:
     """`first`: 16 shards; `grown`: shard 03 changed, 07 removed, a new shard 16 added."""
     root = tmp_path_factory.mktemp("fuzzy-corpora")
-    first = {f"part-{i:05d}": _shard(i) for i in range(SHARDS)}
-    grown = {n: d for n, d in first.items() if n != "part-00007"}
-    grown["part-00003"] = _shard(3, version="v2")
-    grown["part-00016"] = _shard(16)
+    first, grown = first_and_grown(_shard, SHARDS, 7, _shard(3, version="v2"))
     for name, shards in (("first", first), ("grown", grown)):
         for shard, docs in shards.items():
             write_documents(str(root / name / f"{shard}.jsonl.zst"), docs)

@@ -41,14 +41,21 @@ def write_corpus(directory: Path, shards: dict[str, list[dict]]) -> str:
     return str(directory)
 
 
+def first_and_grown(make, count: int, removed: int, changed: list[dict]) -> tuple[dict, dict]:
+    """The incremental tests' two corpora: `first` has shards 0..count-1 (`make(i)`); `grown` lacks shard
+    `removed`, holds `changed` as shard 03 and adds shard `count`."""
+    first = {f"part-{i:05d}": make(i) for i in range(count)}
+    grown = {n: d for n, d in first.items() if n != f"part-{removed:05d}"}
+    grown["part-00003"] = changed
+    grown[f"part-{count:05d}"] = make(count)
+    return first, grown
+
+
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory) -> dict[str, str]:
     """`first`: 16 shards; `grown`: shard 03 changed, 07 removed, a new shard 16 added."""
     root = tmp_path_factory.mktemp("corpora")
-    first = {f"part-{i:05d}": _shard_docs(i) for i in range(SHARDS)}
-    grown = {n: d for n, d in first.items() if n != "part-00007"}
-    grown["part-00003"] = _shard_docs(3, salt=" (fixed)")
-    grown["part-00016"] = _shard_docs(16)
+    first, grown = first_and_grown(_shard_docs, SHARDS, 7, _shard_docs(3, salt=" (fixed)"))
     tokenizer = train_byte_level_bpe([d["text"] for docs in first.values() for d in docs], 400, "<|endoftext|>",
                                      min_frequency=2)
     (root / "tokenizer.json").write_text(tokenizer.to_str())
